@@ -1,0 +1,109 @@
+// replay_bench: forward training vs REPLAY time and memory as the run grows.
+//
+// Config (fixed, fp64, one intra-op thread): GPT with 2 layers, d_model 64, 4 heads, 128-token
+// sequences, batch 8, AdamW with warmup + cosine, on fixtures/text/proverbs.jsonl; N steps with
+// the given checkpoint schedule. Each (N, schedule) runs in its own child process so that its
+// peak RSS (VmHWM) is its own; "growth" is peak RSS minus the RSS before training started.
+//
+//   replay_bench [--steps 16,64,256] [--schedules sqrt,all]
+#include <ATen/Parallel.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "lib/core/strings.h"
+#include "lib/train/magic_pipeline.h"
+#include "lib/train/run_config.h"
+
+namespace {
+
+using namespace magic;
+
+int64_t status_kib(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1));
+  }
+  return -1;
+}
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> parts;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, ',')) parts.push_back(part);
+  return parts;
+}
+
+// One measurement, printed as a tab-separated line for the parent.
+int measure(int64_t steps, const std::string& schedule) {
+  at::set_num_threads(1);
+  nlohmann::json config = {
+      {"seed", 0},
+      {"dtype", "fp64"},
+      {"model", {{"vocab", 257}, {"d_model", 64}, {"n_layers", 2}, {"n_heads", 4}, {"max_len", 128}}},
+      {"data", {{"train", "text/proverbs.jsonl"}, {"queries", "text/queries.jsonl"}}},
+      {"training", {{"steps", steps}, {"batch_size", 8}, {"checkpoints", schedule}}},
+      {"optimizer",
+       {{"name", "adamw"}, {"lr", 1e-3}, {"weight_decay", 0.01}, {"eps_root", 1e-12},
+        {"schedule", {{"name", "cosine"}, {"warmup_fraction", 0.1}}}}},
+  };
+  const RunConfig run = RunConfig::from_json(config, "replay_bench", std::string(MAGIC_SOURCE_DIR) + "/fixtures");
+  const LmProblem problem = build_lm_problem(run);
+  const int64_t baseline = status_kib("VmRSS");
+  MagicOptions options;
+  options.schedule = run.checkpoints;
+  MagicResult r = run_magic(*problem.step, *problem.query, problem.initial, problem.weights, options);
+  const int64_t peak = status_kib("VmHWM");
+  std::cout << steps << '\t' << schedule << '\t' << r.train_seconds << '\t' << r.replay_seconds << '\t'
+            << r.checkpoints << '\t' << r.peak_states_held << '\t' << r.checkpoint_bytes << '\t' << peak << '\t'
+            << peak - baseline << std::endl;
+  return 0;
+}
+
+std::string run_child(const std::string& self, int64_t steps, const std::string& schedule) {
+  const std::string command = self + " --measure " + std::to_string(steps) + " " + schedule;
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  char buffer[512];
+  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
+  pclose(pipe);
+  return output;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string steps_arg = "16,64,256", schedules_arg = "sqrt,all";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--measure" && i + 2 < argc) return measure(std::stoll(argv[i + 1]), argv[i + 2]);
+    if (a == "--steps" && i + 1 < argc) steps_arg = argv[++i];
+    if (a == "--schedules" && i + 1 < argc) schedules_arg = argv[++i];
+  }
+  std::cout << "replay_bench: GPT 2 layers, d=64, 4 heads, T=128, batch 8, AdamW, fp64, 1 thread\n\n";
+  std::cout << "| N | schedule | train s | REPLAY s | REPLAY/train | checkpoints | states held | checkpoint MiB | peak RSS MiB | RSS growth MiB |\n";
+  std::cout << "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& schedule : split(schedules_arg)) {
+    for (const auto& n : split(steps_arg)) {
+      std::stringstream line(run_child(argv[0], std::stoll(n), schedule));
+      int64_t steps = 0, checkpoints = 0, held = 0, bytes = 0, peak = 0, growth = 0;
+      double train = 0, replay = 0;
+      std::string sched;
+      if (!(line >> steps >> sched >> train >> replay >> checkpoints >> held >> bytes >> peak >> growth)) {
+        std::cout << "| " << n << " | " << schedule << " | (child failed) |\n";
+        continue;
+      }
+      std::cout << "| " << steps << " | " << sched << " | " << format_fixed(train, 2) << " | " << format_fixed(replay, 2)
+                << " | " << format_fixed(replay / train, 2) << " | " << checkpoints << " | " << held << " | "
+                << format_fixed(bytes / 1048576.0, 1) << " | " << format_fixed(peak / 1024.0, 0) << " | "
+                << format_fixed(growth / 1024.0, 0) << " |" << std::endl;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,20 @@
+// Error types shared by every layer. InputError is the user's fault (exit code 2);
+// anything else escaping a tool is a bug or a runtime failure.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace magic {
+
+// Bad input: a malformed config, data file, topology string or size that does not divide.
+// The message names the input and what was expected.
+class InputError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Exit codes of every command-line program (DESIGN.md section 7).
+enum ExitCode : int { kExitOk = 0, kExitCheckFailed = 1, kExitBadInput = 2 };
+
+}  // namespace magic

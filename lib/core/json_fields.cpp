@@ -1,0 +1,142 @@
+#include "lib/core/json_fields.h"
+
+#include <cmath>
+#include <fstream>
+
+#include "lib/core/error.h"
+#include "lib/core/strings.h"
+
+namespace magic {
+namespace {
+
+std::string type_name(const nlohmann::json& value) {
+  if (value.is_number_integer()) return "integer";
+  if (value.is_number()) return "number";
+  return value.type_name();
+}
+
+}  // namespace
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(str_cat(path, ": cannot open JSON file"));
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError(str_cat(path, ": invalid JSON at byte ", e.byte, ": ", e.what()));
+  }
+}
+
+JsonFields::JsonFields(const nlohmann::json& object, std::string source, std::string path)
+    : object_(&object), source_(std::move(source)), path_(std::move(path)) {
+  if (!object.is_object()) {
+    throw InputError(str_cat(source_, ": ", path_.empty() ? "top level" : path_,
+                             ": expected an object, got ", type_name(object)));
+  }
+}
+
+std::string JsonFields::field(const std::string& key) const {
+  return path_.empty() ? key : path_ + "." + key;
+}
+
+void JsonFields::fail(const std::string& key, const std::string& message) const {
+  throw InputError(str_cat(source_, ": ", field(key), ": ", message));
+}
+
+bool JsonFields::has(const std::string& key) const { return object_->contains(key); }
+
+const nlohmann::json& JsonFields::get(const std::string& key, const char* expected) const {
+  read_.insert(key);
+  auto it = object_->find(key);
+  if (it == object_->end()) fail(key, str_cat("missing; expected ", expected));
+  return *it;
+}
+
+int64_t JsonFields::integer(const std::string& key) const {
+  const auto& value = get(key, "an integer");
+  if (value.is_number_integer()) return value.get<int64_t>();
+  if (value.is_number_float()) {
+    const double d = value.get<double>();
+    if (std::floor(d) == d && std::abs(d) < 9e15) return static_cast<int64_t>(d);
+  }
+  fail(key, str_cat("expected an integer, got ", type_name(value), " ", value.dump()));
+}
+
+int64_t JsonFields::integer(const std::string& key, int64_t fallback) const {
+  read_.insert(key);
+  return has(key) ? integer(key) : fallback;
+}
+
+double JsonFields::number(const std::string& key) const {
+  const auto& value = get(key, "a number");
+  if (!value.is_number()) fail(key, str_cat("expected a number, got ", type_name(value), " ", value.dump()));
+  return value.get<double>();
+}
+
+double JsonFields::number(const std::string& key, double fallback) const {
+  read_.insert(key);
+  return has(key) ? number(key) : fallback;
+}
+
+std::string JsonFields::string(const std::string& key) const {
+  const auto& value = get(key, "a string");
+  if (!value.is_string()) fail(key, str_cat("expected a string, got ", type_name(value), " ", value.dump()));
+  return value.get<std::string>();
+}
+
+std::string JsonFields::string(const std::string& key, const std::string& fallback) const {
+  read_.insert(key);
+  return has(key) ? string(key) : fallback;
+}
+
+std::optional<std::string> JsonFields::optional_string(const std::string& key) const {
+  read_.insert(key);
+  if (!has(key) || (*object_)[key].is_null()) return std::nullopt;
+  return string(key);
+}
+
+bool JsonFields::boolean(const std::string& key, bool fallback) const {
+  read_.insert(key);
+  if (!has(key)) return fallback;
+  const auto& value = (*object_)[key];
+  if (!value.is_boolean()) fail(key, str_cat("expected true or false, got ", type_name(value), " ", value.dump()));
+  return value.get<bool>();
+}
+
+std::vector<double> JsonFields::numbers(const std::string& key) const {
+  const auto& value = get(key, "an array of numbers");
+  if (!value.is_array()) fail(key, str_cat("expected an array of numbers, got ", type_name(value)));
+  std::vector<double> out;
+  for (const auto& item : value) {
+    if (!item.is_number()) fail(key, str_cat("expected an array of numbers, found ", item.dump()));
+    out.push_back(item.get<double>());
+  }
+  return out;
+}
+
+JsonFields JsonFields::object(const std::string& key) const {
+  return JsonFields(get(key, "an object"), source_, field(key));
+}
+
+JsonFields JsonFields::object_or_empty(const std::string& key) const {
+  read_.insert(key);
+  if (has(key)) return object(key);
+  auto empty = std::make_shared<const nlohmann::json>(nlohmann::json::object());
+  JsonFields fields(*empty, source_, field(key));
+  fields.holder_ = empty;
+  return fields;
+}
+
+void JsonFields::finish() const {
+  std::vector<std::string> unknown;
+  for (const auto& item : object_->items()) {
+    if (!read_.count(item.key())) unknown.push_back(item.key());
+  }
+  if (unknown.empty()) return;
+  std::vector<std::string> known(read_.begin(), read_.end());
+  throw InputError(str_cat(source_, ": ", path_.empty() ? "top level" : path_, ": unknown key",
+                           unknown.size() > 1 ? "s " : " ", join(unknown, ", "),
+                           "; known keys: ", join(known, ", ")));
+}
+
+}  // namespace magic

@@ -1,0 +1,38 @@
+#include "lib/core/strings.h"
+
+#include <cstdio>
+#include <iomanip>
+
+namespace magic {
+
+std::string join(const std::vector<std::string>& parts, const std::string& separator) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) out += separator;
+    out += parts[i];
+  }
+  return out;
+}
+
+std::string format_number(double value) {
+  char buffer[64];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buffer, sizeof(buffer), "%.*g", precision, value);
+    if (std::strtod(buffer, nullptr) == value) break;
+  }
+  return buffer;
+}
+
+std::string format_fixed(double value, int digits) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(digits) << value;
+  return out.str();
+}
+
+std::string format_sci(double value, int digits) {
+  std::ostringstream out;
+  out << std::scientific << std::setprecision(digits) << value;
+  return out.str();
+}
+
+}  // namespace magic

@@ -1,0 +1,29 @@
+// Small string helpers: message building and number formatting.
+#pragma once
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace magic {
+
+// Concatenates anything streamable: str_cat("step ", t, " of ", n).
+template <typename... Args>
+std::string str_cat(const Args&... args) {
+  std::ostringstream out;
+  (out << ... << args);
+  return out.str();
+}
+
+std::string join(const std::vector<std::string>& parts, const std::string& separator);
+
+// Shortest round-trip text for a double ("0.25", "1e-12").
+std::string format_number(double value);
+
+// Fixed notation with `digits` after the point.
+std::string format_fixed(double value, int digits);
+
+// Scientific notation with `digits` significant digits after the point ("4.0e-07").
+std::string format_sci(double value, int digits);
+
+}  // namespace magic

@@ -1,0 +1,87 @@
+#include "lib/data/text_loader.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "lib/core/error.h"
+#include "lib/core/strings.h"
+
+namespace magic {
+namespace {
+
+std::ifstream open_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(str_cat(path, ": cannot open data file"));
+  return in;
+}
+
+bool is_blank(const std::string& line) {
+  return line.find_first_not_of(" \t\r") == std::string::npos;
+}
+
+}  // namespace
+
+std::vector<TextDocument> load_jsonl(const std::string& path, const std::string& text_field,
+                                     const std::string& id_field) {
+  std::ifstream in = open_text(path);
+  std::vector<TextDocument> docs;
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (is_blank(line)) continue;
+    const std::string where = str_cat(path, ":", number);
+    nlohmann::json object;
+    try {
+      object = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw InputError(str_cat(where, ": malformed JSON line (", e.what(), ")"));
+    }
+    if (!object.is_object()) throw InputError(str_cat(where, ": expected a JSON object, got ", object.type_name()));
+    auto text = object.find(text_field);
+    if (text == object.end()) throw InputError(str_cat(where, ": missing text field '", text_field, "'"));
+    if (!text->is_string()) {
+      throw InputError(str_cat(where, ": field '", text_field, "' must be a string, got ", text->type_name()));
+    }
+    TextDocument doc{where, text->get<std::string>()};
+    auto id = id_field.empty() ? object.end() : object.find(id_field);
+    if (id != object.end()) doc.id = id->is_string() ? id->get<std::string>() : id->dump();
+    docs.push_back(std::move(doc));
+  }
+  return docs;
+}
+
+std::vector<TextDocument> load_plain_text(const std::string& path) {
+  std::ifstream in = open_text(path);
+  std::vector<TextDocument> docs;
+  std::string line;
+  TextDocument current;
+  auto flush = [&] {
+    if (!current.text.empty()) docs.push_back(std::move(current));
+    current = TextDocument{};
+  };
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (is_blank(line)) {
+      flush();
+      continue;
+    }
+    if (current.text.empty()) {
+      current.id = str_cat(path, ":", number);
+    } else {
+      current.text += '\n';
+    }
+    current.text += line;
+  }
+  flush();
+  return docs;
+}
+
+std::vector<TextDocument> load_documents(const std::string& path, const std::string& text_field,
+                                         const std::string& id_field) {
+  const std::string suffix = ".jsonl";
+  if (path.size() >= suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    return load_jsonl(path, text_field, id_field);
+  }
+  return load_plain_text(path);
+}
+
+}  // namespace magic

@@ -1,0 +1,35 @@
+// Tokenized examples: each document is encoded, cut into chunks of at most max_len tokens
+// (chunks of fewer than 2 tokens hold no label and are dropped), and padded to [N, max_len]
+// tensors. Padding positions hold kEndOfDocument as input and -100 as label.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "lib/data/text_loader.h"
+#include "lib/data/tokenizer.h"
+
+namespace magic {
+
+struct Example {
+  std::string id;        // the document id, with "#k" for chunk k of a multi-chunk document
+  int64_t document = 0;  // index into the loaded documents
+  int64_t length = 0;    // real tokens in the chunk (the rest is padding)
+};
+
+struct TokenDataset {
+  at::Tensor input_ids;  // [N, T] int64
+  at::Tensor labels;     // [N, T] int64, -100 on padding
+  std::vector<Example> examples;
+
+  int64_t size() const { return static_cast<int64_t>(examples.size()); }
+  int64_t max_len() const { return input_ids.size(1); }
+};
+
+// Throws InputError for max_len < 2 or when no document yields an example.
+TokenDataset tokenize_documents(const std::vector<TextDocument>& documents, const ByteTokenizer& tokenizer,
+                                int64_t max_len, const std::string& source = "data");
+
+}  // namespace magic

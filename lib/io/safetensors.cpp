@@ -1,0 +1,150 @@
+#include "lib/io/safetensors.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "lib/core/error.h"
+#include "lib/core/strings.h"
+
+namespace magic {
+namespace {
+
+struct DtypeCode {
+  const char* code;
+  c10::ScalarType type;
+};
+
+constexpr DtypeCode kDtypes[] = {
+    {"F64", c10::kDouble}, {"F32", c10::kFloat}, {"F16", c10::kHalf}, {"BF16", c10::kBFloat16},
+    {"I64", c10::kLong},   {"I32", c10::kInt},   {"I16", c10::kShort}, {"I8", c10::kChar},
+    {"U8", c10::kByte},    {"BOOL", c10::kBool},
+};
+
+const char* dtype_code(c10::ScalarType type) {
+  for (const auto& d : kDtypes) {
+    if (d.type == type) return d.code;
+  }
+  throw std::invalid_argument(str_cat("safetensors: unsupported dtype ", c10::toString(type)));
+}
+
+std::optional<c10::ScalarType> dtype_from_code(const std::string& code) {
+  for (const auto& d : kDtypes) {
+    if (code == d.code) return d.type;
+  }
+  return std::nullopt;
+}
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
+
+}  // namespace
+
+void save_safetensors(const std::string& path, const TensorTree& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<at::Tensor> contiguous;
+  uint64_t offset = 0;
+  for (const auto& e : tensors) {
+    at::Tensor t = e.tensor.detach().to(at::kCPU).contiguous();
+    const uint64_t bytes = t.numel() * t.element_size();
+    header[e.name] = {{"dtype", dtype_code(t.scalar_type())},
+                      {"shape", t.sizes().vec()},
+                      {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    contiguous.push_back(t);
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // align the data section to 8 bytes
+  const uint64_t header_size = text.size();
+
+  const std::string temp = path + ".partial";
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    if (!out) throw InputError(str_cat(path, ": cannot open for writing"));
+    out.write(reinterpret_cast<const char*>(&header_size), 8);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (const auto& t : contiguous) {
+      out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
+    }
+    if (!out) {
+      std::remove(temp.c_str());
+      throw InputError(str_cat(path, ": write failed"));
+    }
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    std::remove(temp.c_str());
+    throw InputError(str_cat(path, ": cannot rename ", temp, " into place"));
+  }
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(str_cat(path, ": cannot open safetensors file"));
+  in.seekg(0, std::ios::end);
+  const auto file_size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  auto bad = [&](const std::string& why) { return InputError(str_cat(path, ": not a valid safetensors file: ", why)); };
+  if (file_size < 8) throw bad("shorter than the 8-byte header length");
+  uint64_t header_size = 0;
+  in.read(reinterpret_cast<char*>(&header_size), 8);
+  if (header_size > file_size - 8) throw bad(str_cat("header length ", header_size, " exceeds the file"));
+  std::string text(header_size, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(header_size));
+  nlohmann::ordered_json header;  // keeps the file's entry order
+  try {
+    header = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::ordered_json::parse_error& e) {
+    throw bad(str_cat("header is not JSON: ", e.what()));
+  }
+  if (!header.is_object()) throw bad("header is not a JSON object");
+  const uint64_t data_size = file_size - 8 - header_size;
+
+  SafetensorsFile result;
+  struct Span {
+    uint64_t begin, end;
+    std::string name;
+  };
+  std::vector<Span> spans;
+  for (const auto& item : header.items()) {
+    if (item.key() == "__metadata__") {
+      for (const auto& m : item.value().items()) {
+        if (!m.value().is_string()) throw bad("__metadata__ values must be strings");
+        result.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const auto& info = item.value();
+    if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets")) {
+      throw bad(str_cat("entry '", item.key(), "' needs dtype, shape and data_offsets"));
+    }
+    auto dtype = dtype_from_code(info["dtype"].get<std::string>());
+    if (!dtype) throw bad(str_cat("entry '", item.key(), "' has unsupported dtype ", info["dtype"].dump()));
+    std::vector<int64_t> shape = info["shape"].get<std::vector<int64_t>>();
+    auto offsets = info["data_offsets"].get<std::vector<uint64_t>>();
+    if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data_size) {
+      throw bad(str_cat("entry '", item.key(), "' has data_offsets ", info["data_offsets"].dump(),
+                        " outside the ", data_size, "-byte data section"));
+    }
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(*dtype));
+    if (offsets[1] - offsets[0] != static_cast<uint64_t>(numel) * t.element_size()) {
+      throw bad(str_cat("entry '", item.key(), "' holds ", offsets[1] - offsets[0], " bytes for shape ",
+                        info["shape"].dump(), " of ", info["dtype"].get<std::string>()));
+    }
+    in.seekg(static_cast<std::streamoff>(8 + header_size + offsets[0]));
+    in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(offsets[1] - offsets[0]));
+    if (!in) throw bad(str_cat("entry '", item.key(), "' could not be read"));
+    spans.push_back({offsets[0], offsets[1], item.key()});
+    result.tensors.insert(item.key(), t);
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < spans.size(); ++i) {
+    if (spans[i].begin < spans[i - 1].end) throw bad(str_cat("entries '", spans[i - 1].name, "' and '", spans[i].name, "' overlap"));
+  }
+  return result;
+}
+
+}  // namespace magic

@@ -1,0 +1,27 @@
+// Score files written by magic-run: scores.safetensors (the raw tensor, example ids in the
+// metadata) and scores.tsv (one row per example: id, score, text; for per-query scores one
+// score column per query; for per-token scores the document's sum). Both are written to a
+// temporary name and renamed, so a failed run leaves no half-written file.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+namespace magic {
+
+struct ScoreTable {
+  at::Tensor scores;                    // [N], [N, T] (per token) or [Q, N] (per query)
+  bool per_query = false;
+  std::vector<std::string> example_ids;
+  std::vector<std::string> example_texts;
+  std::vector<std::string> query_ids;   // per_query only
+};
+
+// Per-example totals: [N] (sums tokens), or [Q, N] for per-query tables.
+at::Tensor example_totals(const ScoreTable& table);
+
+void write_score_files(const std::string& directory, const ScoreTable& table);
+
+}  // namespace magic

@@ -1,0 +1,111 @@
+#include "lib/model/gpt.h"
+
+#include <cmath>
+
+#include "lib/core/error.h"
+#include "lib/core/seed.h"
+#include "lib/core/strings.h"
+
+namespace magic {
+namespace {
+
+std::string block(int64_t layer, const char* name) { return str_cat("blocks.", layer, ".", name); }
+
+at::Tensor layer_norm(const at::Tensor& x, const TensorTree& p, const std::string& prefix) {
+  return at::layer_norm(x, {x.size(-1)}, p.at(prefix + ".weight"), p.at(prefix + ".bias"), 1e-5);
+}
+
+at::Tensor causal_self_attention(const GptConfig& c, const at::Tensor& x, const TensorTree& p, int64_t layer) {
+  const int64_t B = x.size(0), T = x.size(1), H = c.n_heads, D = c.d_model / c.n_heads;
+  at::Tensor qkv = at::linear(x, p.at(block(layer, "attn.qkv.weight")), p.at(block(layer, "attn.qkv.bias")));
+  auto heads = [&](const at::Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
+  auto parts = qkv.split(c.d_model, -1);
+  at::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(D));
+  at::Tensor future = at::ones({T, T}, at::TensorOptions().dtype(at::kBool)).triu(1);
+  scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+  at::Tensor y = at::matmul(at::softmax(scores, -1), v).transpose(1, 2).reshape({B, T, c.d_model});
+  return at::linear(y, p.at(block(layer, "attn.proj.weight")), p.at(block(layer, "attn.proj.bias")));
+}
+
+at::Tensor mlp(const at::Tensor& x, const TensorTree& p, int64_t layer) {
+  at::Tensor h = at::gelu(at::linear(x, p.at(block(layer, "mlp.fc.weight")), p.at(block(layer, "mlp.fc.bias"))));
+  return at::linear(h, p.at(block(layer, "mlp.proj.weight")), p.at(block(layer, "mlp.proj.bias")));
+}
+
+}  // namespace
+
+GptConfig GptConfig::from_json(const JsonFields& f) {
+  GptConfig c;
+  c.vocab = f.integer("vocab", c.vocab);
+  c.d_model = f.integer("d_model", c.d_model);
+  c.n_layers = f.integer("n_layers", c.n_layers);
+  c.n_heads = f.integer("n_heads", c.n_heads);
+  c.max_len = f.integer("max_len", c.max_len);
+  f.finish();
+  c.validate(f.where());
+  return c;
+}
+
+void GptConfig::validate(const std::string& where) const {
+  auto positive = [&](const char* name, int64_t v) {
+    if (v < 1) throw InputError(str_cat(where, ".", name, ": expected an integer >= 1, got ", v));
+  };
+  positive("vocab", vocab);
+  positive("d_model", d_model);
+  positive("n_layers", n_layers);
+  positive("n_heads", n_heads);
+  if (max_len < 2) {
+    throw InputError(str_cat(where, ".max_len: expected >= 2 (a sequence needs a token and its next), got ", max_len));
+  }
+  if (d_model % n_heads != 0) {
+    throw InputError(str_cat(where, ": d_model ", d_model, " must be divisible by n_heads ", n_heads));
+  }
+}
+
+TensorTree gpt_init(const GptConfig& c, c10::ScalarType dtype, uint64_t seed) {
+  at::Generator gen = make_generator(derive_seed(seed, "gpt-init"));
+  const auto opts = at::TensorOptions().dtype(dtype);
+  const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layers));
+  auto normal = [&](std::vector<int64_t> shape, double s) {
+    return at::normal(0.0, s, shape, gen, at::TensorOptions().dtype(at::kDouble)).to(dtype);
+  };
+  const int64_t d = c.d_model;
+  TensorTree p;
+  p.insert("tok_emb", normal({c.vocab, d}, std));
+  p.insert("pos_emb", normal({c.max_len, d}, std));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    p.insert(block(l, "ln1.weight"), at::ones({d}, opts));
+    p.insert(block(l, "ln1.bias"), at::zeros({d}, opts));
+    p.insert(block(l, "attn.qkv.weight"), normal({3 * d, d}, std));
+    p.insert(block(l, "attn.qkv.bias"), at::zeros({3 * d}, opts));
+    p.insert(block(l, "attn.proj.weight"), normal({d, d}, proj_std));
+    p.insert(block(l, "attn.proj.bias"), at::zeros({d}, opts));
+    p.insert(block(l, "ln2.weight"), at::ones({d}, opts));
+    p.insert(block(l, "ln2.bias"), at::zeros({d}, opts));
+    p.insert(block(l, "mlp.fc.weight"), normal({4 * d, d}, std));
+    p.insert(block(l, "mlp.fc.bias"), at::zeros({4 * d}, opts));
+    p.insert(block(l, "mlp.proj.weight"), normal({d, 4 * d}, proj_std));
+    p.insert(block(l, "mlp.proj.bias"), at::zeros({d}, opts));
+  }
+  p.insert("ln_f.weight", at::ones({d}, opts));
+  p.insert("ln_f.bias", at::zeros({d}, opts));
+  p.insert("head.weight", normal({c.vocab, d}, std));
+  return p;
+}
+
+at::Tensor gpt_forward(const GptConfig& c, const TensorTree& p, const at::Tensor& input_ids) {
+  const int64_t B = input_ids.size(0), T = input_ids.size(1);
+  if (T > c.max_len) throw std::invalid_argument(str_cat("gpt_forward: sequence of ", T, " > max_len ", c.max_len));
+  // index_select (adjoint index_add) is differentiable to any order, as REPLAY needs.
+  at::Tensor x = p.at("tok_emb").index_select(0, input_ids.reshape({-1})).view({B, T, c.d_model});
+  x = x + p.at("pos_emb").narrow(0, 0, T);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    x = x + causal_self_attention(c, layer_norm(x, p, block(l, "ln1")), p, l);
+    x = x + mlp(layer_norm(x, p, block(l, "ln2")), p, l);
+  }
+  x = layer_norm(x, p, "ln_f");
+  return at::matmul(x, p.at("head.weight").t());
+}
+
+}  // namespace magic

@@ -1,0 +1,34 @@
+// A GPT-style causal language model as a pure function of a parameter tree: token and learned
+// position embeddings, pre-LayerNorm blocks (causal multi-head self-attention, MLP d -> 4d -> d
+// with GELU), final LayerNorm, untied LM head. No hidden state: forward(params, tokens).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+#include "lib/core/json_fields.h"
+#include "lib/core/tensor_tree.h"
+
+namespace magic {
+
+struct GptConfig {
+  int64_t vocab = 257;
+  int64_t d_model = 32;
+  int64_t n_layers = 2;
+  int64_t n_heads = 2;
+  int64_t max_len = 64;
+
+  // Reads {"vocab", "d_model", "n_layers", "n_heads", "max_len"}; validates every field.
+  static GptConfig from_json(const JsonFields& fields);
+  void validate(const std::string& where) const;
+};
+
+// GPT-2 style init from one seed: N(0, 0.02) weights, output projections scaled by
+// 1/sqrt(2 n_layers), zero biases, unit LayerNorm gains.
+TensorTree gpt_init(const GptConfig& config, c10::ScalarType dtype, uint64_t seed);
+
+// logits [B, T, vocab] for input_ids [B, T] (T <= max_len); position p attends to 0..p.
+at::Tensor gpt_forward(const GptConfig& config, const TensorTree& params, const at::Tensor& input_ids);
+
+}  // namespace magic

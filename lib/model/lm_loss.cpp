@@ -1,0 +1,57 @@
+#include "lib/model/lm_loss.h"
+
+#include "lib/core/error.h"
+#include "lib/core/strings.h"
+
+namespace magic {
+
+Reduction parse_reduction(const std::string& name, const std::string& what) {
+  if (name == "mean") return Reduction::kMean;
+  if (name == "sum_of_means") return Reduction::kSumOfMeans;
+  if (name == "sum") return Reduction::kSum;
+  throw InputError(str_cat(what, ": unknown reduction '", name, "'; expected one of mean, sum_of_means, sum"));
+}
+
+std::string reduction_name(Reduction reduction) {
+  switch (reduction) {
+    case Reduction::kMean: return "mean";
+    case Reduction::kSumOfMeans: return "sum_of_means";
+    case Reduction::kSum: return "sum";
+  }
+  return "?";
+}
+
+at::Tensor next_token_losses(const at::Tensor& logits, const at::Tensor& labels) {
+  const int64_t T = logits.size(1);
+  at::Tensor targets = labels.narrow(1, 1, T - 1);
+  at::Tensor valid = targets.ne(kIgnoreLabel);
+  at::Tensor log_probs = at::log_softmax(logits.narrow(1, 0, T - 1), -1);
+  at::Tensor picked = log_probs.gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1);
+  // where() rather than a multiply: ignored positions are exactly 0 and carry exactly-zero
+  // gradients to every order.
+  return at::where(valid, -picked, at::zeros({}, picked.options()));
+}
+
+at::Tensor label_mask(const at::Tensor& labels, c10::ScalarType dtype) {
+  return labels.narrow(1, 1, labels.size(1) - 1).ne(kIgnoreLabel).to(dtype);
+}
+
+at::Tensor align_weights(const at::Tensor& weights) {
+  if (weights.dim() == 1) return weights.unsqueeze(1);
+  return weights.narrow(1, 1, weights.size(1) - 1);
+}
+
+at::Tensor reduce_weighted_loss(const at::Tensor& token_losses, const at::Tensor& mask,
+                                const at::Tensor& weights, Reduction reduction, double mean_denominator) {
+  at::Tensor weighted = align_weights(weights) * token_losses * mask;
+  switch (reduction) {
+    case Reduction::kMean:
+      if (!(mean_denominator > 0)) throw std::invalid_argument("reduce_weighted_loss: a mean over no valid labels");
+      return weighted.sum() / mean_denominator;
+    case Reduction::kSumOfMeans: return (weighted.sum(1) / mask.sum(1).clamp_min(1.0)).sum();
+    case Reduction::kSum: return weighted.sum();
+  }
+  throw std::logic_error("reduce_weighted_loss: bad reduction");
+}
+
+}  // namespace magic

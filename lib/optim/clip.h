@@ -1,0 +1,13 @@
+// Gradient clipping by global norm, differentiable end to end:
+//   g' = g · min(1, max_norm / (||g|| + 1e-6))
+// torchopt computes the coefficient under no_grad; we keep its graph so that the metagradient
+// is the true derivative of training (finite differences see the norm move).
+#pragma once
+
+#include "lib/core/tensor_tree.h"
+
+namespace magic {
+
+TensorTree clip_by_global_norm(const TensorTree& grads, double max_norm);
+
+}  // namespace magic

@@ -1,0 +1,48 @@
+#include "lib/train/checkpoint_schedule.h"
+
+#include <stdexcept>
+
+#include "lib/core/error.h"
+#include "lib/core/strings.h"
+
+namespace magic {
+
+CheckpointSchedule parse_checkpoint_schedule(const std::string& name, const std::string& what) {
+  if (name == "all") return CheckpointSchedule::kAll;
+  if (name == "sqrt") return CheckpointSchedule::kSqrt;
+  if (name == "log") return CheckpointSchedule::kLog;
+  throw InputError(str_cat(what, ": unknown checkpoint schedule '", name, "'; expected one of all, sqrt, log"));
+}
+
+std::string checkpoint_schedule_name(CheckpointSchedule schedule) {
+  switch (schedule) {
+    case CheckpointSchedule::kAll: return "all";
+    case CheckpointSchedule::kSqrt: return "sqrt";
+    case CheckpointSchedule::kLog: return "log";
+  }
+  return "?";
+}
+
+int64_t isqrt(int64_t n) {
+  if (n < 0) throw std::invalid_argument("isqrt of a negative number");
+  int64_t r = 0;
+  while ((r + 1) * (r + 1) <= n) ++r;
+  return r;
+}
+
+std::vector<int64_t> checkpoint_steps(CheckpointSchedule schedule, int64_t n) {
+  if (n < 1) throw std::invalid_argument(str_cat("checkpoint_steps: need >= 1 step, got ", n));
+  std::vector<int64_t> steps;
+  const int64_t c = isqrt(n);
+  for (int64_t i = 0; i < n;) {
+    steps.push_back(i);
+    switch (schedule) {
+      case CheckpointSchedule::kAll: i += 1; break;
+      case CheckpointSchedule::kSqrt: i += (i >= n - c) ? 1 : c; break;
+      case CheckpointSchedule::kLog: i += std::max<int64_t>(1, (n - i) / 2); break;
+    }
+  }
+  return steps;
+}
+
+}  // namespace magic

@@ -1,0 +1,23 @@
+// Which training states are saved for REPLAY. A checkpoint is the state before step i; step 0
+// is always one. For N steps:
+//   all:  every step
+//   sqrt: every c = isqrt(N) steps until i >= N - c, then every step   (N=9: 0 3 6 7 8)
+//   log:  next = cur + max(1, (N - cur) / 2)                            (N=9: 0 4 6 7 8)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace magic {
+
+enum class CheckpointSchedule { kAll, kSqrt, kLog };
+CheckpointSchedule parse_checkpoint_schedule(const std::string& name, const std::string& what = "checkpoints");
+std::string checkpoint_schedule_name(CheckpointSchedule schedule);
+
+int64_t isqrt(int64_t n);  // floor(sqrt(n)), exact
+
+// Strictly increasing steps in [0, N), starting at 0.
+std::vector<int64_t> checkpoint_steps(CheckpointSchedule schedule, int64_t num_steps);
+
+}  // namespace magic

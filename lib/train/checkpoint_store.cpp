@@ -1,0 +1,61 @@
+#include "lib/train/checkpoint_store.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+
+#include "lib/core/error.h"
+#include "lib/core/strings.h"
+#include "lib/io/safetensors.h"
+
+namespace magic {
+
+CheckpointStore::CheckpointStore(std::vector<int64_t> steps, std::optional<std::string> spill_dir)
+    : steps_(std::move(steps)) {
+  if (!spill_dir) return;
+  std::error_code ec;
+  std::filesystem::create_directories(*spill_dir, ec);
+  std::string pattern = (std::filesystem::path(*spill_dir) / "magic-checkpoints-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) {
+    throw InputError(str_cat("checkpoint spill directory ", *spill_dir, ": cannot create a folder there"));
+  }
+  directory_ = pattern;
+}
+
+CheckpointStore::~CheckpointStore() {
+  if (directory_.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(directory_, ec);
+}
+
+bool CheckpointStore::wants(int64_t step) const { return std::binary_search(steps_.begin(), steps_.end(), step); }
+
+std::string CheckpointStore::path_for(int64_t step) const {
+  return (std::filesystem::path(directory_) / str_cat("step-", step, ".safetensors")).string();
+}
+
+void CheckpointStore::save(int64_t step, const TrainState& state) {
+  if (saved_.count(step)) throw std::logic_error(str_cat("checkpoint ", step, " saved twice"));
+  saved_[step] = true;
+  bytes_ += state_bytes(state);
+  if (directory_.empty()) {
+    memory_.emplace(step, TrainState{state.params.clone(), state.opt.clone(), state.persistent.clone()});
+  } else {
+    save_safetensors(path_for(step), flatten_state(state));
+  }
+}
+
+TrainState CheckpointStore::load(int64_t step) const {
+  if (!saved_.count(step)) throw std::logic_error(str_cat("no checkpoint at step ", step));
+  if (directory_.empty()) return memory_.at(step);
+  return unflatten_state(load_safetensors(path_for(step)).tensors);
+}
+
+int64_t CheckpointStore::nearest_at_or_before(int64_t step) const {
+  auto it = std::upper_bound(steps_.begin(), steps_.end(), step);
+  if (it == steps_.begin()) throw std::logic_error(str_cat("no checkpoint at or before step ", step));
+  return *std::prev(it);
+}
+
+}  // namespace magic

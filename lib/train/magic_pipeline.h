@@ -1,0 +1,33 @@
+// The whole MAGIC pipeline on one StepFunction/QueryFunction pair: forward training with
+// checkpoints, the query gradient at θ_N, REPLAY backward. Scores = dQ/dw at w = 1; a negative
+// score means up-weighting the example lowers the query loss.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "lib/train/checkpoint_schedule.h"
+#include "lib/train/step_function.h"
+
+namespace magic {
+
+struct MagicOptions {
+  CheckpointSchedule schedule = CheckpointSchedule::kSqrt;
+  std::optional<std::string> spill_dir;  // spill checkpoints to disk under this directory
+  bool per_query = false;                // one REPLAY per query: scores [Q, ...w.shape]
+};
+
+struct MagicResult {
+  at::Tensor scores;
+  TrainState final_state;
+  double query_loss = 0.0;  // Q(θ_N), the mean over queries
+  int64_t checkpoints = 0;
+  int64_t checkpoint_bytes = 0;
+  int64_t peak_states_held = 0;
+  double train_seconds = 0.0, replay_seconds = 0.0;
+};
+
+MagicResult run_magic(const StepFunction& step, const QueryFunction& query, const TrainState& initial,
+                      const at::Tensor& w, const MagicOptions& options);
+
+}  // namespace magic

@@ -1,0 +1,90 @@
+#include "lib/train/replay_backward.h"
+
+#include <torch/csrc/autograd/autograd.h>
+
+#include "lib/core/strings.h"
+
+namespace magic {
+namespace {
+
+// Pairs each floating output of `next` with its cotangent; outputs that carry no graph (their
+// value does not depend on the inputs) contribute nothing and are skipped.
+void collect_outputs(const TensorTree& outputs, const TensorTree& cotangents, std::vector<at::Tensor>& out,
+                     std::vector<at::Tensor>& grads) {
+  for (const auto& e : cotangents) {
+    const at::Tensor& y = outputs.at(e.name);
+    if (!y.requires_grad()) continue;
+    out.push_back(y);
+    grads.push_back(e.tensor);
+  }
+}
+
+TensorTree take(const TensorTree& shape, const std::vector<at::Tensor>& grads, size_t& index) {
+  TensorTree out;
+  for (const auto& e : shape) {
+    if (!e.tensor.is_floating_point()) continue;
+    const at::Tensor& g = grads[index++];
+    out.insert(e.name, g.defined() ? g.detach() : at::zeros_like(e.tensor));
+  }
+  return out;
+}
+
+}  // namespace
+
+StepVjp step_vjp(const StepFunction& step, const TrainState& state, int64_t t, const at::Tensor& w,
+                 const TrainState& cotangent_next) {
+  TrainState s = leaf_state(state);
+  at::Tensor w_leaf = w.detach().requires_grad_(true);
+  StepOutput out = step.step(s, t, w_leaf, /*traced=*/true);
+
+  std::vector<at::Tensor> outputs, grad_outputs;
+  collect_outputs(out.next.params, cotangent_next.params, outputs, grad_outputs);
+  collect_outputs(out.next.opt, cotangent_next.opt, outputs, grad_outputs);
+  collect_outputs(out.next.persistent, cotangent_next.persistent, outputs, grad_outputs);
+  std::vector<at::Tensor> inputs = floating_leaves(s);
+  inputs.push_back(w_leaf);
+
+  auto grads = torch::autograd::grad(outputs, inputs, grad_outputs, /*retain_graph=*/false,
+                                     /*create_graph=*/false, /*allow_unused=*/true);
+  StepVjp result;
+  size_t index = 0;
+  result.cotangent.params = take(s.params, grads, index);
+  result.cotangent.opt = take(s.opt, grads, index);
+  result.cotangent.persistent = take(s.persistent, grads, index);
+  result.dw = grads[index].defined() ? grads[index].detach() : at::zeros_like(w);
+  return result;
+}
+
+ReplayBackward::ReplayBackward(const StepFunction& step, const CheckpointStore& store, at::Tensor w)
+    : step_(step), store_(store), w_(w.detach()) {}
+
+ReplayResult ReplayBackward::run(const TensorTree& dq_dparams) const {
+  const int64_t n = step_.num_steps();
+  const std::vector<int64_t>& checkpoints = store_.steps();
+  ReplayResult result;
+  result.dw = at::zeros_like(w_);
+
+  std::optional<TrainState> lambda;  // λ_{t+1}; starts as (∂Q/∂θ_N, 0, 0)
+  for (int64_t k = static_cast<int64_t>(checkpoints.size()) - 1; k >= 0; --k) {
+    const int64_t begin = checkpoints[k];
+    const int64_t end = k + 1 < static_cast<int64_t>(checkpoints.size()) ? checkpoints[k + 1] : n;
+    // Recompute s_begin .. s_{end-1} once, untraced.
+    std::vector<TrainState> segment{store_.load(begin)};
+    for (int64_t t = begin; t + 1 < end; ++t) segment.push_back(step_.step(segment.back(), t, w_, false).next);
+    result.peak_states_held = std::max(result.peak_states_held, store_.count() + static_cast<int64_t>(segment.size()));
+    if (!lambda) {
+      lambda = zero_cotangent(segment.back());
+      lambda->params = dq_dparams.detach();
+    }
+    for (int64_t t = end - 1; t >= begin; --t) {
+      StepVjp vjp = step_vjp(step_, segment.back(), t, w_, *lambda);
+      segment.pop_back();
+      lambda = std::move(vjp.cotangent);
+      result.dw += vjp.dw;
+    }
+  }
+  result.initial_cotangent = *lambda;
+  return result;
+}
+
+}  // namespace magic

@@ -1,0 +1,42 @@
+// REPLAY: backpropagation through training, one step at a time (DESIGN.md section 3).
+//   λθ = ∂Q/∂θ_N, λo = 0, λp = 0, λw = 0
+//   for t = N-1 .. 0:  (λ_t, δw) = VJP of s_{t+1} = step(s_t, batch_t, w) against λ_{t+1};  λw += δw
+// States are restored segment by segment: for the segment between two checkpoints, the states
+// are recomputed forward (untraced) once and held, then consumed backwards. Memory is the
+// checkpoints plus one segment; recomputation is about one extra forward pass.
+#pragma once
+
+#include "lib/train/checkpoint_store.h"
+#include "lib/train/step_function.h"
+
+namespace magic {
+
+struct StepVjp {
+  TrainState cotangent;  // λ_t for the floating entries of s_t
+  at::Tensor dw;         // this step's contribution to dQ/dw
+};
+
+// One vector-Jacobian product of step t at s_t against λ_{t+1}.
+StepVjp step_vjp(const StepFunction& step, const TrainState& state, int64_t t, const at::Tensor& w,
+                 const TrainState& cotangent_next);
+
+struct ReplayResult {
+  at::Tensor dw;                // dQ/dw: the scores
+  TrainState initial_cotangent; // dQ/ds_0
+  int64_t peak_states_held = 0; // checkpoints plus the largest segment buffer
+};
+
+class ReplayBackward {
+ public:
+  ReplayBackward(const StepFunction& step, const CheckpointStore& store, at::Tensor w);
+
+  // `dq_dparams`: ∂Q/∂θ_N. The store must hold checkpoint 0 (every schedule does).
+  ReplayResult run(const TensorTree& dq_dparams) const;
+
+ private:
+  const StepFunction& step_;
+  const CheckpointStore& store_;
+  at::Tensor w_;
+};
+
+}  // namespace magic

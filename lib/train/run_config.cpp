@@ -1,0 +1,91 @@
+#include "lib/train/run_config.h"
+
+#include <filesystem>
+
+#include "lib/core/dtype.h"
+#include "lib/core/error.h"
+#include "lib/core/json_fields.h"
+#include "lib/core/seed.h"
+#include "lib/core/strings.h"
+
+namespace magic {
+namespace {
+
+std::string resolve(const std::string& path, const std::string& base_dir) {
+  if (path.empty() || std::filesystem::path(path).is_absolute() || base_dir.empty()) return path;
+  return (std::filesystem::path(base_dir) / path).lexically_normal().string();
+}
+
+}  // namespace
+
+RunConfig RunConfig::from_json(const nlohmann::json& json, const std::string& source, const std::string& base_dir) {
+  RunConfig c;
+  c.source = source;
+  JsonFields root(json, source);
+  const int64_t seed = root.integer("seed", 0);
+  if (seed < 0) root.fail("seed", "expected an integer >= 0");
+  c.seed = static_cast<uint64_t>(seed);
+  c.dtype = parse_dtype(root.string("dtype", "fp64"), source + ": dtype");
+  c.model = GptConfig::from_json(root.object("model"));
+
+  JsonFields data = root.object("data");
+  c.train_path = resolve(data.string("train"), base_dir);
+  c.query_path = resolve(data.string("queries"), base_dir);
+  c.text_field = data.string("text_field", c.text_field);
+  c.id_field = data.string("id_field", c.id_field);
+  if (data.has("max_documents")) {
+    c.max_documents = data.integer("max_documents");
+    if (*c.max_documents < 1) data.fail("max_documents", str_cat("expected an integer >= 1, got ", *c.max_documents));
+  }
+  data.finish();
+
+  JsonFields training = root.object("training");
+  c.steps = training.integer("steps");
+  if (c.steps < 1) training.fail("steps", str_cat("expected an integer >= 1, got ", c.steps));
+  c.batch_size = training.integer("batch_size");
+  if (c.batch_size < 1) training.fail("batch_size", str_cat("expected an integer >= 1, got ", c.batch_size));
+  c.shuffle = training.boolean("shuffle", true);
+  c.reduction = parse_reduction(training.string("reduction", "mean"), training.field("reduction"));
+  c.weights = parse_weight_kind(training.string("weights", "per_document"), training.field("weights"));
+  c.checkpoints = parse_checkpoint_schedule(training.string("checkpoints", "sqrt"), training.field("checkpoints"));
+  if (auto spill = training.optional_string("spill_dir")) c.spill_dir = resolve(*spill, base_dir);
+  training.finish();
+
+  c.optimizer = OptimizerConfig::from_json(root.object("optimizer"), c.steps);
+  root.finish();
+  return c;
+}
+
+RunConfig RunConfig::load(const std::string& path) {
+  return from_json(read_json_file(path), path, std::filesystem::path(path).parent_path().string());
+}
+
+LmProblem build_lm_problem(const RunConfig& c) {
+  LmProblem p;
+  p.model = c.model;
+  const ByteTokenizer tokenizer;
+  if (p.model.vocab < ByteTokenizer::kVocabSize) {
+    throw InputError(str_cat(c.source, ": model.vocab ", p.model.vocab, " is below the byte tokenizer's ",
+                             ByteTokenizer::kVocabSize));
+  }
+  p.train_documents = load_documents(c.train_path, c.text_field, c.id_field);
+  if (c.max_documents && static_cast<int64_t>(p.train_documents.size()) > *c.max_documents) {
+    p.train_documents.resize(*c.max_documents);
+  }
+  p.query_documents = load_documents(c.query_path, c.text_field, c.id_field);
+  auto train = std::make_shared<TokenDataset>(tokenize_documents(p.train_documents, tokenizer, c.model.max_len, c.train_path));
+  TokenDataset queries = tokenize_documents(p.query_documents, tokenizer, c.model.max_len, c.query_path);
+  p.train = train;
+  p.stream = std::make_shared<DataStream>(
+      train->size(), StreamConfig{c.batch_size, c.steps, derive_seed(c.seed, "data-order"), c.shuffle}, c.train_path);
+  auto optimizer = make_optimizer(c.optimizer);
+  p.optimizer = optimizer;
+  p.step = std::make_shared<LmStep>(p.model, train, *p.stream, c.reduction, optimizer, c.optimizer.clip_norm);
+  p.query = std::make_shared<LmQuery>(p.model, std::move(queries));
+  p.initial = TrainState{gpt_init(p.model, c.dtype, c.seed), {}, {}};
+  p.initial.opt = optimizer->init(p.initial.params);
+  p.weights = initial_weights(*train, c.weights, c.dtype);
+  return p;
+}
+
+}  // namespace magic

@@ -1,0 +1,59 @@
+// The magic-run configuration file (JSON). Relative data paths are resolved against the
+// directory of the config file, so a config works from any working directory.
+//   {"seed": 0, "dtype": "fp64",
+//    "model": {"vocab", "d_model", "n_layers", "n_heads", "max_len"},
+//    "data": {"train": path, "queries": path, "text_field": "text", "id_field": "id",
+//             "max_documents": n (use the first n training documents)},
+//    "training": {"steps", "batch_size", "shuffle", "reduction", "weights", "checkpoints", "spill_dir"},
+//    "optimizer": {"name", "lr", ... , "schedule": {...}}}
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lib/data/data_stream.h"
+#include "lib/model/gpt.h"
+#include "lib/model/lm_loss.h"
+#include "lib/optim/optimizer.h"
+#include "lib/train/checkpoint_schedule.h"
+#include "lib/train/lm_step.h"
+
+namespace magic {
+
+struct RunConfig {
+  std::string source = "config";
+  uint64_t seed = 0;
+  c10::ScalarType dtype = c10::kDouble;
+  GptConfig model;
+  std::string train_path, query_path, text_field = "text", id_field = "id";
+  std::optional<int64_t> max_documents;
+  int64_t steps = 1, batch_size = 8;
+  bool shuffle = true;
+  Reduction reduction = Reduction::kMean;
+  WeightKind weights = WeightKind::kPerDocument;
+  CheckpointSchedule checkpoints = CheckpointSchedule::kSqrt;
+  std::optional<std::string> spill_dir;
+  OptimizerConfig optimizer;
+
+  static RunConfig from_json(const nlohmann::json& json, const std::string& source, const std::string& base_dir);
+  static RunConfig load(const std::string& path);
+};
+
+// Everything a single-process LM MAGIC run needs, built from a RunConfig.
+struct LmProblem {
+  GptConfig model;
+  std::vector<TextDocument> train_documents, query_documents;
+  std::shared_ptr<const TokenDataset> train;
+  std::shared_ptr<const DataStream> stream;
+  std::shared_ptr<const Optimizer> optimizer;
+  std::shared_ptr<const LmStep> step;
+  std::shared_ptr<const LmQuery> query;
+  TrainState initial;
+  at::Tensor weights;
+};
+
+LmProblem build_lm_problem(const RunConfig& config);
+
+}  // namespace magic

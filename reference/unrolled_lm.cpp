@@ -1,0 +1,88 @@
+#include "reference/unrolled_lm.h"
+
+#include <torch/csrc/autograd/autograd.h>
+
+#include "lib/optim/clip.h"
+
+namespace magic::reference {
+namespace {
+
+// Rows of `table` for `rows`, with one extra row (`fill`) standing for index N (padding).
+at::Tensor rows_with_padding(const at::Tensor& table, const std::vector<int64_t>& rows, const at::Tensor& fill) {
+  std::vector<at::Tensor> picked;
+  for (int64_t r : rows) picked.push_back(r < table.size(0) ? table[r] : fill);
+  return at::stack(picked);
+}
+
+at::Tensor plain_batch_loss(const UnrolledLmSetup& setup, const TensorTree& params, const at::Tensor& w, int64_t t) {
+  const TokenDataset& data = *setup.train;
+  const std::vector<int64_t> rows = setup.stream.rows(t);
+  const int64_t T = data.max_len();
+  at::Tensor ids = rows_with_padding(data.input_ids, rows, at::full({T}, ByteTokenizer::kEndOfDocument, at::kLong));
+  at::Tensor labels = rows_with_padding(data.labels, rows, at::full({T}, kIgnoreLabel, at::kLong));
+  std::vector<int64_t> zero_shape(w.sizes().begin() + 1, w.sizes().end());
+  at::Tensor weights = rows_with_padding(w, rows, at::zeros(zero_shape, w.options()));
+
+  at::Tensor losses = next_token_losses(gpt_forward(setup.model, params, ids), labels);
+  at::Tensor targets = labels.narrow(1, 1, T - 1);
+  at::Tensor valid = targets.ne(kIgnoreLabel).to(losses.scalar_type());
+  at::Tensor token_weights = weights.dim() == 1 ? weights.unsqueeze(1).expand({-1, T - 1}) : weights.narrow(1, 1, T - 1);
+  at::Tensor weighted = token_weights * losses * valid;
+  switch (setup.reduction) {
+    case Reduction::kMean: return weighted.sum() / valid.sum();
+    case Reduction::kSumOfMeans: return (weighted.sum(1) / valid.sum(1).clamp_min(1.0)).sum();
+    case Reduction::kSum: return weighted.sum();
+  }
+  throw std::logic_error("bad reduction");
+}
+
+at::Tensor plain_query_loss(const UnrolledLmSetup& setup, const TensorTree& params, std::optional<int64_t> index) {
+  at::Tensor ids = setup.queries->input_ids, labels = setup.queries->labels;
+  if (index) {
+    ids = ids.narrow(0, *index, 1);
+    labels = labels.narrow(0, *index, 1);
+  }
+  at::Tensor losses = next_token_losses(gpt_forward(setup.model, params, ids), labels);
+  at::Tensor valid = labels.narrow(1, 1, labels.size(1) - 1).ne(kIgnoreLabel).to(losses.scalar_type());
+  return ((losses * valid).sum(1) / valid.sum(1)).mean();
+}
+
+}  // namespace
+
+UnrolledLmResult unrolled_lm_scores(const UnrolledLmSetup& setup, const at::Tensor& w_in, bool per_query) {
+  at::Tensor w = w_in.detach().clone().requires_grad_(true);
+  TensorTree params = setup.initial_params.requires_grad();
+  TensorTree opt_state = setup.optimizer->init(params);
+  UnrolledLmResult result;
+  for (int64_t t = 0; t < setup.stream.num_steps(); ++t) {
+    at::Tensor loss = plain_batch_loss(setup, params, w, t);
+    auto g = torch::autograd::grad({loss}, params.tensors(), {}, true, true, true);
+    TensorTree grads;
+    size_t i = 0;
+    for (const auto& p : params) {
+      grads.insert(p.name, g[i].defined() ? g[i] : at::zeros_like(p.tensor));
+      ++i;
+    }
+    if (setup.clip_norm) grads = clip_by_global_norm(grads, *setup.clip_norm);
+    result.step_grads.push_back(grads.detach());
+    OptimizerUpdate update = setup.optimizer->update(params, grads, opt_state);
+    params = update.params;
+    opt_state = update.state;
+  }
+  result.final_params = params.detach();
+  if (!per_query) {
+    at::Tensor q = plain_query_loss(setup, params, std::nullopt);
+    result.query_loss = q.item<double>();
+    result.scores = torch::autograd::grad({q}, {w})[0];
+    return result;
+  }
+  std::vector<at::Tensor> rows;
+  for (int64_t j = 0; j < setup.queries->size(); ++j) {
+    at::Tensor q = plain_query_loss(setup, params, j);
+    rows.push_back(torch::autograd::grad({q}, {w}, {}, /*retain_graph=*/true)[0]);
+  }
+  result.scores = at::stack(rows);
+  return result;
+}
+
+}  // namespace magic::reference

@@ -1,0 +1,43 @@
+// The unrolled reference for the causal-LM pipeline: one autograd graph through every training
+// step and one autograd call for dQ/dw. Deliberately plain and independent of lib/train: its own
+// loop, its own batch gathering and its own normalizer, so a bug in the engine's stepping or
+// normalization cannot cancel out in a comparison.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "lib/core/tensor_tree.h"
+#include "lib/data/data_stream.h"
+#include "lib/data/token_dataset.h"
+#include "lib/model/gpt.h"
+#include "lib/model/lm_loss.h"
+#include "lib/optim/optimizer.h"
+
+namespace magic::reference {
+
+struct UnrolledLmSetup {
+  GptConfig model;
+  std::shared_ptr<const TokenDataset> train;
+  const TokenDataset* queries = nullptr;
+  DataStream stream;
+  Reduction reduction = Reduction::kMean;
+  std::shared_ptr<const Optimizer> optimizer;
+  std::optional<double> clip_norm;
+  TensorTree initial_params;
+};
+
+struct UnrolledLmResult {
+  at::Tensor scores;                   // dQ/dw, or [Q, ...] with per_query
+  TensorTree final_params;
+  std::vector<TensorTree> step_grads;  // the gradient each step's optimizer consumed
+  double query_loss = 0.0;
+};
+
+// `w` is the weight tensor to differentiate at ([N] or [N, T]).
+UnrolledLmResult unrolled_lm_scores(const UnrolledLmSetup& setup, const at::Tensor& w, bool per_query = false);
+
+}  // namespace magic::reference

@@ -1,0 +1,63 @@
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include "lib/core/error.h"
+#include "lib/train/checkpoint_schedule.h"
+
+namespace magic {
+namespace {
+
+TEST(CheckpointSchedule, DesignExamplesForNineSteps) {
+  EXPECT_EQ(checkpoint_steps(CheckpointSchedule::kAll, 9), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(checkpoint_steps(CheckpointSchedule::kSqrt, 9), (std::vector<int64_t>{0, 3, 6, 7, 8}));
+  EXPECT_EQ(checkpoint_steps(CheckpointSchedule::kLog, 9), (std::vector<int64_t>{0, 4, 6, 7, 8}));
+}
+
+TEST(CheckpointSchedule, OneStep) {
+  for (auto s : {CheckpointSchedule::kAll, CheckpointSchedule::kSqrt, CheckpointSchedule::kLog}) {
+    EXPECT_EQ(checkpoint_steps(s, 1), (std::vector<int64_t>{0}));
+  }
+}
+
+TEST(CheckpointSchedule, ParseRejectsUnknownNames) {
+  EXPECT_EQ(parse_checkpoint_schedule("sqrt"), CheckpointSchedule::kSqrt);
+  EXPECT_THROW(parse_checkpoint_schedule("every"), InputError);
+}
+
+RC_GTEST_PROP(CheckpointSchedule, StrictlyIncreasingFromZeroAndEndingWithEveryStep, ()) {
+  const int64_t n = *rc::gen::inRange<int64_t>(1, 5000);
+  for (auto s : {CheckpointSchedule::kAll, CheckpointSchedule::kSqrt, CheckpointSchedule::kLog}) {
+    const auto steps = checkpoint_steps(s, n);
+    RC_ASSERT(steps.front() == 0);
+    RC_ASSERT(steps.back() == n - 1);  // the last step is always checkpointed
+    for (size_t i = 1; i < steps.size(); ++i) RC_ASSERT(steps[i] > steps[i - 1]);
+  }
+}
+
+RC_GTEST_PROP(CheckpointSchedule, SqrtHoldsAboutTwoSqrtNAndSegmentsAreShort, ()) {
+  const int64_t n = *rc::gen::inRange<int64_t>(1, 100000);
+  const auto steps = checkpoint_steps(CheckpointSchedule::kSqrt, n);
+  const int64_t c = isqrt(n);
+  // ceil((N - c) / c) strided checkpoints plus c every-step ones.
+  RC_ASSERT(static_cast<int64_t>(steps.size()) <= 2 * c + 1);
+  for (size_t i = 1; i < steps.size(); ++i) RC_ASSERT(steps[i] - steps[i - 1] <= c);
+}
+
+RC_GTEST_PROP(CheckpointSchedule, LogHoldsLogarithmicallyMany, ()) {
+  const int64_t n = *rc::gen::inRange<int64_t>(1, 1000000);
+  const auto steps = checkpoint_steps(CheckpointSchedule::kLog, n);
+  // Each checkpoint halves the remaining distance (or steps by one once it is below 2).
+  RC_ASSERT(static_cast<double>(steps.size()) <= 2.0 * std::log2(static_cast<double>(n) + 1.0) + 2.0);
+}
+
+TEST(Isqrt, ExactAroundPerfectSquares) {
+  for (int64_t r = 0; r < 2000; ++r) {
+    EXPECT_EQ(isqrt(r * r), r);
+    if (r > 0) {
+      EXPECT_EQ(isqrt(r * r - 1), r - 1);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace magic

@@ -1,0 +1,120 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+
+#include "lib/core/error.h"
+#include "lib/data/data_stream.h"
+#include "lib/model/lm_loss.h"
+#include "tests/test_support.h"
+
+namespace magic {
+namespace {
+
+std::string write_temp(const std::string& name, const std::string& content) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << content;
+  return path;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ByteTokenizer, RoundTripsUtf8AndEndsWithEndOfDocument) {
+  ByteTokenizer tok;
+  const std::string text = "Wisdom \xc3\xa9t\xc3\xa9";
+  auto ids = tok.encode(text);
+  EXPECT_EQ(ids.size(), text.size() + 1);
+  EXPECT_EQ(ids.back(), ByteTokenizer::kEndOfDocument);
+  EXPECT_EQ(ids[0], 'W');
+  EXPECT_EQ(tok.decode(ids), text);
+}
+
+TEST(TextLoader, ReadsTheFixtureJsonlWithIds) {
+  auto docs = load_jsonl(testing::source_path("fixtures/text/proverbs.jsonl"));
+  ASSERT_EQ(docs.size(), 375u);
+  EXPECT_EQ(docs[0].id, "Prv10:1");
+  EXPECT_EQ(docs[0].text.substr(0, 24), "The proverbs of Solomon.");
+}
+
+TEST(TextLoader, PlainTextSplitsOnBlankLines) {
+  auto docs = load_plain_text(testing::source_path("fixtures/text/sample.txt"));
+  ASSERT_EQ(docs.size(), 4u);
+  EXPECT_EQ(docs[0].text.substr(0, 18), "To every thing the");
+  EXPECT_NE(docs[0].text.find('\n'), std::string::npos);
+  EXPECT_NE(docs[1].id.find("sample.txt:4"), std::string::npos) << docs[1].id;
+}
+
+TEST(TextLoader, MalformedJsonlNamesFileAndLine) {
+  const auto bad = write_temp("bad.jsonl", "{\"text\": \"one\"}\n\n{\"text\": \"two\"\n");
+  EXPECT_NE(error_of([&] { load_jsonl(bad); }).find("bad.jsonl:3: malformed JSON line"), std::string::npos)
+      << error_of([&] { load_jsonl(bad); });
+  const auto missing = write_temp("missing.jsonl", "{\"body\": \"x\"}\n");
+  EXPECT_NE(error_of([&] { load_jsonl(missing); }).find("missing.jsonl:1: missing text field 'text'"),
+            std::string::npos);
+  const auto wrong = write_temp("wrong.jsonl", "{\"text\": 7}\n");
+  EXPECT_NE(error_of([&] { load_jsonl(wrong); }).find("must be a string, got number"), std::string::npos);
+  EXPECT_NE(error_of([&] { load_jsonl("/nonexistent/x.jsonl"); }).find("cannot open"), std::string::npos);
+}
+
+TEST(TokenDataset, ChunksToMaxLenAndPadsWithIgnoredLabels) {
+  std::vector<TextDocument> docs{{"a", "abcdefghij"}, {"b", "xy"}};  // 11 and 3 tokens with end-of-document
+  auto data = tokenize_documents(docs, ByteTokenizer(), 4);
+  // "a": chunks of 4, 4, 3 tokens; "b": 3 tokens.
+  ASSERT_EQ(data.size(), 4);
+  EXPECT_EQ(data.examples[0].id, "a#0");
+  EXPECT_EQ(data.examples[2].length, 3);
+  EXPECT_EQ(data.examples[3].id, "b");
+  EXPECT_EQ(data.labels[3][3].item<int64_t>(), kIgnoreLabel);
+  EXPECT_EQ(data.input_ids[3][3].item<int64_t>(), ByteTokenizer::kEndOfDocument);
+  EXPECT_EQ(data.labels[0][1].item<int64_t>(), 'b');
+  // A final piece of one token holds no label and is dropped: "abcd" + EOS with max_len 4.
+  auto dropped = tokenize_documents({{"c", "abcd"}}, ByteTokenizer(), 4);
+  EXPECT_EQ(dropped.size(), 1);
+  EXPECT_NE(error_of([] { tokenize_documents({{"a", "abc"}}, ByteTokenizer(), 1); }).find("max_len must be >= 2"),
+            std::string::npos);
+}
+
+TEST(DataStream, EveryEpochVisitsEveryExampleOnceAndPadsTheLastBatch) {
+  DataStream stream(10, StreamConfig{4, 9, 123, true});
+  EXPECT_EQ(stream.batches_per_epoch(), 3);
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    std::multiset<int64_t> seen;
+    for (int64_t b = 0; b < 3; ++b) {
+      for (int64_t r : stream.rows(epoch * 3 + b)) seen.insert(r);
+    }
+    for (int64_t i = 0; i < 10; ++i) EXPECT_EQ(seen.count(i), 1u) << "epoch " << epoch;
+    EXPECT_EQ(seen.count(stream.padding_row()), 2u);
+  }
+  EXPECT_NE(stream.rows(0), stream.rows(3)) << "epochs are reshuffled";
+  EXPECT_EQ(DataStream(10, StreamConfig{4, 9, 123, true}).rows(4), stream.rows(4)) << "deterministic from the seed";
+  EXPECT_NE(DataStream(10, StreamConfig{4, 9, 124, true}).rows(0), stream.rows(0));
+}
+
+TEST(DataStream, TooFewExamplesForOneBatchIsAnInputError) {
+  EXPECT_NE(error_of([] { DataStream(3, StreamConfig{4, 1, 0, true}, "train.jsonl"); })
+                .find("train.jsonl: too few examples for one batch: 3 examples, batch_size 4"),
+            std::string::npos);
+}
+
+TEST(DataStream, PaddingRowsHaveZeroWeightAndNoLabels) {
+  auto data = tokenize_documents({{"a", "hello"}, {"b", "world"}, {"c", "again"}}, ByteTokenizer(), 8);
+  DataStream stream(3, StreamConfig{2, 2, 0, false});
+  auto rows = stream.rows(1);
+  EXPECT_EQ(rows, (std::vector<int64_t>{2, 3}));
+  Batch batch = make_batch(data, rows);
+  EXPECT_TRUE(batch.labels[1].eq(kIgnoreLabel).all().item<bool>());
+  at::Tensor w = initial_weights(data, WeightKind::kPerToken, at::kDouble);
+  at::Tensor gathered = gather_weights(w, batch.rows);
+  EXPECT_TRUE(gathered[1].eq(0).all().item<bool>());
+  EXPECT_TRUE(gathered[0].eq(1).all().item<bool>());
+}
+
+}  // namespace
+}  // namespace magic

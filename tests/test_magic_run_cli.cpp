@@ -1,0 +1,85 @@
+// magic-run end to end as a user runs it: bad inputs exit 2 with a message naming the input;
+// a good run writes its score files and nothing else.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "tests/test_support.h"
+
+namespace magic {
+namespace {
+
+struct Outcome {
+  int exit_code;
+  std::string output;
+};
+
+Outcome run_magic_run(const std::string& args) {
+  const std::string command = std::string(MAGIC_RUN_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buffer{};
+  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr) output += buffer.data();
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+// Writes a config derived from the tiny test run with `edit` applied.
+std::string config_with(const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = testing::tiny_run_json({});
+  j["data"]["train"] = testing::source_path("fixtures/text/proverbs.jsonl");
+  j["data"]["queries"] = testing::source_path("fixtures/text/queries.jsonl");
+  edit(j);
+  const std::string path = ::testing::TempDir() + "/" + name + ".json";
+  std::ofstream(path) << j.dump(2);
+  return path;
+}
+
+void expect_bad_input(const std::string& args, const std::string& fragment) {
+  Outcome o = run_magic_run(args);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find(fragment), std::string::npos) << "expected '" << fragment << "' in:\n" << o.output;
+}
+
+TEST(MagicRunCli, BadInputsExitTwoWithAClearMessage) {
+  expect_bad_input("--config /nonexistent.json", "/nonexistent.json: cannot open JSON file");
+  expect_bad_input("--config x.json --bogus-flag", "bogus-flag");
+  expect_bad_input("--config " + config_with("few", [](nlohmann::json& j) { j["training"]["batch_size"] = 5000; }),
+                   "too few examples for one batch");
+  expect_bad_input("--config " + config_with("len", [](nlohmann::json& j) { j["model"]["max_len"] = 1; }),
+                   "max_len: expected >= 2");
+  expect_bad_input("--config " + config_with("opt", [](nlohmann::json& j) { j["optimizer"]["name"] = "lion"; }),
+                   "unknown optimizer 'lion'; expected one of sgd, adam, adamw");
+  expect_bad_input("--config " + config_with("sched", [](nlohmann::json& j) {
+                     j["optimizer"]["schedule"] = {{"name", "step"}};
+                   }),
+                   "unknown schedule 'step'");
+  expect_bad_input("--config " + config_with("type", [](nlohmann::json& j) { j["training"]["steps"] = "ten"; }),
+                   "training.steps: expected an integer, got string");
+  expect_bad_input("--config " + config_with("ckpt", [](nlohmann::json& j) { j["training"]["checkpoints"] = "half"; }),
+                   "unknown checkpoint schedule 'half'");
+  const std::string bad_jsonl = ::testing::TempDir() + "/broken.jsonl";
+  std::ofstream(bad_jsonl) << "{\"text\": \"fine\"}\n{\"text\": \"fine\"}\n{not json}\n";
+  expect_bad_input("--config " + config_with("jsonl", [&](nlohmann::json& j) { j["data"]["train"] = bad_jsonl; }),
+                   "broken.jsonl:3: malformed JSON line");
+}
+
+TEST(MagicRunCli, AGoodRunPrintsRankedExamplesAndWritesScoreFiles) {
+  const std::string out = ::testing::TempDir() + "/magic-run-out";
+  std::filesystem::remove_all(out);
+  Outcome o = run_magic_run("--config " + config_with("good", [](nlohmann::json&) {}) + " --out " + out + " --top 2");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("Most helpful"), std::string::npos);
+  EXPECT_NE(o.output.find("Most harmful"), std::string::npos);
+  EXPECT_TRUE(std::filesystem::exists(out + "/scores.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(out + "/scores.tsv"));
+  EXPECT_FALSE(std::filesystem::exists(out + "/scores.tsv.partial"));
+}
+
+}  // namespace
+}  // namespace magic

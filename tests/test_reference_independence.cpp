@@ -1,0 +1,36 @@
+// DESIGN.md section 1: the reference uses lib/core, model, optim and data only. If it shared the
+// engine's stepping loop (lib/train) or anything distributed (lib/dist), a bug there would cancel
+// out of every comparison.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "tests/test_support.h"
+
+namespace magic {
+namespace {
+
+TEST(ReferenceIndependence, IncludesNothingFromTrainOrDist) {
+  const std::regex include_line(R"(#\s*include\s*"(lib/[a-z_]+)/)");
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(testing::source_path("reference"))) {
+    const auto ext = entry.path().extension();
+    if (ext != ".h" && ext != ".cpp") continue;
+    ++files;
+    std::ifstream in(entry.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      std::smatch m;
+      if (!std::regex_search(line, m, include_line)) continue;
+      const std::string folder = m[1];
+      EXPECT_TRUE(folder == "lib/core" || folder == "lib/model" || folder == "lib/optim" || folder == "lib/data")
+          << entry.path() << " includes " << line;
+    }
+  }
+  EXPECT_GT(files, 0);
+}
+
+}  // namespace
+}  // namespace magic

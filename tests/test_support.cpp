@@ -1,0 +1,48 @@
+#include "tests/test_support.h"
+
+namespace magic::testing {
+
+std::string source_path(const std::string& relative) { return std::string(MAGIC_SOURCE_DIR) + "/" + relative; }
+
+nlohmann::json tiny_run_json(const TinyRun& r) {
+  nlohmann::json optimizer = {{"name", r.optimizer}, {"lr", r.optimizer == "sgd" ? 0.5 : 0.01}};
+  if (r.optimizer == "sgd") {
+    optimizer["momentum"] = 0.9;
+    optimizer["weight_decay"] = 0.01;
+  } else {
+    optimizer["eps_root"] = 1e-10;
+    optimizer["weight_decay"] = 0.05;
+  }
+  if (r.schedule != "constant") optimizer["schedule"] = {{"name", r.schedule}, {"warmup_steps", 2}, {"final_lr", 0.001}};
+  if (r.clip) optimizer["clip_norm"] = 0.5;
+  return {
+      {"seed", r.seed},
+      {"dtype", "fp64"},
+      {"model", {{"vocab", 257}, {"d_model", 8}, {"n_layers", 1}, {"n_heads", 2}, {"max_len", r.max_len}}},
+      {"data", {{"train", "text/proverbs.jsonl"}, {"queries", "text/queries.jsonl"}, {"max_documents", r.documents}}},
+      {"training",
+       {{"steps", r.steps},
+        {"batch_size", r.batch_size},
+        {"reduction", r.reduction},
+        {"weights", r.weights},
+        {"checkpoints", r.checkpoints}}},
+      {"optimizer", optimizer},
+  };
+}
+
+RunConfig tiny_run_config(const TinyRun& r) {
+  return RunConfig::from_json(tiny_run_json(r), "tiny-run", source_path("fixtures"));
+}
+
+LmProblem tiny_lm_problem(const TinyRun& r) { return build_lm_problem(tiny_run_config(r)); }
+
+reference::UnrolledLmSetup unrolled_setup(const LmProblem& p, const RunConfig& c) {
+  return reference::UnrolledLmSetup{p.model, p.train, &p.query->queries(), *p.stream, c.reduction,
+                                    p.optimizer, c.optimizer.clip_norm, p.initial.params};
+}
+
+double relative_error(const at::Tensor& a, const at::Tensor& b) {
+  return ((a - b).abs().max() / b.abs().max()).item<double>();
+}
+
+}  // namespace magic::testing

@@ -1,0 +1,39 @@
+// Shared helpers for the test suite: fixture paths, tiny LM problems on the real fixture text,
+// and the unrolled reference set up on the same data, init and order.
+#pragma once
+
+#include <string>
+
+#include "lib/train/run_config.h"
+#include "reference/unrolled_lm.h"
+
+namespace magic::testing {
+
+std::string source_path(const std::string& relative);
+
+// A small, fast fp64 LM run on the first documents of fixtures/text/proverbs.jsonl.
+struct TinyRun {
+  std::string optimizer = "sgd";  // sgd | adam | adamw
+  std::string schedule = "constant";
+  std::string checkpoints = "sqrt";
+  std::string weights = "per_document";
+  std::string reduction = "mean";
+  bool clip = false;
+  int64_t steps = 6;
+  int64_t batch_size = 4;
+  int64_t max_len = 24;
+  int64_t documents = 6;
+  uint64_t seed = 0;
+};
+
+nlohmann::json tiny_run_json(const TinyRun& run);
+RunConfig tiny_run_config(const TinyRun& run);
+LmProblem tiny_lm_problem(const TinyRun& run);
+
+// The unrolled reference on exactly the problem's data, init, order and optimizer.
+reference::UnrolledLmSetup unrolled_setup(const LmProblem& problem, const RunConfig& config);
+
+// max |a - b| / max |b|
+double relative_error(const at::Tensor& a, const at::Tensor& b);
+
+}  // namespace magic::testing
