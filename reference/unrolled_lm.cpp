@@ -47,7 +47,37 @@ at::Tensor plain_query_loss(const UnrolledLmSetup& setup, const TensorTree& para
   return ((losses * valid).sum(1) / valid.sum(1)).mean();
 }
 
+TensorTree named(const TensorTree& like, const std::vector<at::Tensor>& tensors) {
+  TensorTree out;
+  size_t i = 0;
+  for (const auto& e : like) {
+    out.insert(e.name, tensors[i].defined() ? tensors[i].detach() : at::zeros_like(e.tensor));
+    ++i;
+  }
+  return out;
+}
+
 }  // namespace
+
+TensorTree lm_batch_hvp(const UnrolledLmSetup& setup, const TensorTree& params_in, const at::Tensor& w, int64_t t,
+                        const TensorTree& direction) {
+  TensorTree params = params_in.requires_grad();
+  at::Tensor loss = plain_batch_loss(setup, params, w.detach(), t);
+  auto g = torch::autograd::grad({loss}, params.tensors(), {}, true, true, true);
+  at::Tensor gv = at::zeros({}, loss.options());
+  size_t i = 0;
+  for (const auto& d : direction) {
+    if (g[i].defined()) gv = gv + (g[i] * d.tensor).sum();
+    ++i;
+  }
+  return named(params, torch::autograd::grad({gv}, params.tensors(), {}, false, false, true));
+}
+
+TensorTree lm_query_gradient(const UnrolledLmSetup& setup, const TensorTree& params_in) {
+  TensorTree params = params_in.requires_grad();
+  at::Tensor q = plain_query_loss(setup, params, std::nullopt);
+  return named(params, torch::autograd::grad({q}, params.tensors(), {}, false, false, true));
+}
 
 UnrolledLmResult unrolled_lm_scores(const UnrolledLmSetup& setup, const at::Tensor& w_in, bool per_query) {
   at::Tensor w = w_in.detach().clone().requires_grad_(true);

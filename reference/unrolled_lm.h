@@ -40,4 +40,11 @@ struct UnrolledLmResult {
 // `w` is the weight tensor to differentiate at ([N] or [N, T]).
 UnrolledLmResult unrolled_lm_scores(const UnrolledLmSetup& setup, const at::Tensor& w, bool per_query = false);
 
+// ∇²L_t(θ) v: the Hessian of step t's full-batch loss at `params`, times `direction`.
+TensorTree lm_batch_hvp(const UnrolledLmSetup& setup, const TensorTree& params, const at::Tensor& w, int64_t t,
+                        const TensorTree& direction);
+
+// ∂Q/∂θ of the mean query loss at `params`.
+TensorTree lm_query_gradient(const UnrolledLmSetup& setup, const TensorTree& params);
+
 }  // namespace magic::reference

@@ -6,7 +6,7 @@
 #include "lib/core/error.h"
 #include "lib/data/data_stream.h"
 #include "lib/model/lm_loss.h"
-#include "tests/test_support.h"
+#include "tests/support.h"
 
 namespace magic {
 namespace {

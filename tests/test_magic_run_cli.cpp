@@ -2,32 +2,17 @@
 // a good run writes its score files and nothing else.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
-#include "tests/test_support.h"
+#include "tests/support.h"
 
 namespace magic {
 namespace {
 
-struct Outcome {
-  int exit_code;
-  std::string output;
-};
+using Outcome = testing::CommandOutcome;
 
-Outcome run_magic_run(const std::string& args) {
-  const std::string command = std::string(MAGIC_RUN_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr) output += buffer.data();
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
+Outcome run_magic_run(const std::string& args) { return testing::run_command(std::string(MAGIC_RUN_BINARY) + " " + args); }
 
 // Writes a config derived from the tiny test run with `edit` applied.
 std::string config_with(const std::string& name, const std::function<void(nlohmann::json&)>& edit) {

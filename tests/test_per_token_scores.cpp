@@ -5,7 +5,7 @@
 
 #include "lib/model/lm_loss.h"
 #include "lib/train/magic_pipeline.h"
-#include "tests/test_support.h"
+#include "tests/support.h"
 
 namespace magic {
 namespace {

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <regex>
 
-#include "tests/test_support.h"
+#include "tests/support.h"
 
 namespace magic {
 namespace {

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "lib/train/magic_pipeline.h"
-#include "tests/test_support.h"
+#include "tests/support.h"
 
 namespace magic {
 namespace {

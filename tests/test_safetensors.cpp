@@ -5,7 +5,7 @@
 
 #include "lib/core/error.h"
 #include "lib/io/safetensors.h"
-#include "tests/test_support.h"
+#include "tests/support.h"
 
 namespace magic {
 namespace {

@@ -62,7 +62,10 @@ int run(int argc, char** argv) {
             << problem.query->num_queries() << " queries, " << config.steps << " steps of " << config.batch_size
             << ", " << config.optimizer.name << ", " << checkpoint_schedule_name(config.checkpoints)
             << " checkpoints\n";
-  MagicOptions options{config.checkpoints, config.spill_dir, per_query};
+  MagicOptions options;
+  options.schedule = config.checkpoints;
+  options.spill_dir = config.spill_dir;
+  options.per_query = per_query;
   MagicResult result = run_magic(*problem.step, *problem.query, problem.initial, problem.weights, options);
   std::cout << "query loss " << format_fixed(result.query_loss, 4) << "; training " << format_fixed(result.train_seconds, 2)
             << " s, REPLAY " << format_fixed(result.replay_seconds, 2) << " s; " << result.checkpoints

@@ -14,6 +14,13 @@ class InputError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A distributed failure: a collective that timed out or lost a peer, a rank that died. The
+// message names the operation, the group and the rank that saw it.
+class DistributedError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Exit codes of every command-line program (DESIGN.md section 7).
 enum ExitCode : int { kExitOk = 0, kExitCheckFailed = 1, kExitBadInput = 2 };
 

@@ -1,12 +1,12 @@
 #include "lib/io/safetensors.h"
 
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
+#include "lib/io/atomic_file.h"
 
 namespace magic {
 namespace {
@@ -59,24 +59,13 @@ void save_safetensors(const std::string& path, const TensorTree& tensors,
   text.append((8 - text.size() % 8) % 8, ' ');  // align the data section to 8 bytes
   const uint64_t header_size = text.size();
 
-  const std::string temp = path + ".partial";
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(str_cat(path, ": cannot open for writing"));
+  write_file_atomically(path, [&](std::ostream& out) {
     out.write(reinterpret_cast<const char*>(&header_size), 8);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
     for (const auto& t : contiguous) {
       out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
     }
-    if (!out) {
-      std::remove(temp.c_str());
-      throw InputError(str_cat(path, ": write failed"));
-    }
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    std::remove(temp.c_str());
-    throw InputError(str_cat(path, ": cannot rename ", temp, " into place"));
-  }
+  });
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {

@@ -1,12 +1,12 @@
 #include "lib/io/score_file.h"
 
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
+#include "lib/io/atomic_file.h"
 #include "lib/io/safetensors.h"
 
 namespace magic {
@@ -37,34 +37,24 @@ void write_score_files(const std::string& directory, const ScoreTable& table) {
   save_safetensors((std::filesystem::path(directory) / "scores.safetensors").string(), tensors, metadata);
 
   const at::Tensor totals = example_totals(table).to(at::kDouble).contiguous();
-  const std::string path = (std::filesystem::path(directory) / "scores.tsv").string();
-  const std::string temp = path + ".partial";
-  {
-    std::ofstream out(temp);
-    if (!out) throw InputError(str_cat(path, ": cannot open for writing"));
-    out << "id";
-    if (table.per_query) {
-      for (const auto& q : table.query_ids) out << "\tscore[" << tsv_field(q) << "]";
-    } else {
-      out << "\tscore";
-    }
-    out << "\ttext\n";
-    for (size_t i = 0; i < table.example_ids.size(); ++i) {
-      out << tsv_field(table.example_ids[i]);
-      if (table.per_query) {
-        for (int64_t q = 0; q < totals.size(0); ++q) out << '\t' << format_number(totals[q][i].item<double>());
-      } else {
-        out << '\t' << format_number(totals[i].item<double>());
-      }
-      out << '\t' << tsv_field(i < table.example_texts.size() ? table.example_texts[i] : "") << '\n';
-    }
-    if (!out) {
-      std::remove(temp.c_str());
-      throw InputError(str_cat(path, ": write failed"));
-    }
+  std::ostringstream out;
+  out << "id";
+  if (table.per_query) {
+    for (const auto& q : table.query_ids) out << "\tscore[" << tsv_field(q) << "]";
+  } else {
+    out << "\tscore";
   }
-  std::filesystem::rename(temp, path, ec);
-  if (ec) throw InputError(str_cat(path, ": cannot rename into place (", ec.message(), ")"));
+  out << "\ttext\n";
+  for (size_t i = 0; i < table.example_ids.size(); ++i) {
+    out << tsv_field(table.example_ids[i]);
+    if (table.per_query) {
+      for (int64_t q = 0; q < totals.size(0); ++q) out << '\t' << format_number(totals[q][i].item<double>());
+    } else {
+      out << '\t' << format_number(totals[i].item<double>());
+    }
+    out << '\t' << tsv_field(i < table.example_texts.size() ? table.example_texts[i] : "") << '\n';
+  }
+  write_file_atomically((std::filesystem::path(directory) / "scores.tsv").string(), out.str());
 }
 
 }  // namespace magic

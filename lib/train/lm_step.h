@@ -1,6 +1,8 @@
-// The single-process causal-LM training step and query loss over a tokenized dataset.
-//   L_t(θ, w) = reduce(w_batch · ℓ(θ; batch_t))      (lm_loss.h; mean over the batch's valid labels)
-//   g = ∇θ L_t, optionally clipped;  (θ', o') = optimizer(θ, g, o)
+// The causal-LM training step and query loss over a tokenized dataset, written once for the
+// single-process engine and for data-parallel ranks (the DataParallelism strategy decides the
+// local rows, the normalizer and how the gradient is reduced).
+//   L_t(θ, w) = reduce(w_batch · ℓ(θ; batch_t))      (lm_loss.h)
+//   g = ∇θ L_t (reduced across ranks), optionally clipped;  (θ', o') = optimizer(θ, g, o)
 #pragma once
 
 #include <memory>
@@ -12,6 +14,7 @@
 #include "lib/model/gpt.h"
 #include "lib/model/lm_loss.h"
 #include "lib/optim/optimizer.h"
+#include "lib/train/data_parallelism.h"
 #include "lib/train/step_function.h"
 
 namespace magic {
@@ -19,34 +22,49 @@ namespace magic {
 class LmStep : public StepFunction {
  public:
   LmStep(GptConfig model, std::shared_ptr<const TokenDataset> data, const DataStream& stream, Reduction reduction,
-         std::shared_ptr<const Optimizer> optimizer, std::optional<double> clip_norm);
+         std::shared_ptr<const Optimizer> optimizer, std::optional<double> clip_norm,
+         std::shared_ptr<const DataParallelism> parallelism = std::make_shared<SingleProcess>());
 
   int64_t num_steps() const override { return static_cast<int64_t>(batches_.size()); }
   StepOutput step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const override;
+  at::Tensor assemble_weight_gradient(const at::Tensor& local) const override;
 
-  const Batch& batch(int64_t t) const { return batches_.at(t); }
+  // The reduced (unclipped) gradient of step t's loss at `params`, which must require grad;
+  // with create_graph the result can be differentiated again (Hessian-vector products).
+  TensorTree gradient(const TensorTree& params, int64_t t, const at::Tensor& w, bool create_graph) const override;
+  // Step t's training loss (global value).
+  at::Tensor loss(const TensorTree& params, int64_t t, const at::Tensor& w) const;
+
+  const Batch& local_batch(int64_t t) const { return batches_.at(t); }
 
  private:
   GptConfig model_;
   std::shared_ptr<const TokenDataset> data_;
-  std::vector<Batch> batches_;
+  std::vector<Batch> batches_;  // this rank's rows of each step
   Reduction reduction_;
   std::shared_ptr<const Optimizer> optimizer_;
   std::optional<double> clip_norm_;
+  std::shared_ptr<const DataParallelism> parallelism_;
 };
 
-// Q(θ) = mean over queries of each query's mean next-token loss (unweighted).
+// Q(θ) = mean over queries of each query's mean next-token loss (unweighted); each rank
+// evaluates its share of the queries.
 class LmQuery : public QueryFunction {
  public:
-  LmQuery(GptConfig model, TokenDataset queries);
+  LmQuery(GptConfig model, TokenDataset queries,
+          std::shared_ptr<const DataParallelism> parallelism = std::make_shared<SingleProcess>());
 
   int64_t num_queries() const override { return queries_.size(); }
   at::Tensor loss(const TensorTree& params, std::optional<int64_t> index = std::nullopt) const override;
+  TensorTree gradient(const TensorTree& params, std::optional<int64_t> index = std::nullopt) const override;
   const TokenDataset& queries() const { return queries_; }
 
  private:
   GptConfig model_;
   TokenDataset queries_;
+  std::vector<int64_t> local_;  // this rank's query indices
+  at::Tensor local_ids_, local_labels_;
+  std::shared_ptr<const DataParallelism> parallelism_;
 };
 
 }  // namespace magic

@@ -2,7 +2,6 @@
 
 #include <chrono>
 
-#include "lib/train/forward_training.h"
 #include "lib/train/replay_backward.h"
 
 namespace magic {
@@ -19,7 +18,7 @@ MagicResult run_magic(const StepFunction& step, const QueryFunction& query, cons
   MagicResult result;
   CheckpointStore store(checkpoint_steps(options.schedule, step.num_steps()), options.spill_dir);
   auto start = std::chrono::steady_clock::now();
-  result.final_state = train_forward(step, initial, w, &store);
+  result.final_state = train_forward(step, initial, w, &store, options.on_step);
   result.train_seconds = seconds_since(start);
   result.checkpoints = store.count();
   result.checkpoint_bytes = store.bytes();
@@ -28,19 +27,21 @@ MagicResult run_magic(const StepFunction& step, const QueryFunction& query, cons
     result.query_loss = query.loss(result.final_state.params).item<double>();
   }
 
+  result.query_gradient = query.gradient(result.final_state.params);
+
   start = std::chrono::steady_clock::now();
   ReplayBackward replay(step, store, w);
   if (options.per_query) {
     std::vector<at::Tensor> rows;
     for (int64_t j = 0; j < query.num_queries(); ++j) {
-      ReplayResult r = replay.run(query_gradient(query, result.final_state.params, j));
-      rows.push_back(r.dw);
+      ReplayResult r = replay.run(query.gradient(result.final_state.params, j));
+      rows.push_back(step.assemble_weight_gradient(r.dw));
       result.peak_states_held = std::max(result.peak_states_held, r.peak_states_held);
     }
     result.scores = at::stack(rows);
   } else {
-    ReplayResult r = replay.run(query_gradient(query, result.final_state.params));
-    result.scores = r.dw;
+    ReplayResult r = replay.run(result.query_gradient);
+    result.scores = step.assemble_weight_gradient(r.dw);
     result.peak_states_held = r.peak_states_held;
   }
   result.replay_seconds = seconds_since(start);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "lib/train/checkpoint_schedule.h"
+#include "lib/train/forward_training.h"
 #include "lib/train/step_function.h"
 
 namespace magic {
@@ -15,12 +16,14 @@ struct MagicOptions {
   CheckpointSchedule schedule = CheckpointSchedule::kSqrt;
   std::optional<std::string> spill_dir;  // spill checkpoints to disk under this directory
   bool per_query = false;                // one REPLAY per query: scores [Q, ...w.shape]
+  StepObserver on_step;                  // sees every forward-training step
 };
 
 struct MagicResult {
   at::Tensor scores;
   TrainState final_state;
-  double query_loss = 0.0;  // Q(θ_N), the mean over queries
+  TensorTree query_gradient;  // ∂Q/∂θ_N of the mean query loss
+  double query_loss = 0.0;    // Q(θ_N), the mean over queries
   int64_t checkpoints = 0;
   int64_t checkpoint_bytes = 0;
   int64_t peak_states_held = 0;

@@ -54,6 +54,9 @@ struct LmProblem {
   at::Tensor weights;
 };
 
-LmProblem build_lm_problem(const RunConfig& config);
+// `parallelism` decides how each step's batch and the queries split across ranks; every rank
+// builds the same problem (same seed, data, init) and keeps its own share.
+LmProblem build_lm_problem(const RunConfig& config,
+                           std::shared_ptr<const DataParallelism> parallelism = std::make_shared<SingleProcess>());
 
 }  // namespace magic

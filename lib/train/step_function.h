@@ -16,7 +16,6 @@ namespace magic {
 struct StepOutput {
   TrainState next;
   TensorTree grads;  // the (reduced, clipped) gradient the optimizer consumed
-  at::Tensor loss;   // the training loss of this step (this rank's part when distributed)
 };
 
 class StepFunction {
@@ -27,7 +26,16 @@ class StepFunction {
   // them and to w (create_graph), ready for one vector-Jacobian product. traced = false: a
   // plain training step, result detached.
   virtual StepOutput step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const = 0;
+  // REPLAY's dQ/dw on this rank -> the full dQ/dw (data-parallel steps sum across ranks).
+  virtual at::Tensor assemble_weight_gradient(const at::Tensor& local) const { return local; }
+  // The reduced (unclipped) gradient of step t's training loss at `params`, which must require
+  // grad; with create_graph it can be differentiated again.
+  virtual TensorTree gradient(const TensorTree& params, int64_t t, const at::Tensor& w, bool create_graph) const = 0;
 };
+
+// ∇²L_t(θ) v = ∇<∇L_t(θ), v>, through whatever collectives the step's gradient uses.
+TensorTree hessian_vector_product(const StepFunction& step, const TensorTree& params, int64_t t, const at::Tensor& w,
+                                  const TensorTree& direction);
 
 class QueryFunction {
  public:
@@ -35,10 +43,8 @@ class QueryFunction {
   virtual int64_t num_queries() const = 0;
   // The mean query loss, or query `index`'s loss alone.
   virtual at::Tensor loss(const TensorTree& params, std::optional<int64_t> index = std::nullopt) const = 0;
+  // ∂Q/∂θ at `params` (detached); by default autograd on loss().
+  virtual TensorTree gradient(const TensorTree& params, std::optional<int64_t> index = std::nullopt) const;
 };
-
-// ∂Q/∂θ at `params` (detached result).
-TensorTree query_gradient(const QueryFunction& query, const TensorTree& params,
-                          std::optional<int64_t> index = std::nullopt);
 
 }  // namespace magic

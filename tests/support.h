@@ -36,4 +36,13 @@ reference::UnrolledLmSetup unrolled_setup(const LmProblem& problem, const RunCon
 // max |a - b| / max |b|
 double relative_error(const at::Tensor& a, const at::Tensor& b);
 
+struct CommandOutcome {
+  int exit_code;       // -1 if killed by a signal
+  std::string output;  // stdout and stderr together
+};
+// Runs a shell command line, capturing its output.
+CommandOutcome run_command(const std::string& command_line);
+
+std::string read_file(const std::string& path);
+
 }  // namespace magic::testing

@@ -1,4 +1,11 @@
-#include "tests/test_support.h"
+#include "tests/support.h"
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 
 namespace magic::testing {
 
@@ -43,6 +50,22 @@ reference::UnrolledLmSetup unrolled_setup(const LmProblem& p, const RunConfig& c
 
 double relative_error(const at::Tensor& a, const at::Tensor& b) {
   return ((a - b).abs().max() / b.abs().max()).item<double>();
+}
+
+CommandOutcome run_command(const std::string& command_line) {
+  FILE* pipe = popen((command_line + " 2>&1").c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buffer{};
+  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr) output += buffer.data();
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream content;
+  content << in.rdbuf();
+  return content.str();
 }
 
 }  // namespace magic::testing

@@ -1,0 +1,49 @@
+// What a magic-check run checks: the layout, the workload and its size, the dtype, the
+// reduction convention and which levels to compare. Filled from the command line.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "lib/dist/data_parallel.h"
+#include "lib/dist/group.h"
+#include "lib/dist/topology.h"
+
+namespace magic::checks {
+
+// The compared levels, in the order a bug shows up in them (DESIGN.md section 5).
+enum class Level { kGrad, kQueryGrad, kHvp, kFinalParams, kScores };
+const std::vector<Level>& all_levels();
+std::string level_name(Level level);
+// "grad,hvp,scores"; InputError listing the valid names.
+std::vector<Level> parse_levels(const std::string& list);
+// Position of a level name in the order above (for "the first level that fails").
+int level_rank(const std::string& name);
+
+struct CheckSettings {
+  dist::TopologySpec topology = dist::TopologySpec::parse("dp=1");
+  std::string workload = "lm";
+  int64_t steps = 4;
+  c10::ScalarType dtype = c10::kDouble;
+  dist::Convention convention = dist::Convention::kSum;
+  std::vector<Level> levels = all_levels();
+  uint64_t seed = 0;
+  std::string optimizer = "adamw";  // sgd | adam | adamw
+  std::string checkpoints = "sqrt";
+  int64_t batch_size = 0;  // 0: 3 x dp + 1, which no dp > 1 divides
+  int64_t documents = 12;
+  int64_t max_len = 16;
+  std::string fixtures_dir = MAGIC_FIXTURES_DIR;  // the KJV text the workload trains on
+  dist::BackendKind backend = dist::BackendKind::kGloo;
+  std::chrono::milliseconds timeout = std::chrono::seconds(60);
+
+  int64_t global_batch() const { return batch_size > 0 ? batch_size : 3 * topology.dp() + 1; }
+  bool wants(Level level) const;
+  // Throws InputError for values out of range.
+  void validate() const;
+};
+
+}  // namespace magic::checks

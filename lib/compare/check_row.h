@@ -1,0 +1,26 @@
+// One row of a magic-check report: a compared tensor pair at one level, its statistics, the
+// verdict at the tolerance, and the diagnosis when it fails.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "lib/compare/comparison.h"
+#include "lib/compare/scale_diagnosis.h"
+
+namespace magic {
+
+struct CheckRow {
+  std::string level;   // grad | query_grad | hvp | final_params | scores
+  std::string tensor;  // the parameter, "theta_0", "per_token", ...
+  ComparisonStats stats;
+  double tolerance = 0.0;
+  bool passed = true;
+  Diagnosis diagnosis;
+};
+
+// Passes when worst_rel_err <= tolerance.
+CheckRow make_check_row(const std::string& level, const std::string& tensor, const at::Tensor& distributed,
+                        const at::Tensor& reference, double tolerance, const std::vector<NamedFactor>& factors);
+
+}  // namespace magic

@@ -1,0 +1,30 @@
+// Comparison of a distributed tensor d with its reference r (DESIGN.md section 5):
+//   scale          <d, r> / <r, r>            the factor a pure scaling error shows exactly
+//   mean_ratio     mean of d/r over entries with |r| > 1e-3 max|r|   ("mean(dist/ref)")
+//   worst_rel_err  max|d - r| / max|r|
+//   cosine         <d, r> / (|d| |r|)
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+
+namespace magic {
+
+struct ComparisonStats {
+  double scale = 1.0;
+  double mean_ratio = 1.0;
+  double worst_rel_err = 0.0;
+  double cosine = 1.0;
+  int64_t numel = 0;
+  double reference_norm = 0.0;
+  double distributed_norm = 0.0;
+};
+
+// Computed in fp64 whatever the inputs' dtype; shapes must match.
+ComparisonStats compare_tensors(const at::Tensor& distributed, const at::Tensor& reference);
+
+// The allowed worst relative error for a dtype: fp64 1e-9, fp32 1e-4, bf16 3e-2, fp16 1e-2.
+double default_tolerance(c10::ScalarType dtype);
+
+}  // namespace magic

@@ -1,0 +1,35 @@
+// Scale diagnosis: when a distributed tensor points the right way but has the wrong length,
+// name the topology factor that explains it ("x dp", "1/n_ci", "x dp*cp").
+//   exact:        cosine >= 1 - 1e-6 and |scale / f - 1| <= 1e-3      -> "x dp"
+//   approximate:  cosine >= 0.9      and |scale / f - 1| <= 0.25      -> "≈ x dp"
+// (approximate matches arise when a wrong normalizer meets shards of unequal size).
+// Otherwise the diagnosis describes what is off: a zero tensor, a scale that is no topology
+// factor, or a direction that differs (terms missing, not a scaling).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "lib/compare/comparison.h"
+
+namespace magic {
+
+struct NamedFactor {
+  std::string name;  // "x dp", "1/dp", "x dp*cp"
+  double value;
+};
+
+// Candidate factors from the topology's named sizes (each > 1), in preference order: single
+// factors as given, their inverses, then products and inverse products of two.
+std::vector<NamedFactor> candidate_factors(const std::vector<std::pair<std::string, int64_t>>& sizes);
+
+struct Diagnosis {
+  std::string text;    // empty when the comparison passed
+  std::string factor;  // the factor's name when one explains the scale ("x dp"), else empty
+  bool exact = false;  // an exact match (not ≈)
+};
+
+Diagnosis diagnose(const ComparisonStats& stats, bool passed, const std::vector<NamedFactor>& factors);
+
+}  // namespace magic

@@ -1,0 +1,111 @@
+#include "lib/dist/collectives.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace magic::dist {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::Function;
+using torch::autograd::variable_list;
+
+int64_t saved_group(AutogradContext* ctx) { return ctx->saved_data["group"].toInt(); }
+
+at::Tensor summed(const at::Tensor& x, int64_t group) {
+  at::Tensor out = x.detach().contiguous().clone();
+  find_group(group)->all_reduce_sum_(out);
+  return out;
+}
+
+struct AllReduceSum : Function<AllReduceSum> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return summed(x, group);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    return {AllReduceSum::apply(grad[0], saved_group(ctx)), at::Tensor()};
+  }
+};
+
+struct CopyToGroup;
+
+struct ReduceFromGroup : Function<ReduceFromGroup> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return summed(x, group);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad);
+};
+
+struct CopyToGroup : Function<CopyToGroup> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    return {ReduceFromGroup::apply(grad[0], saved_group(ctx)), at::Tensor()};
+  }
+};
+
+variable_list ReduceFromGroup::backward(AutogradContext* ctx, variable_list grad) {
+  return {CopyToGroup::apply(grad[0], saved_group(ctx)), at::Tensor()};
+}
+
+struct ReduceScatterSum;
+
+struct AllGather : Function<AllGather> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group, int64_t dim) {
+    ctx->saved_data["group"] = group;
+    ctx->saved_data["dim"] = dim;
+    return find_group(group)->all_gather(x.detach(), dim);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad);
+};
+
+struct ReduceScatterSum : Function<ReduceScatterSum> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group, int64_t dim) {
+    ctx->saved_data["group"] = group;
+    ctx->saved_data["dim"] = dim;
+    return find_group(group)->reduce_scatter_sum(x.detach(), dim);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    return {AllGather::apply(grad[0], saved_group(ctx), ctx->saved_data["dim"].toInt()), at::Tensor(), at::Tensor()};
+  }
+};
+
+variable_list AllGather::backward(AutogradContext* ctx, variable_list grad) {
+  return {ReduceScatterSum::apply(grad[0], saved_group(ctx), ctx->saved_data["dim"].toInt()), at::Tensor(),
+          at::Tensor()};
+}
+
+// Mutation: copy_to_group whose backward sums with all_reduce_sum (backward Σ again).
+struct CopyToGroupAllReduceBackward : Function<CopyToGroupAllReduceBackward> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    return {AllReduceSum::apply(grad[0], saved_group(ctx)), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor all_reduce_sum(const at::Tensor& x, const Group& group) { return AllReduceSum::apply(x, group.id()); }
+at::Tensor reduce_from_group(const at::Tensor& x, const Group& group) { return ReduceFromGroup::apply(x, group.id()); }
+at::Tensor copy_to_group(const at::Tensor& x, const Group& group) { return CopyToGroup::apply(x, group.id()); }
+at::Tensor all_gather(const at::Tensor& x, const Group& group, int64_t dim) {
+  return AllGather::apply(x, group.id(), dim);
+}
+at::Tensor reduce_scatter_sum(const at::Tensor& x, const Group& group, int64_t dim) {
+  return ReduceScatterSum::apply(x, group.id(), dim);
+}
+at::Tensor all_reduce_sum_detached(const at::Tensor& x, const Group& group) {
+  const at::Tensor local = x.detach();
+  return x + (summed(local, group.id()) - local);
+}
+at::Tensor copy_to_group_allreduce_backward(const at::Tensor& x, const Group& group) {
+  return CopyToGroupAllReduceBackward::apply(x, group.id());
+}
+
+}  // namespace magic::dist

@@ -1,0 +1,40 @@
+// Differentiable collectives (DESIGN.md section 4): autograd Functions whose backward is built
+// from the same Functions, so the graph survives create_graph and derivatives of any order
+// cross ranks correctly.
+//
+//   op                  forward                        backward
+//   all_reduce_sum      Σ_r x_r (each output a term)   all_reduce_sum
+//   reduce_from_group   Σ_r x_r, output replicated     copy_to_group (identity)
+//   copy_to_group       identity (replicated input)    reduce_from_group (Σ)
+//   all_gather          concat_r x_r                   reduce_scatter_sum
+//   reduce_scatter_sum  shard_r(Σ_r x_r)               all_gather
+//
+// Pairing: a replicated value consumed identically on every rank must come out of
+// reduce_from_group; reduced with a plain all_reduce_sum its cotangent is counted once per rank.
+// Likewise, a replicated input used differently on each rank enters through copy_to_group so
+// that its gradient sums the ranks' contributions.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "lib/dist/group.h"
+
+namespace magic::dist {
+
+at::Tensor all_reduce_sum(const at::Tensor& x, const Group& group);
+at::Tensor reduce_from_group(const at::Tensor& x, const Group& group);
+at::Tensor copy_to_group(const at::Tensor& x, const Group& group);
+at::Tensor all_gather(const at::Tensor& x, const Group& group, int64_t dim = 0);
+at::Tensor reduce_scatter_sum(const at::Tensor& x, const Group& group, int64_t dim = 0);
+
+// A sum over ranks outside autograd, DDP-hook style: x + (Σ_r x_r - x) with the bracket
+// detached. The value is the global sum, the derivative keeps only this rank's term, so a
+// gradient reduced this way loses its cross-rank second-order terms (the bug class of a
+// collective whose backward is not itself differentiable, pytorch#160509). Planted by the
+// detached-collective mutation, never used otherwise.
+at::Tensor all_reduce_sum_detached(const at::Tensor& x, const Group& group);
+// A copy_to_group whose backward reduces with all_reduce_sum: the replicated-allreduce-backward
+// mutation (second derivatives counted once per rank).
+at::Tensor copy_to_group_allreduce_backward(const at::Tensor& x, const Group& group);
+
+}  // namespace magic::dist

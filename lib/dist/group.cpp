@@ -1,0 +1,176 @@
+#include "lib/dist/group.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#ifdef MAGIC_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+
+#include "lib/core/error.h"
+#include "lib/core/strings.h"
+
+namespace magic::dist {
+namespace {
+
+std::mutex registry_mutex;
+std::unordered_map<int64_t, std::weak_ptr<Group>>& registry() {
+  static std::unordered_map<int64_t, std::weak_ptr<Group>> groups;
+  return groups;
+}
+std::atomic<int64_t> next_id{1};
+
+// Loopback for single-machine runs; the interface named by GLOO_SOCKET_IFNAME, or the host's
+// default, for runs across machines.
+std::shared_ptr<::gloo::transport::Device> gloo_device() {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  }
+  const char* master = std::getenv("MASTER_ADDR");
+  const std::string addr = master ? master : "127.0.0.1";
+  if (addr == "127.0.0.1" || addr == "localhost" || addr == "::1") {
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  }
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+}  // namespace
+
+BackendKind parse_backend(const std::string& name) {
+  if (name == "gloo") return BackendKind::kGloo;
+  if (name == "nccl") return BackendKind::kNccl;
+  throw InputError(str_cat("--backend: unknown backend '", name, "'; expected gloo or nccl"));
+}
+
+std::string backend_name(BackendKind kind) { return kind == BackendKind::kGloo ? "gloo" : "nccl"; }
+
+bool backend_available(BackendKind kind) {
+#ifdef MAGIC_WITH_NCCL
+  return true;
+#else
+  return kind == BackendKind::kGloo;
+#endif
+}
+
+std::shared_ptr<Group> Group::create(const std::string& name, std::vector<int> ranks, int global_rank,
+                                     const c10::intrusive_ptr<c10d::Store>& store, BackendKind kind,
+                                     std::chrono::milliseconds timeout) {
+  auto it = std::find(ranks.begin(), ranks.end(), global_rank);
+  if (it == ranks.end()) throw std::logic_error(str_cat("rank ", global_rank, " is not a member of group ", name));
+  const int rank = static_cast<int>(it - ranks.begin());
+  const int size = static_cast<int>(ranks.size());
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("group/" + name, store);
+  c10::intrusive_ptr<compat::CollectiveBackend> backend;
+  try {
+    if (kind == BackendKind::kGloo) {
+      auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+      options->devices.push_back(gloo_device());
+      options->threads = 1;
+      backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, options);
+    } else {
+#ifdef MAGIC_WITH_NCCL
+      auto options = c10d::ProcessGroupNCCL::Options::create();
+      options->timeout = timeout;
+      backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, rank, size, options);
+#else
+      throw InputError("--backend nccl: this build has no NCCL (configure against a CUDA LibTorch)");
+#endif
+    }
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw DistributedError(str_cat("rank ", global_rank, ": creating ", backend_name(kind), " group '", name,
+                                   "' of ", size, " ranks failed: ", e.what()));
+  }
+  std::shared_ptr<Group> group(new Group(name, std::move(ranks), rank, backend, kind));
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  registry()[group->id_] = group;
+  return group;
+}
+
+Group::Group(std::string name, std::vector<int> ranks, int rank, c10::intrusive_ptr<compat::CollectiveBackend> backend,
+             BackendKind kind)
+    : name_(std::move(name)), ranks_(std::move(ranks)), rank_(rank), backend_(std::move(backend)), kind_(kind),
+      id_(next_id++) {}
+
+Group::~Group() {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  registry().erase(id_);
+}
+
+std::shared_ptr<Group> find_group(int64_t id) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  auto it = registry().find(id);
+  std::shared_ptr<Group> group = it == registry().end() ? nullptr : it->second.lock();
+  if (!group) throw std::logic_error(str_cat("no live process group with id ", id));
+  return group;
+}
+
+void Group::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* operation) const {
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    std::string message = e.what();
+    if (const size_t cut = message.find("\nException raised from"); cut != std::string::npos) message.resize(cut);
+    throw DistributedError(str_cat("rank ", global_rank(), ": ", operation, " on group '", name_, "' (", size(),
+                                   " ranks, ", backend_name(kind_), ") failed: a peer died or the timeout passed: ",
+                                   message));
+  }
+}
+
+void Group::all_reduce_sum_(at::Tensor& tensor) const {
+  std::vector<at::Tensor> buffers{tensor.is_contiguous() ? tensor : tensor.contiguous()};
+  wait(backend_->allreduce(buffers), "all_reduce");
+  if (!buffers[0].is_same(tensor)) tensor.copy_(buffers[0]);
+}
+
+at::Tensor Group::all_gather(const at::Tensor& tensor, int64_t dim) const {
+  std::vector<at::Tensor> inputs{tensor.contiguous()};
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < size(); ++r) outputs[0].push_back(at::empty_like(inputs[0]));
+  wait(backend_->allgather(outputs, inputs), "all_gather");
+  return at::cat(outputs[0], dim);
+}
+
+at::Tensor Group::reduce_scatter_sum(const at::Tensor& tensor, int64_t dim) const {
+  // Gloo in LibTorch 1.13 has no reduce_scatter: an all_reduce then this member's slice.
+  const int64_t length = tensor.size(dim);
+  if (length % size() != 0) {
+    throw std::invalid_argument(str_cat("reduce_scatter on group '", name_, "': dimension of ", length,
+                                        " does not divide into ", size(), " shards"));
+  }
+  at::Tensor summed = tensor.contiguous().clone();
+  all_reduce_sum_(summed);
+  const int64_t shard = length / size();
+  return summed.narrow(dim, rank_ * shard, shard).contiguous();
+}
+
+void Group::broadcast_(at::Tensor& tensor, int root) const {
+  std::vector<at::Tensor> buffers{tensor.is_contiguous() ? tensor : tensor.contiguous()};
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  wait(backend_->broadcast(buffers, options), "broadcast");
+  if (!buffers[0].is_same(tensor)) tensor.copy_(buffers[0]);
+}
+
+void Group::send(const at::Tensor& tensor, int destination, int tag) const {
+  std::vector<at::Tensor> buffers{tensor.contiguous()};
+  wait(backend_->send(buffers, destination, tag), "send");
+}
+
+void Group::recv_(at::Tensor& tensor, int source, int tag) const {
+  std::vector<at::Tensor> buffers{tensor.is_contiguous() ? tensor : tensor.contiguous()};
+  wait(backend_->recv(buffers, source, tag), "recv");
+  if (!buffers[0].is_same(tensor)) tensor.copy_(buffers[0]);
+}
+
+void Group::barrier() const {
+  wait(backend_->barrier(), "barrier");
+}
+
+}  // namespace magic::dist

@@ -1,0 +1,68 @@
+// Group: a c10d communicator over a fixed set of global ranks (Gloo for CPU tensors, NCCL for
+// CUDA tensors in CUDA builds). Collectives block until done and throw DistributedError naming
+// the operation, the group and this rank when a peer is lost or the timeout passes. Groups are
+// registered by id so that autograd Functions (which can only save plain values) can find them.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lib/core/compat.h"
+
+namespace magic::dist {
+
+enum class BackendKind { kGloo, kNccl };
+BackendKind parse_backend(const std::string& name);
+std::string backend_name(BackendKind kind);
+// Whether this build can create the backend (NCCL needs a CUDA LibTorch built with NCCL).
+bool backend_available(BackendKind kind);
+
+class Group {
+ public:
+  // Called by every member, concurrently (the backend rendezvous through `store`).
+  static std::shared_ptr<Group> create(const std::string& name, std::vector<int> ranks, int global_rank,
+                                       const c10::intrusive_ptr<c10d::Store>& store, BackendKind backend,
+                                       std::chrono::milliseconds timeout);
+  ~Group();
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  const std::string& name() const { return name_; }
+  int rank() const { return rank_; }  // index within the group
+  int size() const { return static_cast<int>(ranks_.size()); }
+  const std::vector<int>& ranks() const { return ranks_; }
+  int global_rank() const { return ranks_[rank_]; }
+  int64_t id() const { return id_; }
+
+  void all_reduce_sum_(at::Tensor& tensor) const;
+  // Concatenation of every member's tensor along `dim` (equal shapes).
+  at::Tensor all_gather(const at::Tensor& tensor, int64_t dim) const;
+  // This member's slice along `dim` of the sum over members (`dim` divisible by size()).
+  at::Tensor reduce_scatter_sum(const at::Tensor& tensor, int64_t dim) const;
+  void broadcast_(at::Tensor& tensor, int root) const;
+  void send(const at::Tensor& tensor, int destination, int tag) const;
+  void recv_(at::Tensor& tensor, int source, int tag) const;
+  void barrier() const;
+
+ private:
+  Group(std::string name, std::vector<int> ranks, int rank, c10::intrusive_ptr<compat::CollectiveBackend> backend,
+        BackendKind kind);
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* operation) const;
+
+  std::string name_;
+  std::vector<int> ranks_;
+  int rank_;
+  c10::intrusive_ptr<compat::CollectiveBackend> backend_;
+  BackendKind kind_;
+  int64_t id_;
+};
+
+// The live group with this id; throws std::logic_error if it is gone.
+std::shared_ptr<Group> find_group(int64_t id);
+
+}  // namespace magic::dist

@@ -1,0 +1,17 @@
+// Off-by-default bugs that can be planted in the distributed pipeline, so the checks can prove
+// they catch them (checks/mutations.h names them and states what each must trip).
+#pragma once
+
+namespace magic::dist {
+
+enum class PlantedBug {
+  kNone,
+  kAvgReduce,                    // local mean + AVG reduction, whatever the convention says
+  kLocalNormalizer,              // SUM reduction over losses normalized by the local count
+  kMissingReduce,                // no gradient reduction at all
+  kReplicatedAllReduceBackward,  // gradient reduced by an op whose backward is all_reduce_sum
+  kDetachedCollective,           // gradient reduced by an op whose backward is not differentiable
+  kExtraDivideScores,            // scores divided by the data-parallel size
+};
+
+}  // namespace magic::dist

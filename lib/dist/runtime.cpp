@@ -1,0 +1,112 @@
+#include "lib/dist/runtime.h"
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cerrno>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "lib/core/error.h"
+#include "lib/core/strings.h"
+
+namespace magic::dist {
+namespace {
+
+int env_int(const char* name, std::optional<int> fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') {
+    if (fallback) return *fallback;
+    throw InputError(str_cat("environment variable ", name, " is not set; --launch env expects torchrun's "
+                             "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT"));
+  }
+  errno = 0;
+  char* end = nullptr;
+  const long parsed = std::strtol(value, &end, 10);
+  if (*end != '\0' || errno != 0 || parsed < 0) {
+    throw InputError(str_cat("environment variable ", name, "='", value, "' is not a non-negative integer"));
+  }
+  return static_cast<int>(parsed);
+}
+
+}  // namespace
+
+Rendezvous Rendezvous::from_env() {
+  Rendezvous r;
+  r.rank = env_int("RANK", std::nullopt);
+  r.world_size = env_int("WORLD_SIZE", std::nullopt);
+  r.local_rank = env_int("LOCAL_RANK", r.rank);
+  if (const char* addr = std::getenv("MASTER_ADDR")) r.master_addr = addr;
+  r.master_port = env_int("MASTER_PORT", 29500);
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  r.agent_store = agent != nullptr && std::string(agent) == "True";
+  if (r.world_size < 1 || r.rank >= r.world_size) {
+    throw InputError(str_cat("RANK=", r.rank, " and WORLD_SIZE=", r.world_size, ": need 0 <= RANK < WORLD_SIZE"));
+  }
+  return r;
+}
+
+std::unique_ptr<Runtime> Runtime::connect(const Rendezvous& r, BackendKind backend, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(r.master_port);
+  options.isServer = !r.agent_store && r.rank == 0;
+  options.numWorkers = r.agent_store ? c10::nullopt : c10::optional<size_t>(r.world_size);
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(r.master_addr, options);
+  } catch (const std::exception& e) {
+    throw DistributedError(str_cat("rank ", r.rank, ": cannot reach the rendezvous store at ", r.master_addr, ":",
+                                   r.master_port, ": ", e.what()));
+  }
+  return std::make_unique<Runtime>(r.rank, r.world_size, store, backend, timeout);
+}
+
+Runtime::Runtime(int rank, int world_size, c10::intrusive_ptr<c10d::Store> store, BackendKind backend,
+                 std::chrono::milliseconds timeout)
+    : rank_(rank), world_size_(world_size), store_(std::move(store)), backend_(backend), timeout_(timeout) {
+  store_->setTimeout(timeout);
+  std::vector<int> all(world_size);
+  for (int i = 0; i < world_size; ++i) all[i] = i;
+  world_ = Group::create("world", all, rank, store_, backend, timeout);
+}
+
+std::shared_ptr<Group> Runtime::new_group(const std::string& name, const std::vector<int>& ranks) const {
+  if (std::find(ranks.begin(), ranks.end(), rank_) == ranks.end()) return nullptr;
+  return Group::create(name, ranks, rank_, store_, backend_, timeout_);
+}
+
+void run_ranks_in_threads(int world_size, const std::function<void(Runtime&)>& fn, std::chrono::milliseconds timeout) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::mutex mutex;
+  std::exception_ptr first_error;
+  int failed_rank = -1;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world_size; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        Runtime runtime(rank, world_size, store, BackendKind::kGloo, timeout);
+        fn(runtime);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!first_error) {
+          first_error = std::current_exception();
+          failed_rank = rank;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (first_error) {
+    try {
+      std::rethrow_exception(first_error);
+    } catch (const std::exception& e) {
+      throw DistributedError(str_cat("rank ", failed_rank, " of ", world_size, " (thread) failed: ", e.what()));
+    }
+  }
+}
+
+}  // namespace magic::dist

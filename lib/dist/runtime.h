@@ -1,0 +1,61 @@
+// Runtime: this process's place in a distributed world. Ranks rendezvous through a c10d
+// TCPStore at MASTER_ADDR:MASTER_PORT using torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,
+// MASTER_ADDR, MASTER_PORT), so the same binary runs under our spawn launcher, torchrun or srun.
+// The store is hosted by rank 0 unless the launcher hosts it (TORCHELASTIC_USE_AGENT_STORE=True,
+// as torchrun's agent does). Tests run ranks as threads over one in-memory store instead.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lib/dist/group.h"
+
+namespace magic::dist {
+
+struct Rendezvous {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  bool agent_store = false;  // the launcher hosts the store; every rank is a client
+
+  // Throws InputError naming a missing or malformed variable.
+  static Rendezvous from_env();
+};
+
+class Runtime {
+ public:
+  static std::unique_ptr<Runtime> connect(const Rendezvous& rendezvous, BackendKind backend,
+                                          std::chrono::milliseconds timeout);
+  Runtime(int rank, int world_size, c10::intrusive_ptr<c10d::Store> store, BackendKind backend,
+          std::chrono::milliseconds timeout);
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  const std::shared_ptr<Group>& world() const { return world_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  // Every member calls it with the same arguments, at the same point; non-members need not
+  // call and get nullptr. Names must be unique within the run.
+  std::shared_ptr<Group> new_group(const std::string& name, const std::vector<int>& ranks) const;
+
+ private:
+  int rank_, world_size_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  BackendKind backend_;
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<Group> world_;
+};
+
+// Runs fn(runtime) on `world_size` threads of this process, each rank with its own Runtime
+// over a shared in-memory store. Rethrows the first failure, naming its rank.
+void run_ranks_in_threads(int world_size, const std::function<void(Runtime&)>& fn,
+                          std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+}  // namespace magic::dist

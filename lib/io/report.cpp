@@ -1,0 +1,195 @@
+#include "lib/io/report.h"
+
+#include <iomanip>
+#include <sstream>
+
+#include "lib/core/strings.h"
+#include "lib/io/atomic_file.h"
+
+namespace magic {
+namespace {
+
+std::string xml_escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// JSON has no infinity or NaN: they are written as null.
+nlohmann::ordered_json number(double v) {
+  return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
+}
+
+std::string pad(const std::string& text, size_t width) {
+  // Pads by display width: the diagnosis may hold "≈" (3 bytes, 1 column).
+  size_t columns = 0;
+  for (unsigned char c : text) columns += (c & 0xC0) != 0x80;
+  return columns >= width ? text + " " : text + std::string(width - columns, ' ');
+}
+
+std::string fixed6(double v) { return std::isfinite(v) ? format_fixed(v, 6) : "inf"; }
+std::string sci(double v) { return std::isfinite(v) ? format_sci(v, 1) : "inf"; }
+
+std::string expected_text(const BiteOutcome& b) {
+  return b.expected_factor.empty() ? b.expected_level : b.expected_level + ", " + b.expected_factor;
+}
+
+}  // namespace
+
+bool CheckReport::rows_pass() const {
+  for (const auto& r : rows) {
+    if (!r.passed) return false;
+  }
+  return true;
+}
+
+bool CheckReport::all_caught() const {
+  for (const auto& b : bite) {
+    if (!b.caught) return false;
+  }
+  return true;
+}
+
+int CheckReport::exit_code() const {
+  if (bite_mode) return rows_pass() && all_caught() ? 0 : 1;
+  return rows_pass() ? 0 : 1;
+}
+
+void print_report(const CheckReport& r, std::ostream& out) {
+  out << "magic-check: " << r.topology << " (" << r.world_size << " ranks, " << r.backend << "), " << r.workload
+      << " workload, " << r.dtype << ", " << r.convention << " convention, " << r.steps << " steps, seed " << r.seed;
+  if (!r.mutation.empty()) out << ", mutation " << r.mutation;
+  out << "\n\n";
+  out << pad("level", 13) << pad("tensor", 26) << pad("scale", 11) << pad("mean(dist/ref)", 16)
+      << pad("worst rel err", 15) << pad("cosine", 11) << pad("verdict", 9) << "diagnosis\n";
+  int failed = 0;
+  for (const auto& row : r.rows) {
+    failed += !row.passed;
+    out << pad(row.level, 13) << pad(row.tensor, 26) << pad(fixed6(row.stats.scale), 11)
+        << pad(fixed6(row.stats.mean_ratio), 16) << pad(sci(row.stats.worst_rel_err), 15)
+        << pad(fixed6(row.stats.cosine), 11) << pad(row.passed ? "pass" : "FAIL", 9) << row.diagnosis.text << "\n";
+  }
+  const double tolerance = r.rows.empty() ? 0.0 : r.rows.front().tolerance;
+  out << "\n"
+      << (failed == 0 ? "PASS" : "FAIL") << ": " << r.rows.size() - failed << " of " << r.rows.size()
+      << " checks within tolerance (" << r.dtype << ": worst relative error <= " << format_sci(tolerance, 0) << ")\n";
+  for (const auto& note : r.notes) out << "note: " << note << "\n";
+  if (r.bite_mode) {
+    out << "\nbite: does every check still catch the bugs it exists for?\n"
+        << pad("mutation", 31) << pad("expected", 21) << pad("observed", 64) << "caught\n";
+    int caught = 0;
+    for (const auto& b : r.bite) {
+      caught += b.caught;
+      std::string observed = b.observed_level.empty() ? "nothing failed" : b.observed_level + ": " + b.observed_diagnosis;
+      out << pad(b.mutation, 31) << pad(expected_text(b), 21) << pad(observed, 64) << (b.caught ? "yes" : "NO") << "\n";
+    }
+    out << (caught == static_cast<int>(r.bite.size()) ? "BITE PASS" : "BITE FAIL") << ": " << caught << " of "
+        << r.bite.size() << " mutations caught with their expected level and factor\n";
+  }
+  out << "(" << format_fixed(r.seconds, 1) << " s)\n";
+}
+
+nlohmann::ordered_json report_json(const CheckReport& r) {
+  using json = nlohmann::ordered_json;
+  json checks = json::array();
+  for (const auto& row : r.rows) {
+    checks.push_back({{"level", row.level},
+                      {"tensor", row.tensor},
+                      {"scale", number(row.stats.scale)},
+                      {"mean_ratio", number(row.stats.mean_ratio)},
+                      {"worst_rel_err", number(row.stats.worst_rel_err)},
+                      {"cosine", number(row.stats.cosine)},
+                      {"tolerance", row.tolerance},
+                      {"numel", row.stats.numel},
+                      {"verdict", row.passed ? "pass" : "fail"},
+                      {"diagnosis", row.diagnosis.text},
+                      {"factor", row.diagnosis.factor}});
+  }
+  json bite = json::array();
+  for (const auto& b : r.bite) {
+    bite.push_back({{"mutation", b.mutation},
+                    {"description", b.description},
+                    {"expected", {{"level", b.expected_level}, {"factor", b.expected_factor}}},
+                    {"observed",
+                     {{"level", b.observed_level}, {"factor", b.observed_factor}, {"diagnosis", b.observed_diagnosis}}},
+                    {"caught", b.caught}});
+  }
+  return json{{"tool", "magic-check"},
+          {"topology", r.topology},
+          {"world_size", r.world_size},
+          {"workload", r.workload},
+          {"dtype", r.dtype},
+          {"convention", r.convention},
+          {"backend", r.backend},
+          {"steps", r.steps},
+          {"seed", r.seed},
+          {"mutation", r.mutation.empty() ? json(nullptr) : json(r.mutation)},
+          {"passed", r.exit_code() == 0},
+          {"seconds", r.seconds},
+          {"checks", checks},
+          {"notes", r.notes},
+          {"bite", r.bite_mode ? bite : json(nullptr)}};
+}
+
+void write_json_report(const std::string& path, const CheckReport& report) {
+  write_file_atomically(path, report_json(report).dump(2) + "\n");
+}
+
+std::string junit_xml(const CheckReport& r) {
+  std::ostringstream x;
+  int failures = 0;
+  for (const auto& row : r.rows) failures += !row.passed;
+  int bite_failures = 0;
+  for (const auto& b : r.bite) bite_failures += !b.caught;
+  const size_t tests = r.rows.size() + r.bite.size();
+  x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+    << "<testsuites name=\"magic-check\" tests=\"" << tests << "\" failures=\"" << failures + bite_failures
+    << "\" time=\"" << r.seconds << "\">\n";
+  x << "  <testsuite name=\"" << xml_escape("magic-check " + r.topology) << "\" tests=\"" << r.rows.size()
+    << "\" failures=\"" << failures << "\">\n";
+  for (const auto& row : r.rows) {
+    x << "    <testcase classname=\"" << xml_escape(row.level) << "\" name=\"" << xml_escape(row.tensor) << "\"";
+    if (row.passed) {
+      x << "/>\n";
+      continue;
+    }
+    x << ">\n      <failure message=\"" << xml_escape(row.diagnosis.text) << "\">"
+      << xml_escape(str_cat("scale ", row.stats.scale, ", mean(dist/ref) ", row.stats.mean_ratio, ", worst rel err ",
+                            row.stats.worst_rel_err, " > ", row.tolerance, ", cosine ", row.stats.cosine))
+      << "</failure>\n    </testcase>\n";
+  }
+  x << "  </testsuite>\n";
+  if (r.bite_mode) {
+    x << "  <testsuite name=\"" << xml_escape("bite " + r.topology) << "\" tests=\"" << r.bite.size()
+      << "\" failures=\"" << bite_failures << "\">\n";
+    for (const auto& b : r.bite) {
+      x << "    <testcase classname=\"bite\" name=\"" << xml_escape(b.mutation) << "\"";
+      if (b.caught) {
+        x << "/>\n";
+        continue;
+      }
+      x << ">\n      <failure message=\"" << xml_escape("not caught with " + expected_text(b)) << "\">"
+        << xml_escape("observed " + (b.observed_level.empty() ? "no failure" : b.observed_level + ": " +
+                                                                               b.observed_diagnosis))
+        << "</failure>\n    </testcase>\n";
+    }
+    x << "  </testsuite>\n";
+  }
+  x << "</testsuites>\n";
+  return x.str();
+}
+
+void write_junit_report(const std::string& path, const CheckReport& report) {
+  write_file_atomically(path, junit_xml(report));
+}
+
+}  // namespace magic

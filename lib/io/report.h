@@ -1,0 +1,49 @@
+// The magic-check report: the run's settings, one row per compared tensor, and the outcome of
+// each planted mutation under --bite. Written as a human table (stdout), JSON (--json; schema in
+// README "Report schema") and JUnit XML (--junit), each file atomically.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "lib/compare/check_row.h"
+
+namespace magic {
+
+struct BiteOutcome {
+  std::string mutation, description;
+  std::string expected_level, expected_factor;
+  std::string observed_level, observed_factor, observed_diagnosis;
+  bool caught = false;
+};
+
+struct CheckReport {
+  std::string topology;
+  int64_t world_size = 1;
+  std::string workload, dtype, convention, backend;
+  int64_t steps = 0;
+  uint64_t seed = 0;
+  std::string mutation;  // planted in `rows` ("" for a clean run)
+  std::vector<CheckRow> rows;
+  std::vector<std::string> notes;  // run-level explanations printed under the table
+  bool bite_mode = false;
+  std::vector<BiteOutcome> bite;
+  double seconds = 0.0;
+
+  bool rows_pass() const;
+  bool all_caught() const;
+  // 0 when everything that should pass passed: the rows of a clean run, and under --bite every
+  // mutation caught; 1 otherwise (a --mutate run whose bug is caught fails its rows: 1).
+  int exit_code() const;
+};
+
+void print_report(const CheckReport& report, std::ostream& out);
+nlohmann::ordered_json report_json(const CheckReport& report);
+void write_json_report(const std::string& path, const CheckReport& report);
+void write_junit_report(const std::string& path, const CheckReport& report);
+std::string junit_xml(const CheckReport& report);
+
+}  // namespace magic

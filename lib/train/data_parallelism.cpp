@@ -1,0 +1,10 @@
+#include "lib/train/data_parallelism.h"
+
+namespace magic {
+
+at::Tensor with_global_value(const DataParallelism& parallelism, const at::Tensor& local) {
+  const at::Tensor detached = local.detach();
+  return local + (parallelism.sum_across_ranks(detached) - detached);
+}
+
+}  // namespace magic

@@ -1,0 +1,76 @@
+// Property tests of the data-parallel pipeline (RapidCheck). Each case draws a layout and a run
+// (dp, global batch, sequence length, steps, optimizer, checkpoint schedule, seed), runs it on dp
+// real Gloo ranks (threads of this process, so every rank sees the same generated case) and the
+// reference, and compares every level. A failure prints RapidCheck's reproduce string.
+// ctest runs this binary with RC_PARAMS=max_success=12 (each case starts several ranks).
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include "checks/lm_pipelines.h"
+#include "checks/run_check.h"
+
+namespace magic {
+namespace {
+
+checks::CheckSettings random_settings(int64_t dp) {
+  checks::CheckSettings s;
+  s.topology = dist::TopologySpec::parse("dp=" + std::to_string(dp));
+  s.steps = *rc::gen::inRange<int64_t>(1, 4);
+  s.max_len = *rc::gen::element<int64_t>(4, 8, 16);
+  s.optimizer = *rc::gen::element<std::string>("sgd", "adam", "adamw");
+  s.checkpoints = *rc::gen::element<std::string>("all", "sqrt", "log");
+  s.seed = *rc::gen::inRange<uint64_t>(0, 1000);
+  s.documents = 6;
+  return s;
+}
+
+CheckReport run_threads(const checks::CheckSettings& settings) {
+  checks::CheckRequest request;
+  request.settings = settings;
+  CheckReport report;
+  dist::run_ranks_in_threads(static_cast<int>(settings.topology.world_size()), [&](dist::Runtime& rt) {
+    CheckReport r = checks::run_check(request, rt);
+    if (rt.rank() == 0) report = r;
+  });
+  return report;
+}
+
+std::string failures(const CheckReport& report) {
+  std::string out;
+  for (const auto& row : report.rows) {
+    if (!row.passed) out += row.level + "/" + row.tensor + ": " + row.diagnosis.text + "\n";
+  }
+  return out;
+}
+
+RC_GTEST_PROP(DataParallelProperties, SumConventionEqualsTheReferenceForAnySplit, ()) {
+  const int64_t dp = *rc::gen::inRange<int64_t>(1, 7);
+  checks::CheckSettings s = random_settings(dp);
+  s.batch_size = *rc::gen::inRange<int64_t>(1, 15);  // uneven and empty shards included
+  RC_CLASSIFY(s.batch_size % dp != 0, "uneven shards");
+  const CheckReport report = run_threads(s);
+  RC_LOG() << failures(report);
+  RC_ASSERT(report.rows_pass());
+}
+
+RC_GTEST_PROP(DataParallelProperties, AvgConventionIsExactExactlyWhenShardLabelCountsAreEqual, ()) {
+  const int64_t dp = *rc::gen::inRange<int64_t>(2, 5);
+  checks::CheckSettings s = random_settings(dp);
+  s.convention = dist::Convention::kAvg;
+  s.levels = {checks::Level::kGrad};
+  // Whole multiples of dp with 4-token chunks make equal shards likely; other draws make them rare.
+  s.batch_size = *rc::gen::oneOf(rc::gen::map(rc::gen::inRange<int64_t>(1, 4), [dp](int64_t k) { return k * dp; }),
+                                 rc::gen::inRange<int64_t>(dp, 15));
+  bool equal = true;
+  for (int64_t t = 0; t < s.steps; ++t) {
+    const auto counts = checks::shard_label_counts(s, t);
+    equal = equal && std::adjacent_find(counts.begin(), counts.end(), std::not_equal_to<>()) == counts.end();
+  }
+  RC_CLASSIFY(equal, "equal label counts");
+  const CheckReport report = run_threads(s);
+  RC_LOG() << failures(report);
+  RC_ASSERT(report.rows_pass() == equal);
+}
+
+}  // namespace
+}  // namespace magic

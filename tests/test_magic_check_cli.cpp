@@ -1,0 +1,121 @@
+// magic-check as a user runs it: real rank processes on loopback Gloo, spawned by the built-in
+// launcher. The acceptance runs of the distributed core: dp=4 passes at fp64 precision, --bite
+// catches every mutation, AVG fails on uneven shards while SUM passes, a killed rank ends the run
+// with exit 2 and its number, bad input exits 2.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include "tests/support.h"
+#include "tests/xml_reader.h"
+
+namespace magic {
+namespace {
+
+testing::CommandOutcome magic_check(const std::string& args, const std::string& env = "") {
+  return testing::run_command(env + " " + std::string(MAGIC_CHECK_BINARY) + " " + args);
+}
+
+std::string temp_path(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+
+TEST(MagicCheckCli, FourRanksPassAtFp64PrecisionAndWriteBothReports) {
+  const std::string json = temp_path("dp4.json"), junit = temp_path("dp4.xml");
+  auto o = magic_check("--topology dp=4 --json " + json + " --junit " + junit);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("PASS: 23 of 23 checks"), std::string::npos) << o.output;
+  auto report = nlohmann::json::parse(testing::read_file(json));
+  EXPECT_EQ(report["world_size"], 4);
+  EXPECT_EQ(report["passed"], true);
+  for (const auto& row : report["checks"]) {
+    EXPECT_NEAR(row["mean_ratio"].get<double>(), 1.0, 1e-9) << row.dump();
+    EXPECT_LE(row["worst_rel_err"].get<double>(), 1e-9) << row.dump();
+  }
+  auto xml = testing::parse_xml(testing::read_file(junit));
+  EXPECT_EQ(xml->attributes.at("failures"), "0");
+  EXPECT_EQ(xml->all("testsuite")[0]->all("testcase").size(), report["checks"].size());
+}
+
+TEST(MagicCheckCli, BiteCatchesEveryMutationWithItsSignature) {
+  const std::string json = temp_path("bite.json");
+  auto o = magic_check("--topology dp=4 --bite --json " + json);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  auto report = nlohmann::json::parse(testing::read_file(json));
+  ASSERT_EQ(report["bite"].size(), 6u);
+  for (const auto& b : report["bite"]) {
+    EXPECT_TRUE(b["caught"].get<bool>()) << b.dump();
+    EXPECT_EQ(b["observed"]["level"], b["expected"]["level"]) << b.dump();
+  }
+  EXPECT_NE(o.output.find("extra-divide-scores"), std::string::npos);
+}
+
+TEST(MagicCheckCli, AvgConventionFailsOnUnevenShardsAndSumPasses) {
+  auto avg = magic_check("--topology dp=3 --convention avg");
+  EXPECT_EQ(avg.exit_code, 1) << avg.output;
+  EXPECT_NE(avg.output.find("is exact only when every shard holds the same number of valid labels"),
+            std::string::npos)
+      << avg.output;
+  auto sum = magic_check("--topology dp=3 --convention sum");
+  EXPECT_EQ(sum.exit_code, 0) << sum.output;
+}
+
+TEST(MagicCheckCli, MutateRunsOneBugAndFailsWithItsFactor) {
+  auto o = magic_check("--topology dp=2 --mutate extra-divide-scores --checks scores");
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_NE(o.output.find("1/dp"), std::string::npos) << o.output;
+}
+
+TEST(MagicCheckCli, BadInputExitsTwoNamingTheInput) {
+  struct Case {
+    std::string args, fragment;
+  };
+  for (const auto& c : std::vector<Case>{
+           {"--topology dp=0", "dp=0 must be >= 1"},
+           {"--topology dq=2", "unknown key 'dq'"},
+           {"--topology dp=2,cp=2", "'cp' is reserved"},
+           {"--topology dp=2 --dtype fp8", "unknown dtype 'fp8'"},
+           {"--topology dp=2 --convention mean", "expected sum or avg"},
+           {"--topology dp=2 --mutate bogus", "unknown mutation 'bogus'"},
+           {"--topology dp=2 --launch env", "RANK is not set"},
+           {"--steps 3", "--topology is required"},
+       }) {
+    auto o = magic_check(c.args);
+    EXPECT_EQ(o.exit_code, 2) << c.args << "\n" << o.output;
+    EXPECT_NE(o.output.find(c.fragment), std::string::npos) << c.args << "\n" << o.output;
+  }
+}
+
+TEST(MagicCheckCli, AKilledRankEndsTheRunWithExitTwoAndItsNumberAndLeavesNothingBehind) {
+  const std::string pid_dir = temp_path("pids");
+  std::filesystem::remove_all(pid_dir);
+  std::filesystem::create_directories(pid_dir);
+  auto run = std::async(std::launch::async, [&] {
+    return magic_check("--topology dp=4 --steps 60 --timeout 20", "MAGIC_PID_DIR=" + pid_dir);
+  });
+  // Wait until every rank is up, give them a moment inside the pipeline, then kill rank 2.
+  const std::string victim = pid_dir + "/rank-2.pid";
+  const auto start = std::chrono::steady_clock::now();
+  while (std::filesystem::directory_iterator(pid_dir) == std::filesystem::directory_iterator() ||
+         std::distance(std::filesystem::directory_iterator(pid_dir), std::filesystem::directory_iterator()) < 4) {
+    ASSERT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30)) << "ranks never started";
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 4; ++r) pids.push_back(std::stoi(testing::read_file(pid_dir + "/rank-" + std::to_string(r) + ".pid")));
+  ASSERT_EQ(kill(pids[2], SIGKILL), 0);
+  const auto killed_at = std::chrono::steady_clock::now();
+  auto o = run.get();
+  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, std::chrono::seconds(20)) << "within the timeout";
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("rank 2 of 4"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("killed by signal 9"), std::string::npos) << o.output;
+  for (pid_t pid : pids) EXPECT_NE(kill(pid, 0), 0) << "pid " << pid << " is still alive";
+}
+
+}  // namespace
+}  // namespace magic

@@ -1,0 +1,91 @@
+// The report formats: the JSON keys the README documents, and JUnit XML that a strict reader
+// parses with one testcase per row and a failure element exactly where a row failed.
+#include <gtest/gtest.h>
+
+#include "lib/io/report.h"
+#include "tests/support.h"
+#include "tests/xml_reader.h"
+
+namespace magic {
+namespace {
+
+CheckReport sample_report() {
+  CheckReport r;
+  r.topology = "dp=4";
+  r.world_size = 4;
+  r.workload = "lm";
+  r.dtype = "fp64";
+  r.convention = "sum";
+  r.backend = "gloo";
+  r.steps = 3;
+  at::Tensor ref = at::tensor({1.0, 2.0, -3.0}, at::kDouble);
+  const auto factors = candidate_factors({{"dp", 4}});
+  r.rows.push_back(make_check_row("grad", "head.weight", ref, ref, 1e-9, factors));
+  r.rows.push_back(make_check_row("hvp", "theta_<0> & \"N\"", ref * 4, ref, 1e-9, factors));
+  r.bite_mode = true;
+  r.bite.push_back({"extra-divide-scores", "scores / dp", "scores", "1/dp", "scores", "1/dp", "1/dp", true});
+  r.bite.push_back({"missing-reduce", "no reduce", "grad", "", "", "", "", false});
+  return r;
+}
+
+TEST(Report, JsonHasTheDocumentedSchema) {
+  auto j = report_json(sample_report());
+  for (const char* key : {"tool", "topology", "world_size", "workload", "dtype", "convention", "backend", "steps",
+                          "seed", "mutation", "passed", "seconds", "checks", "notes", "bite"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j["topology"], "dp=4");
+  EXPECT_EQ(j["passed"], false);
+  ASSERT_EQ(j["checks"].size(), 2u);
+  for (const char* key : {"level", "tensor", "scale", "mean_ratio", "worst_rel_err", "cosine", "tolerance", "numel",
+                          "verdict", "diagnosis", "factor"}) {
+    EXPECT_TRUE(j["checks"][0].contains(key)) << key;
+  }
+  EXPECT_EQ(j["checks"][1]["verdict"], "fail");
+  EXPECT_EQ(j["checks"][1]["factor"], "x dp");
+  EXPECT_EQ(j["checks"][1]["scale"], 4.0);
+  EXPECT_EQ(j["bite"][1]["caught"], false);
+  EXPECT_EQ(j["bite"][0]["expected"]["factor"], "1/dp");
+}
+
+TEST(Report, JunitIsWellFormedAndMatchesTheRows) {
+  const CheckReport report = sample_report();
+  auto root = testing::parse_xml(junit_xml(report));
+  EXPECT_EQ(root->name, "testsuites");
+  EXPECT_EQ(root->attributes.at("tests"), "4");
+  EXPECT_EQ(root->attributes.at("failures"), "2");
+  auto suites = root->all("testsuite");
+  ASSERT_EQ(suites.size(), 2u);
+  auto cases = suites[0]->all("testcase");
+  ASSERT_EQ(cases.size(), 2u);
+  EXPECT_EQ(cases[0]->attributes.at("classname"), "grad");
+  EXPECT_TRUE(cases[0]->all("failure").empty());
+  EXPECT_EQ(cases[1]->attributes.at("name"), "theta_<0> & \"N\"");  // escaped and read back
+  ASSERT_EQ(cases[1]->all("failure").size(), 1u);
+  EXPECT_EQ(cases[1]->all("failure")[0]->attributes.at("message"), "x dp");
+  auto bite = suites[1]->all("testcase");
+  ASSERT_EQ(bite.size(), 2u);
+  EXPECT_TRUE(bite[0]->all("failure").empty());
+  EXPECT_EQ(bite[1]->all("failure").size(), 1u);
+}
+
+TEST(XmlReader, RejectsMalformedDocuments) {
+  EXPECT_THROW(testing::parse_xml("<a><b></a>"), std::runtime_error);
+  EXPECT_THROW(testing::parse_xml("<a x=\"1\" x=\"2\"/>"), std::runtime_error);
+  EXPECT_THROW(testing::parse_xml("<a>1 < 2</a>"), std::runtime_error);
+  EXPECT_THROW(testing::parse_xml("<a>&nbsp;</a>"), std::runtime_error);
+  EXPECT_THROW(testing::parse_xml("<a></a><b/>"), std::runtime_error);
+  EXPECT_NO_THROW(testing::parse_xml("<?xml version=\"1.0\"?>\n<a x=\"&amp;\"><b/>text</a>\n"));
+}
+
+TEST(Report, ExitCodes) {
+  CheckReport r = sample_report();
+  EXPECT_EQ(r.exit_code(), 1);  // a failing row and an uncaught mutation
+  r.rows.pop_back();
+  EXPECT_EQ(r.exit_code(), 1);  // the uncaught mutation still fails --bite
+  r.bite.pop_back();
+  EXPECT_EQ(r.exit_code(), 0);
+}
+
+}  // namespace
+}  // namespace magic

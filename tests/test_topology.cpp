@@ -1,0 +1,68 @@
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include "lib/core/error.h"
+#include "lib/dist/data_parallel.h"
+#include "lib/dist/topology.h"
+
+namespace magic {
+namespace {
+
+using dist::TopologySpec;
+
+std::string error_of(const std::string& text) {
+  try {
+    TopologySpec::parse(text);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Topology, ParsesDataParallelSizes) {
+  auto t = TopologySpec::parse("dp=4");
+  EXPECT_EQ(t.dp(), 4);
+  EXPECT_EQ(t.world_size(), 4);
+  EXPECT_EQ(t.str(), "dp=4");
+}
+
+TEST(Topology, RejectsBadStringsNamingTheProblemAndTheValidKeys) {
+  EXPECT_NE(error_of("dp=0").find("dp=0 must be >= 1"), std::string::npos);
+  EXPECT_NE(error_of("dp=-2").find("must be >= 1"), std::string::npos);
+  EXPECT_NE(error_of("dp=2.5").find("is not an integer"), std::string::npos);
+  EXPECT_NE(error_of("dp=").find("is not an integer"), std::string::npos);
+  EXPECT_NE(error_of("dp").find("'dp' is not key=value"), std::string::npos);
+  EXPECT_NE(error_of("dp=2,").find("'' is not key=value"), std::string::npos);
+  EXPECT_NE(error_of("dp=2,dp=2").find("given twice"), std::string::npos);
+  EXPECT_NE(error_of("tp=2").find("unknown key 'tp'"), std::string::npos);
+  EXPECT_NE(error_of("cp=2").find("'cp' is reserved"), std::string::npos);
+  EXPECT_NE(error_of("fsdp=2").find("'fsdp' is reserved"), std::string::npos);
+  EXPECT_NE(error_of("").find("empty topology"), std::string::npos);
+  EXPECT_NE(error_of("tp=2").find("keys from: dp"), std::string::npos);
+}
+
+RC_GTEST_PROP(Topology, EveryPositiveDpRoundTrips, ()) {
+  const int64_t dp = *rc::gen::inRange<int64_t>(1, 100000);
+  const auto t = TopologySpec::parse("dp=" + std::to_string(dp));
+  RC_ASSERT(t.dp() == dp);
+  RC_ASSERT(TopologySpec::parse(t.str()).dp() == dp);
+}
+
+RC_GTEST_PROP(Shards, ContiguousCoverEverythingOnceAndDifferByAtMostOne, ()) {
+  const int64_t total = *rc::gen::inRange<int64_t>(0, 500);
+  const int size = *rc::gen::inRange(1, 40);
+  int64_t expected_begin = 0, smallest = total, largest = 0;
+  for (int r = 0; r < size; ++r) {
+    auto [begin, end] = dist::shard_range(total, r, size);
+    RC_ASSERT(begin == expected_begin);
+    RC_ASSERT(end >= begin);
+    smallest = std::min(smallest, end - begin);
+    largest = std::max(largest, end - begin);
+    expected_begin = end;
+  }
+  RC_ASSERT(expected_begin == total);
+  RC_ASSERT(largest - smallest <= 1);
+}
+
+}  // namespace
+}  // namespace magic
