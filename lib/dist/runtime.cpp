@@ -1,6 +1,7 @@
 #include "lib/dist/runtime.h"
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cerrno>
@@ -61,6 +62,10 @@ std::unique_ptr<Runtime> Runtime::connect(const Rendezvous& r, BackendKind backe
   } catch (const std::exception& e) {
     throw DistributedError(str_cat("rank ", r.rank, ": cannot reach the rendezvous store at ", r.master_addr, ":",
                                    r.master_port, ": ", e.what()));
+  }
+  // Under torchrun's agent store, each restart of the worker group gets its own key space.
+  if (const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT"); attempt != nullptr && r.agent_store) {
+    store = c10::make_intrusive<c10d::PrefixStore>(str_cat("/worker/attempt_", attempt), store);
   }
   return std::make_unique<Runtime>(r.rank, r.world_size, store, backend, timeout);
 }
