@@ -50,7 +50,10 @@ int measure(int64_t steps, const std::string& schedule) {
       {"data", {{"train", "text/proverbs.jsonl"}, {"queries", "text/queries.jsonl"}}},
       {"training", {{"steps", steps}, {"batch_size", 8}, {"checkpoints", schedule}}},
       {"optimizer",
-       {{"name", "adamw"}, {"lr", 1e-3}, {"weight_decay", 0.01}, {"eps_root", 1e-12},
+       {{"name", "adamw"},
+        {"lr", 1e-3},
+        {"weight_decay", 0.01},
+        {"eps_root", 1e-12},
         {"schedule", {{"name", "cosine"}, {"warmup_fraction", 0.1}}}}},
   };
   const RunConfig run = RunConfig::from_json(config, "replay_bench", std::string(MAGIC_SOURCE_DIR) + "/fixtures");
@@ -60,9 +63,9 @@ int measure(int64_t steps, const std::string& schedule) {
   options.schedule = run.checkpoints;
   MagicResult r = run_magic(*problem.step, *problem.query, problem.initial, problem.weights, options);
   const int64_t peak = status_kib("VmHWM");
-  std::cout << steps << '\t' << schedule << '\t' << r.train_seconds << '\t' << r.replay_seconds << '\t'
-            << r.checkpoints << '\t' << r.peak_states_held << '\t' << r.checkpoint_bytes << '\t' << peak << '\t'
-            << peak - baseline << std::endl;
+  std::cout << steps << '\t' << schedule << '\t' << r.train_seconds << '\t' << r.replay_seconds << '\t' << r.checkpoints
+            << '\t' << r.peak_states_held << '\t' << r.checkpoint_bytes << '\t' << peak << '\t' << peak - baseline
+            << std::endl;
   return 0;
 }
 
@@ -87,7 +90,8 @@ int main(int argc, char** argv) {
     if (a == "--schedules" && i + 1 < argc) schedules_arg = argv[++i];
   }
   std::cout << "replay_bench: GPT 2 layers, d=64, 4 heads, T=128, batch 8, AdamW, fp64, 1 thread\n\n";
-  std::cout << "| N | schedule | train s | REPLAY s | REPLAY/train | checkpoints | states held | checkpoint MiB | peak RSS MiB | RSS growth MiB |\n";
+  std::cout << "| N | schedule | train s | REPLAY s | REPLAY/train | checkpoints | states held | checkpoint MiB | peak "
+               "RSS MiB | RSS growth MiB |\n";
   std::cout << "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& schedule : split(schedules_arg)) {
     for (const auto& n : split(steps_arg)) {
@@ -99,10 +103,10 @@ int main(int argc, char** argv) {
         std::cout << "| " << n << " | " << schedule << " | (child failed) |\n";
         continue;
       }
-      std::cout << "| " << steps << " | " << sched << " | " << format_fixed(train, 2) << " | " << format_fixed(replay, 2)
-                << " | " << format_fixed(replay / train, 2) << " | " << checkpoints << " | " << held << " | "
-                << format_fixed(bytes / 1048576.0, 1) << " | " << format_fixed(peak / 1024.0, 0) << " | "
-                << format_fixed(growth / 1024.0, 0) << " |" << std::endl;
+      std::cout << "| " << steps << " | " << sched << " | " << format_fixed(train, 2) << " | "
+                << format_fixed(replay, 2) << " | " << format_fixed(replay / train, 2) << " | " << checkpoints << " | "
+                << held << " | " << format_fixed(bytes / 1048576.0, 1) << " | " << format_fixed(peak / 1024.0, 0)
+                << " | " << format_fixed(growth / 1024.0, 0) << " |" << std::endl;
     }
   }
   return 0;

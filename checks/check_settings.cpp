@@ -1,9 +1,11 @@
 #include "checks/check_settings.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
+#include "lib/dist/three_pool_layout.h"
 
 namespace magic::checks {
 
@@ -15,11 +17,16 @@ const std::vector<Level>& all_levels() {
 
 std::string level_name(Level level) {
   switch (level) {
-    case Level::kGrad: return "grad";
-    case Level::kQueryGrad: return "query_grad";
-    case Level::kHvp: return "hvp";
-    case Level::kFinalParams: return "final_params";
-    case Level::kScores: return "scores";
+    case Level::kGrad:
+      return "grad";
+    case Level::kQueryGrad:
+      return "query_grad";
+    case Level::kHvp:
+      return "hvp";
+    case Level::kFinalParams:
+      return "final_params";
+    case Level::kScores:
+      return "scores";
   }
   return "?";
 }
@@ -42,8 +49,8 @@ std::vector<Level> parse_levels(const std::string& list) {
     const std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     auto it = std::find(names.begin(), names.end(), item);
     if (it == names.end()) {
-      throw InputError(str_cat("--checks: unknown level '", item, "'; expected a comma-separated list of ",
-                               join(names, ", ")));
+      throw InputError(
+          str_cat("--checks: unknown level '", item, "'; expected a comma-separated list of ", join(names, ", ")));
     }
     out.push_back(all_levels()[it - names.begin()]);
     if (comma == std::string::npos) break;
@@ -52,17 +59,56 @@ std::vector<Level> parse_levels(const std::string& list) {
   return out;
 }
 
+int64_t CheckSettings::global_batch() const {
+  if (batch_size > 0) return batch_size;
+  if (topology.family() == dist::TopologyFamily::kMesh) return 3 * topology.dp() + 1;
+  return 4 * std::lcm(std::lcm(topology.n_ci(), topology.n_per_block()), topology.n_ppgd());
+}
+
+std::string CheckSettings::resolved_workload() const {
+  if (workload != "auto") return workload;
+  return topology.family() == dist::TopologyFamily::kMesh ? "lm" : "spd";
+}
+
+nlohmann::json CheckSettings::optimizer_json() const {
+  nlohmann::json j = {{"name", optimizer}, {"lr", optimizer == "sgd" ? 0.1 : 0.01}, {"weight_decay", 0.01}};
+  if (optimizer == "sgd") {
+    j["momentum"] = 0.9;
+  } else {
+    j["eps_root"] = 1e-10;
+  }
+  j["schedule"] = {{"name", "cosine"}, {"warmup_steps", steps > 1 ? 1 : 0}};
+  return j;
+}
+
 bool CheckSettings::wants(Level level) const {
   return std::find(levels.begin(), levels.end(), level) != levels.end();
 }
 
 void CheckSettings::validate() const {
-  if (workload != "lm") throw InputError(str_cat("--workload: unknown workload '", workload, "'; expected lm"));
+  const std::string w = resolved_workload();
+  const bool mesh = topology.family() == dist::TopologyFamily::kMesh;
+  if (w != "lm" && w != "spd") {
+    throw InputError(str_cat("--workload: unknown workload '", workload, "'; expected lm, spd or auto"));
+  }
+  if (w == "lm" && !mesh) throw InputError("--workload lm runs on mesh layouts (dp=N); three-pool layouts run spd");
+  if (w == "spd" && mesh) {
+    throw InputError("--workload spd runs on three-pool layouts (n_ci=..,n_per_block=..); mesh layouts run lm");
+  }
   if (steps < 1) throw InputError(str_cat("--steps: expected an integer >= 1, got ", steps));
   if (optimizer != "sgd" && optimizer != "adam" && optimizer != "adamw") {
     throw InputError(str_cat("--optimizer: unknown optimizer '", optimizer, "'; expected one of sgd, adam, adamw"));
   }
   if (batch_size < 0) throw InputError(str_cat("--batch: expected an integer >= 1, got ", batch_size));
+  if (w == "spd" && convention == dist::Convention::kAvg) {
+    throw InputError(
+        "--convention avg: the three-pool workload reduces with SUM throughout (plant AVG with "
+        "--mutate avg-ci-reduce or avg-block-reduce)");
+  }
+  if (w == "spd") {
+    const dist::ThreePoolLayout layout(topology, std::max<int64_t>(2, topology.n_blocks()));
+    layout.check_batch(global_batch(), batch_size > 0 ? "--batch" : "the default batch");
+  }
   if (!dist::backend_available(backend)) {
     throw InputError("--backend nccl: this build has no NCCL (configure against a CUDA LibTorch)");
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <c10/core/ScalarType.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <string>
@@ -25,7 +26,7 @@ int level_rank(const std::string& name);
 
 struct CheckSettings {
   dist::TopologySpec topology = dist::TopologySpec::parse("dp=1");
-  std::string workload = "lm";
+  std::string workload = "auto";  // lm (mesh layouts) | spd (three-pool layouts) | auto
   int64_t steps = 4;
   c10::ScalarType dtype = c10::kDouble;
   dist::Convention convention = dist::Convention::kSum;
@@ -33,14 +34,18 @@ struct CheckSettings {
   uint64_t seed = 0;
   std::string optimizer = "adamw";  // sgd | adam | adamw
   std::string checkpoints = "sqrt";
-  int64_t batch_size = 0;  // 0: 3 x dp + 1, which no dp > 1 divides
+  int64_t batch_size = 0;  // 0: mesh 3 x dp + 1 (uneven shards); three-pool 4 x lcm(pool sizes)
   int64_t documents = 12;
   int64_t max_len = 16;
   std::string fixtures_dir = MAGIC_FIXTURES_DIR;  // the KJV text the workload trains on
   dist::BackendKind backend = dist::BackendKind::kGloo;
   std::chrono::milliseconds timeout = std::chrono::seconds(60);
 
-  int64_t global_batch() const { return batch_size > 0 ? batch_size : 3 * topology.dp() + 1; }
+  int64_t global_batch() const;
+  // The workload `auto` resolves to for the topology.
+  std::string resolved_workload() const;
+  // The optimizer both the distributed pipeline and the reference use (torchopt semantics).
+  nlohmann::json optimizer_json() const;
   bool wants(Level level) const;
   // Throws InputError for values out of range.
   void validate() const;

@@ -28,14 +28,15 @@ std::vector<at::Tensor> detached_copies(const std::vector<at::Tensor>& inputs) {
 std::vector<at::Tensor> evaluate_flat(const TensorFunction& fn, const std::vector<at::Tensor>& inputs) {
   std::vector<at::Tensor> out;
   for (const auto& y : fn(inputs)) {
-    out.push_back(y.defined() && y.is_floating_point() ? y.detach().reshape({-1}).clone() : at::empty({0}, at::kDouble));
+    out.push_back(y.defined() && y.is_floating_point() ? y.detach().reshape({-1}).clone()
+                                                       : at::empty({0}, at::kDouble));
   }
   return out;
 }
 
 // Analytical vector-Jacobian products vᵀ ∂y_o/∂x_i for every differentiable input.
-std::vector<at::Tensor> vjp(const at::Tensor& output, const at::Tensor& cotangent, const std::vector<at::Tensor>& inputs,
-                            const std::vector<size_t>& diff) {
+std::vector<at::Tensor> vjp(const at::Tensor& output, const at::Tensor& cotangent,
+                            const std::vector<at::Tensor>& inputs, const std::vector<size_t>& diff) {
   std::vector<at::Tensor> xs;
   for (size_t i : diff) xs.push_back(inputs[i]);
   std::vector<at::Tensor> grads;
@@ -143,8 +144,8 @@ GradcheckResult fast_mode(const TensorFunction& fn, const std::vector<at::Tensor
         result.passed = false;
         result.message = str_cat("Jacobian mismatch (fast mode, v^T J u) for output ", o, " with respect to input ",
                                  diff[k], ": analytical ", format_sci(analytical, 6), " vs numerical ",
-                                 format_sci(numerical, 6), ", |difference| ", format_sci(error, 3),
-                                 " > scaled atol ", format_sci(atol, 3), " + rtol ", opt.rtol, " * |numerical|");
+                                 format_sci(numerical, 6), ", |difference| ", format_sci(error, 3), " > scaled atol ",
+                                 format_sci(atol, 3), " + rtol ", opt.rtol, " * |numerical|");
       }
     }
   }

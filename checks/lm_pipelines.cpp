@@ -10,15 +10,8 @@
 namespace magic::checks {
 
 RunConfig lm_check_config(const CheckSettings& s) {
-  nlohmann::json optimizer = {{"name", s.optimizer}, {"lr", s.optimizer == "sgd" ? 0.3 : 0.01}};
-  if (s.optimizer == "sgd") {
-    optimizer["momentum"] = 0.9;
-  } else {
-    optimizer["eps_root"] = 1e-10;
-    optimizer["weight_decay"] = 0.01;
-  }
+  nlohmann::json optimizer = s.optimizer_json();
   optimizer["clip_norm"] = 5.0;
-  optimizer["schedule"] = {{"name", "cosine"}, {"warmup_steps", s.steps > 1 ? 1 : 0}};
   nlohmann::json json = {
       {"seed", s.seed},
       {"dtype", dtype_name(s.dtype)},
@@ -41,44 +34,66 @@ TensorTree hvp_direction(const TensorTree& params, uint64_t seed) {
   });
 }
 
-PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Runtime& runtime, dist::PlantedBug bug) {
-  const RunConfig config = lm_check_config(settings);
-  auto parallel = std::make_shared<dist::DataParallel>(runtime.world(), settings.convention, bug);
-  const LmProblem problem = build_lm_problem(config, parallel);
+namespace {
+
+PipelineOutputs lm_outputs(const std::vector<TensorTree>& step_grads, const TensorTree& query_grad,
+                           const TensorTree& hvp_initial, const TensorTree& hvp_final, const TensorTree& final_params,
+                           const at::Tensor& scores) {
   PipelineOutputs out;
-
-  MagicOptions options;
-  options.schedule = config.checkpoints;
-  options.on_step = [&](int64_t, const TrainState&, const StepOutput& o) { out.step_grads.push_back(o.grads); };
-  MagicResult result = run_magic(*problem.step, *problem.query, problem.initial, problem.weights, options);
-  out.scores = result.scores;
-  out.final_params = result.final_state.params;
-  out.query_grad = result.query_gradient;
-
-  const TensorTree v = hvp_direction(problem.initial.params, settings.seed);
-  const int64_t last = problem.step->num_steps() - 1;
-  out.hvp_initial = hessian_vector_product(*problem.step, problem.initial.params, 0, problem.weights, v);
-  out.hvp_final = hessian_vector_product(*problem.step, out.final_params, last, problem.weights, v);
+  for (const auto& p : step_grads.front()) {
+    std::vector<at::Tensor> steps;
+    for (const auto& g : step_grads) steps.push_back(g.at(p.name).reshape({-1}));
+    out.push_back({"grad", p.name, at::cat(steps)});
+  }
+  out.push_back({"query_grad", "all", query_grad.flatten()});
+  out.push_back({"hvp", "theta_0", hvp_initial.flatten()});
+  out.push_back({"hvp", "theta_N", hvp_final.flatten()});
+  out.push_back({"final_params", "all", final_params.flatten()});
+  out.push_back({"scores", "per_document", scores.sum(1)});
+  out.push_back({"scores", "per_token", scores});
   return out;
 }
 
-PipelineOutputs run_reference_lm(const CheckSettings& settings) {
+}  // namespace
+
+PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Runtime& runtime, dist::PlantedBug bug,
+                                   const std::vector<TrainState>& teacher) {
+  const RunConfig config = lm_check_config(settings);
+  auto parallel = std::make_shared<dist::DataParallel>(runtime.world(), settings.convention, bug);
+  const LmProblem problem = build_lm_problem(config, parallel);
+  std::vector<TensorTree> step_grads;
+  for (size_t t = 0; t < teacher.size(); ++t) {
+    const TrainState at_reference{teacher[t].params.requires_grad(), problem.initial.opt, {}};
+    step_grads.push_back(
+        problem.step->gradient(at_reference, static_cast<int64_t>(t), problem.weights, false).detach());
+  }
+  MagicOptions options;
+  options.schedule = config.checkpoints;
+  MagicResult result = run_magic(*problem.step, *problem.query, problem.initial, problem.weights, options);
+  const TensorTree v = hvp_direction(problem.initial.params, settings.seed);
+  const int64_t last = problem.step->num_steps() - 1;
+  return lm_outputs(step_grads, result.query_gradient,
+                    hessian_vector_product(*problem.step, problem.initial, 0, problem.weights, v),
+                    hessian_vector_product(*problem.step, result.final_state, last, problem.weights, v),
+                    result.final_state.params, result.scores);
+}
+
+ReferenceRun run_reference_lm(const CheckSettings& settings) {
   const RunConfig config = lm_check_config(settings);
   const LmProblem problem = build_lm_problem(config);  // data, init and order only
-  reference::UnrolledLmSetup setup{problem.model,     problem.train,  &problem.query->queries(),
-                                   *problem.stream,   config.reduction, problem.optimizer,
-                                   config.optimizer.clip_norm, problem.initial.params};
+  reference::UnrolledLmSetup setup{
+      problem.model,    problem.train,     &problem.query->queries(),  *problem.stream,
+      config.reduction, problem.optimizer, config.optimizer.clip_norm, problem.initial.params};
   auto unrolled = reference::unrolled_lm_scores(setup, problem.weights);
-  PipelineOutputs out;
-  out.step_grads = unrolled.step_grads;
-  out.final_params = unrolled.final_params;
-  out.scores = unrolled.scores;
-  out.query_grad = reference::lm_query_gradient(setup, unrolled.final_params);
   const TensorTree v = hvp_direction(problem.initial.params, settings.seed);
-  out.hvp_initial = reference::lm_batch_hvp(setup, problem.initial.params, problem.weights, 0, v);
-  out.hvp_final =
-      reference::lm_batch_hvp(setup, unrolled.final_params, problem.weights, problem.stream->num_steps() - 1, v);
-  return out;
+  const int64_t last = problem.stream->num_steps() - 1;
+  ReferenceRun run;
+  run.outputs = lm_outputs(unrolled.step_grads, reference::lm_query_gradient(setup, unrolled.final_params),
+                           reference::lm_batch_hvp(setup, problem.initial.params, problem.weights, 0, v),
+                           reference::lm_batch_hvp(setup, unrolled.final_params, problem.weights, last, v),
+                           unrolled.final_params, unrolled.scores);
+  for (const auto& params : unrolled.step_params) run.states.push_back(TrainState{params, {}, {}});
+  return run;
 }
 
 std::vector<int64_t> shard_label_counts(const CheckSettings& settings, int64_t step) {

@@ -92,9 +92,8 @@ ScoreFdComparison compare_scores_with_fd(const StepFunction& step, const QueryFu
     if (rel > tolerance && out.passed) {
       out.passed = false;
       out.message = str_cat("score of weight ", index, ": REPLAY ", format_sci(analytic, 9), " vs finite differences ",
-                            format_sci(estimate.value, 9), " (Ridders error estimate ",
-                            format_sci(estimate.error, 2), "), relative error ", format_sci(rel, 2), " > ",
-                            format_sci(tolerance, 1));
+                            format_sci(estimate.value, 9), " (Ridders error estimate ", format_sci(estimate.error, 2),
+                            "), relative error ", format_sci(rel, 2), " > ", format_sci(tolerance, 1));
     }
   }
   return out;

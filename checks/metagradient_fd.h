@@ -25,8 +25,8 @@ struct RiddersOptions {
 
 struct DerivativeEstimate {
   double value = 0.0;
-  double error = 0.0;       // Ridders' own error estimate
-  double step = 0.0;        // the step of the column that gave `value`
+  double error = 0.0;  // Ridders' own error estimate
+  double step = 0.0;   // the step of the column that gave `value`
   int evaluations = 0;
 };
 

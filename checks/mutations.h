@@ -20,10 +20,12 @@ struct Mutation {
   std::string description;
   std::string expected_level;
   std::string expected_factor;
+  dist::TopologyFamily family;
+  std::string needs;  // the pool that must hold more than one rank ("dp", "n_ci", ...)
 };
 
 const std::vector<Mutation>& mutation_catalog();
-// The mutations that can show on this topology (a bug between ranks needs more than one).
+// The mutations that can show on this topology: its family, and more than one rank in `needs`.
 std::vector<Mutation> mutations_for(const dist::TopologySpec& topology);
 // InputError listing the catalog when `name` is unknown or does not apply.
 const Mutation& find_mutation(const std::string& name, const dist::TopologySpec& topology);

@@ -22,7 +22,7 @@ using LocalTerm = std::function<at::Tensor(const at::Tensor& own_input)>;
 
 // `inputs`: one tensor per rank (kReplicatedInput: exactly one). Must be called by every rank.
 GradcheckResult rank_gradcheck(const dist::Group& group, const LocalTerm& local_term,
-                               const std::vector<at::Tensor>& inputs, RankSemantics semantics,
-                               bool second_order, const GradcheckOptions& options = {});
+                               const std::vector<at::Tensor>& inputs, RankSemantics semantics, bool second_order,
+                               const GradcheckOptions& options = {});
 
 }  // namespace magic::checks

@@ -26,12 +26,16 @@ at::Tensor plain_batch_loss(const UnrolledLmSetup& setup, const TensorTree& para
   at::Tensor losses = next_token_losses(gpt_forward(setup.model, params, ids), labels);
   at::Tensor targets = labels.narrow(1, 1, T - 1);
   at::Tensor valid = targets.ne(kIgnoreLabel).to(losses.scalar_type());
-  at::Tensor token_weights = weights.dim() == 1 ? weights.unsqueeze(1).expand({-1, T - 1}) : weights.narrow(1, 1, T - 1);
+  at::Tensor token_weights =
+      weights.dim() == 1 ? weights.unsqueeze(1).expand({-1, T - 1}) : weights.narrow(1, 1, T - 1);
   at::Tensor weighted = token_weights * losses * valid;
   switch (setup.reduction) {
-    case Reduction::kMean: return weighted.sum() / valid.sum();
-    case Reduction::kSumOfMeans: return (weighted.sum(1) / valid.sum(1).clamp_min(1.0)).sum();
-    case Reduction::kSum: return weighted.sum();
+    case Reduction::kMean:
+      return weighted.sum() / valid.sum();
+    case Reduction::kSumOfMeans:
+      return (weighted.sum(1) / valid.sum(1).clamp_min(1.0)).sum();
+    case Reduction::kSum:
+      return weighted.sum();
   }
   throw std::logic_error("bad reduction");
 }
@@ -47,16 +51,6 @@ at::Tensor plain_query_loss(const UnrolledLmSetup& setup, const TensorTree& para
   return ((losses * valid).sum(1) / valid.sum(1)).mean();
 }
 
-TensorTree named(const TensorTree& like, const std::vector<at::Tensor>& tensors) {
-  TensorTree out;
-  size_t i = 0;
-  for (const auto& e : like) {
-    out.insert(e.name, tensors[i].defined() ? tensors[i].detach() : at::zeros_like(e.tensor));
-    ++i;
-  }
-  return out;
-}
-
 }  // namespace
 
 TensorTree lm_batch_hvp(const UnrolledLmSetup& setup, const TensorTree& params_in, const at::Tensor& w, int64_t t,
@@ -70,13 +64,13 @@ TensorTree lm_batch_hvp(const UnrolledLmSetup& setup, const TensorTree& params_i
     if (g[i].defined()) gv = gv + (g[i] * d.tensor).sum();
     ++i;
   }
-  return named(params, torch::autograd::grad({gv}, params.tensors(), {}, false, false, true));
+  return with_values(params, torch::autograd::grad({gv}, params.tensors(), {}, false, false, true)).detach();
 }
 
 TensorTree lm_query_gradient(const UnrolledLmSetup& setup, const TensorTree& params_in) {
   TensorTree params = params_in.requires_grad();
   at::Tensor q = plain_query_loss(setup, params, std::nullopt);
-  return named(params, torch::autograd::grad({q}, params.tensors(), {}, false, false, true));
+  return with_values(params, torch::autograd::grad({q}, params.tensors(), {}, false, false, true)).detach();
 }
 
 UnrolledLmResult unrolled_lm_scores(const UnrolledLmSetup& setup, const at::Tensor& w_in, bool per_query) {
@@ -86,15 +80,10 @@ UnrolledLmResult unrolled_lm_scores(const UnrolledLmSetup& setup, const at::Tens
   UnrolledLmResult result;
   for (int64_t t = 0; t < setup.stream.num_steps(); ++t) {
     at::Tensor loss = plain_batch_loss(setup, params, w, t);
-    auto g = torch::autograd::grad({loss}, params.tensors(), {}, true, true, true);
-    TensorTree grads;
-    size_t i = 0;
-    for (const auto& p : params) {
-      grads.insert(p.name, g[i].defined() ? g[i] : at::zeros_like(p.tensor));
-      ++i;
-    }
-    if (setup.clip_norm) grads = clip_by_global_norm(grads, *setup.clip_norm);
+    TensorTree grads = with_values(params, torch::autograd::grad({loss}, params.tensors(), {}, true, true, true));
+    result.step_params.push_back(params.detach());
     result.step_grads.push_back(grads.detach());
+    if (setup.clip_norm) grads = clip_by_global_norm(grads, *setup.clip_norm);
     OptimizerUpdate update = setup.optimizer->update(params, grads, opt_state);
     params = update.params;
     opt_state = update.state;

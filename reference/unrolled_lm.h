@@ -31,9 +31,10 @@ struct UnrolledLmSetup {
 };
 
 struct UnrolledLmResult {
-  at::Tensor scores;                   // dQ/dw, or [Q, ...] with per_query
+  at::Tensor scores;  // dQ/dw, or [Q, ...] with per_query
   TensorTree final_params;
-  std::vector<TensorTree> step_grads;  // the gradient each step's optimizer consumed
+  std::vector<TensorTree> step_params;  // θ_t, the parameters step t starts from
+  std::vector<TensorTree> step_grads;   // ∇L_t(θ_t), before clipping
   double query_loss = 0.0;
 };
 

@@ -1,5 +1,7 @@
 #include "tests/support.h"
 
+#include "lib/core/error.h"
+
 #include <sys/wait.h>
 
 #include <array>
@@ -9,7 +11,9 @@
 
 namespace magic::testing {
 
-std::string source_path(const std::string& relative) { return std::string(MAGIC_SOURCE_DIR) + "/" + relative; }
+std::string source_path(const std::string& relative) {
+  return std::string(MAGIC_SOURCE_DIR) + "/" + relative;
+}
 
 nlohmann::json tiny_run_json(const TinyRun& r) {
   nlohmann::json optimizer = {{"name", r.optimizer}, {"lr", r.optimizer == "sgd" ? 0.5 : 0.01}};
@@ -20,7 +24,8 @@ nlohmann::json tiny_run_json(const TinyRun& r) {
     optimizer["eps_root"] = 1e-10;
     optimizer["weight_decay"] = 0.05;
   }
-  if (r.schedule != "constant") optimizer["schedule"] = {{"name", r.schedule}, {"warmup_steps", 2}, {"final_lr", 0.001}};
+  if (r.schedule != "constant")
+    optimizer["schedule"] = {{"name", r.schedule}, {"warmup_steps", 2}, {"final_lr", 0.001}};
   if (r.clip) optimizer["clip_norm"] = 0.5;
   return {
       {"seed", r.seed},
@@ -41,11 +46,13 @@ RunConfig tiny_run_config(const TinyRun& r) {
   return RunConfig::from_json(tiny_run_json(r), "tiny-run", source_path("fixtures"));
 }
 
-LmProblem tiny_lm_problem(const TinyRun& r) { return build_lm_problem(tiny_run_config(r)); }
+LmProblem tiny_lm_problem(const TinyRun& r) {
+  return build_lm_problem(tiny_run_config(r));
+}
 
 reference::UnrolledLmSetup unrolled_setup(const LmProblem& p, const RunConfig& c) {
-  return reference::UnrolledLmSetup{p.model, p.train, &p.query->queries(), *p.stream, c.reduction,
-                                    p.optimizer, c.optimizer.clip_norm, p.initial.params};
+  return reference::UnrolledLmSetup{p.model,     p.train,     &p.query->queries(),   *p.stream,
+                                    c.reduction, p.optimizer, c.optimizer.clip_norm, p.initial.params};
 }
 
 double relative_error(const at::Tensor& a, const at::Tensor& b) {
@@ -66,6 +73,24 @@ std::string read_file(const std::string& path) {
   std::stringstream content;
   content << in.rdbuf();
   return content.str();
+}
+
+std::string input_error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+CheckReport run_check_in_threads(const checks::CheckRequest& request) {
+  CheckReport report;
+  dist::run_ranks_in_threads(static_cast<int>(request.settings.topology.world_size()), [&](dist::Runtime& rt) {
+    CheckReport r = checks::run_check(request, rt);
+    if (rt.rank() == 0) report = r;
+  });
+  return report;
 }
 
 }  // namespace magic::testing

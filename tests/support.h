@@ -4,6 +4,9 @@
 
 #include <string>
 
+#include <functional>
+
+#include "checks/run_check.h"
 #include "lib/train/run_config.h"
 #include "reference/unrolled_lm.h"
 
@@ -44,5 +47,11 @@ struct CommandOutcome {
 CommandOutcome run_command(const std::string& command_line);
 
 std::string read_file(const std::string& path);
+
+// The message of the InputError `fn` throws, or "" if it throws none.
+std::string input_error_of(const std::function<void()>& fn);
+
+// A magic-check run with the request's topology as ranks on threads of this process; rank 0's report.
+CheckReport run_check_in_threads(const checks::CheckRequest& request);
 
 }  // namespace magic::testing

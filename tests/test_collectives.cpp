@@ -23,7 +23,9 @@ at::Tensor rank_input(int rank, int size, uint64_t salt) {
   return at::randn({size, 2}, gen, at::TensorOptions().dtype(at::kDouble));
 }
 
-double coefficient(int rank) { return 0.3 * (rank + 1); }
+double coefficient(int rank) {
+  return 0.3 * (rank + 1);
+}
 
 struct CollectiveCase {
   std::string name;
@@ -73,7 +75,8 @@ std::vector<CollectiveCase> cases(int size) {
                  },
                  [=](const std::vector<at::Tensor>& xs) {
                    at::Tensor total = at::zeros({}, at::kDouble);
-                   for (int r = 0; r < size; ++r) total = total + (coefficient(r) * sum_all(xs).narrow(0, r, 1).pow(3)).sum();
+                   for (int r = 0; r < size; ++r)
+                     total = total + (coefficient(r) * sum_all(xs).narrow(0, r, 1).pow(3)).sum();
                    return total;
                  }});
   return out;

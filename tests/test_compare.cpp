@@ -13,7 +13,9 @@ at::Tensor reference_tensor() {
   return at::randn({200}, gen, at::TensorOptions().dtype(at::kDouble));
 }
 
-std::vector<NamedFactor> factors() { return candidate_factors({{"n_ci", 4}, {"n_per_block", 2}, {"dp", 1}}); }
+std::vector<NamedFactor> factors() {
+  return candidate_factors({{"n_ci", 4}, {"n_per_block", 2}, {"dp", 1}});
+}
 
 TEST(Compare, IdenticalTensorsGiveTheHealthyFigures) {
   at::Tensor r = reference_tensor();
@@ -42,8 +44,11 @@ TEST(Compare, MeanRatioIgnoresEntriesBelowTheFloor) {
 
 TEST(Diagnosis, NamesExactTopologyFactors) {
   at::Tensor r = reference_tensor();
-  for (auto [factor, name] : std::vector<std::pair<double, std::string>>{
-           {0.25, "1/n_ci"}, {4.0, "x n_ci"}, {2.0, "x n_per_block"}, {0.5, "1/n_per_block"}, {8.0, "x n_ci*n_per_block"}}) {
+  for (auto [factor, name] : std::vector<std::pair<double, std::string>>{{0.25, "1/n_ci"},
+                                                                         {4.0, "x n_ci"},
+                                                                         {2.0, "x n_per_block"},
+                                                                         {0.5, "1/n_per_block"},
+                                                                         {8.0, "x n_ci*n_per_block"}}) {
     CheckRow row = make_check_row("grad", "w", r * factor, r, 1e-9, factors());
     EXPECT_FALSE(row.passed);
     EXPECT_EQ(row.diagnosis.factor, name) << factor;

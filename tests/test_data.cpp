@@ -17,15 +17,6 @@ std::string write_temp(const std::string& name, const std::string& content) {
   return path;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(ByteTokenizer, RoundTripsUtf8AndEndsWithEndOfDocument) {
   ByteTokenizer tok;
   const std::string text = "Wisdom \xc3\xa9t\xc3\xa9";
@@ -53,14 +44,14 @@ TEST(TextLoader, PlainTextSplitsOnBlankLines) {
 
 TEST(TextLoader, MalformedJsonlNamesFileAndLine) {
   const auto bad = write_temp("bad.jsonl", "{\"text\": \"one\"}\n\n{\"text\": \"two\"\n");
-  EXPECT_NE(error_of([&] { load_jsonl(bad); }).find("bad.jsonl:3: malformed JSON line"), std::string::npos)
-      << error_of([&] { load_jsonl(bad); });
+  EXPECT_NE(testing::input_error_of([&] { load_jsonl(bad); }).find("bad.jsonl:3: malformed JSON line"), std::string::npos)
+      << testing::input_error_of([&] { load_jsonl(bad); });
   const auto missing = write_temp("missing.jsonl", "{\"body\": \"x\"}\n");
-  EXPECT_NE(error_of([&] { load_jsonl(missing); }).find("missing.jsonl:1: missing text field 'text'"),
+  EXPECT_NE(testing::input_error_of([&] { load_jsonl(missing); }).find("missing.jsonl:1: missing text field 'text'"),
             std::string::npos);
   const auto wrong = write_temp("wrong.jsonl", "{\"text\": 7}\n");
-  EXPECT_NE(error_of([&] { load_jsonl(wrong); }).find("must be a string, got number"), std::string::npos);
-  EXPECT_NE(error_of([&] { load_jsonl("/nonexistent/x.jsonl"); }).find("cannot open"), std::string::npos);
+  EXPECT_NE(testing::input_error_of([&] { load_jsonl(wrong); }).find("must be a string, got number"), std::string::npos);
+  EXPECT_NE(testing::input_error_of([&] { load_jsonl("/nonexistent/x.jsonl"); }).find("cannot open"), std::string::npos);
 }
 
 TEST(TokenDataset, ChunksToMaxLenAndPadsWithIgnoredLabels) {
@@ -77,7 +68,9 @@ TEST(TokenDataset, ChunksToMaxLenAndPadsWithIgnoredLabels) {
   // A final piece of one token holds no label and is dropped: "abcd" + EOS with max_len 4.
   auto dropped = tokenize_documents({{"c", "abcd"}}, ByteTokenizer(), 4);
   EXPECT_EQ(dropped.size(), 1);
-  EXPECT_NE(error_of([] { tokenize_documents({{"a", "abc"}}, ByteTokenizer(), 1); }).find("max_len must be >= 2"),
+  EXPECT_NE(testing::input_error_of([] {
+              tokenize_documents({{"a", "abc"}}, ByteTokenizer(), 1);
+            }).find("max_len must be >= 2"),
             std::string::npos);
 }
 
@@ -98,8 +91,9 @@ TEST(DataStream, EveryEpochVisitsEveryExampleOnceAndPadsTheLastBatch) {
 }
 
 TEST(DataStream, TooFewExamplesForOneBatchIsAnInputError) {
-  EXPECT_NE(error_of([] { DataStream(3, StreamConfig{4, 1, 0, true}, "train.jsonl"); })
-                .find("train.jsonl: too few examples for one batch: 3 examples, batch_size 4"),
+  EXPECT_NE(testing::input_error_of([] {
+              DataStream(3, StreamConfig{4, 1, 0, true}, "train.jsonl");
+            }).find("train.jsonl: too few examples for one batch: 3 examples, batch_size 4"),
             std::string::npos);
 }
 

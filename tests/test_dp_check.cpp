@@ -1,31 +1,25 @@
-// The data-parallel LM check with ranks as threads of this process: each mutation, planted alone,
-// is caught at its expected level with its expected factor (dp=3: "x dp" means x3 here, unlike
-// the dp=4 runs of test_magic_check_cli); fp32 passes at its tolerance; empty shards are fine.
+// The checks with ranks as threads of this process: each mutation, planted alone, is caught at
+// its expected level with its expected factor, on a layout of its family other than the ones the
+// end-to-end runs use (dp=3; the non-square three-pool n_ci=2,n_per_block=4,n_blocks=1,n_ppgd=2,
+// where x n_ci and x n_per_block differ); fp32 passes at its tolerance; empty shards are fine.
 #include <gtest/gtest.h>
 
 #include "checks/mutations.h"
 #include "checks/run_check.h"
+#include "tests/support.h"
 
 namespace magic {
 namespace {
-
-CheckReport run_threads(const checks::CheckRequest& request) {
-  CheckReport report;
-  dist::run_ranks_in_threads(static_cast<int>(request.settings.topology.world_size()), [&](dist::Runtime& rt) {
-    CheckReport r = checks::run_check(request, rt);
-    if (rt.rank() == 0) report = r;
-  });
-  return report;
-}
 
 class EachMutation : public ::testing::TestWithParam<checks::Mutation> {};
 
 TEST_P(EachMutation, IsCaughtAtItsLevelWithItsFactor) {
   checks::CheckRequest request;
-  request.settings.topology = dist::TopologySpec::parse("dp=3");
+  request.settings.topology = dist::TopologySpec::parse(
+      GetParam().family == dist::TopologyFamily::kMesh ? "dp=3" : "n_ci=2,n_per_block=4,n_blocks=1,n_ppgd=2");
   request.mode = checks::CheckMode::kMutate;
   request.mutation = GetParam().name;
-  const CheckReport report = run_threads(request);
+  const CheckReport report = testing::run_check_in_threads(request);
   ASSERT_EQ(report.bite.size(), 1u);
   const BiteOutcome& b = report.bite.front();
   EXPECT_TRUE(b.caught) << b.mutation << ": observed " << b.observed_level << ": " << b.observed_diagnosis;
@@ -35,6 +29,18 @@ TEST_P(EachMutation, IsCaughtAtItsLevelWithItsFactor) {
   }
   EXPECT_EQ(report.exit_code(), 1) << "a planted bug fails the run";
 }
+
+}  // namespace
+}  // namespace magic
+
+namespace magic::checks {
+void PrintTo(const Mutation& m, std::ostream* out) {
+  *out << m.name;
+}
+}  // namespace magic::checks
+
+namespace magic {
+namespace {
 
 std::string mutation_name(const ::testing::TestParamInfo<checks::Mutation>& info) {
   std::string name = info.param.name;
@@ -48,7 +54,7 @@ TEST(DataParallelCheck, Fp32PassesAtItsTolerance) {
   checks::CheckRequest request;
   request.settings.topology = dist::TopologySpec::parse("dp=2");
   request.settings.dtype = c10::kFloat;
-  const CheckReport report = run_threads(request);
+  const CheckReport report = testing::run_check_in_threads(request);
   EXPECT_TRUE(report.rows_pass());
   for (const auto& row : report.rows) EXPECT_EQ(row.tolerance, 1e-4);
 }
@@ -57,7 +63,7 @@ TEST(DataParallelCheck, RanksWithEmptyShardsStillMatchTheReference) {
   checks::CheckRequest request;
   request.settings.topology = dist::TopologySpec::parse("dp=4");
   request.settings.batch_size = 2;  // two of the four ranks hold no rows
-  const CheckReport report = run_threads(request);
+  const CheckReport report = testing::run_check_in_threads(request);
   EXPECT_TRUE(report.rows_pass());
 }
 

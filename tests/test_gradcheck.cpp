@@ -103,7 +103,8 @@ struct LmLossFixture {
       for (size_t i = 0; i < names.size(); ++i) p.set(names[i], x[i]);
       at::Tensor losses = next_token_losses(gpt_forward(config, p, ids), labels);
       at::Tensor mask = label_mask(labels, at::kDouble);
-      return std::vector<at::Tensor>{reduce_weighted_loss(losses, mask, weights, Reduction::kMean, mask.sum().item<double>())};
+      return std::vector<at::Tensor>{
+          reduce_weighted_loss(losses, mask, weights, Reduction::kMean, mask.sum().item<double>())};
     };
   }
 };

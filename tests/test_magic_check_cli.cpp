@@ -9,6 +9,8 @@
 #include <chrono>
 #include <filesystem>
 #include <future>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "tests/support.h"
@@ -21,7 +23,9 @@ testing::CommandOutcome magic_check(const std::string& args, const std::string& 
   return testing::run_command(env + " " + std::string(MAGIC_CHECK_BINARY) + " " + args);
 }
 
-std::string temp_path(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "/" + name;
+}
 
 TEST(MagicCheckCli, FourRanksPassAtFp64PrecisionAndWriteBothReports) {
   const std::string json = temp_path("dp4.json"), junit = temp_path("dp4.xml");
@@ -56,8 +60,7 @@ TEST(MagicCheckCli, BiteCatchesEveryMutationWithItsSignature) {
 TEST(MagicCheckCli, AvgConventionFailsOnUnevenShardsAndSumPasses) {
   auto avg = magic_check("--topology dp=3 --convention avg");
   EXPECT_EQ(avg.exit_code, 1) << avg.output;
-  EXPECT_NE(avg.output.find("is exact only when every shard holds the same number of valid labels"),
-            std::string::npos)
+  EXPECT_NE(avg.output.find("is exact only when every shard holds the same number of valid labels"), std::string::npos)
       << avg.output;
   auto sum = magic_check("--topology dp=3 --convention sum");
   EXPECT_EQ(sum.exit_code, 0) << sum.output;
@@ -67,6 +70,41 @@ TEST(MagicCheckCli, MutateRunsOneBugAndFailsWithItsFactor) {
   auto o = magic_check("--topology dp=2 --mutate extra-divide-scores --checks scores");
   EXPECT_EQ(o.exit_code, 1) << o.output;
   EXPECT_NE(o.output.find("1/dp"), std::string::npos) << o.output;
+}
+
+TEST(MagicCheckCli, ThreePoolTenRanksPassAtFp64Precision) {
+  const std::string json = temp_path("three_pool.json");
+  auto o = magic_check("--topology n_ci=4,n_per_block=2 --json " + json);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  auto report = nlohmann::json::parse(testing::read_file(json));
+  EXPECT_EQ(report["world_size"], 10);
+  EXPECT_EQ(report["workload"], "spd");
+  std::set<std::string> levels;
+  for (const auto& row : report["checks"]) {
+    levels.insert(row["level"].get<std::string>());
+    EXPECT_NEAR(row["mean_ratio"].get<double>(), 1.0, 1e-9) << row.dump();
+    EXPECT_LE(row["worst_rel_err"].get<double>(), 1e-9) << row.dump();
+  }
+  EXPECT_EQ(levels, (std::set<std::string>{"grad", "query_grad", "hvp", "final_params", "scores"}));
+}
+
+TEST(MagicCheckCli, ThreePoolBiteShowsTheExpectedFactors) {
+  const std::string json = temp_path("three_pool_bite.json");
+  auto o = magic_check("--topology n_ci=4,n_per_block=2 --bite --json " + json);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  auto report = nlohmann::json::parse(testing::read_file(json));
+  std::map<std::string, nlohmann::json> bite;
+  for (const auto& b : report["bite"]) {
+    EXPECT_TRUE(b["caught"].get<bool>()) << b.dump();
+    bite[b["mutation"].get<std::string>()] = b;
+  }
+  EXPECT_EQ(bite.size(), 7u);
+  EXPECT_NE(bite["avg-ci-reduce"]["observed"]["diagnosis"].get<std::string>().find("1/n_ci (scale 0.250000)"),
+            std::string::npos)
+      << bite["avg-ci-reduce"].dump();
+  EXPECT_NE(bite["faith-on-all-ranks"]["observed"]["diagnosis"].get<std::string>().find("(scale 2.000000)"),
+            std::string::npos)
+      << bite["faith-on-all-ranks"].dump();
 }
 
 TEST(MagicCheckCli, BadInputExitsTwoNamingTheInput) {
@@ -82,6 +120,9 @@ TEST(MagicCheckCli, BadInputExitsTwoNamingTheInput) {
            {"--topology dp=2 --mutate bogus", "unknown mutation 'bogus'"},
            {"--topology dp=2 --launch env", "RANK is not set"},
            {"--steps 3", "--topology is required"},
+           {"--topology n_ci=3,n_per_block=2 --batch 12", "batch splits between pools must divide each other"},
+           {"--topology n_ci=4 --batch 12", "a three-pool layout needs n_per_block"},
+           {"--topology n_ci=2,n_per_block=2 --mutate local-normalizer", "needs a mesh layout with dp >= 2"},
        }) {
     auto o = magic_check(c.args);
     EXPECT_EQ(o.exit_code, 2) << c.args << "\n" << o.output;
@@ -106,7 +147,8 @@ TEST(MagicCheckCli, AKilledRankEndsTheRunWithExitTwoAndItsNumberAndLeavesNothing
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(800));
   std::vector<pid_t> pids;
-  for (int r = 0; r < 4; ++r) pids.push_back(std::stoi(testing::read_file(pid_dir + "/rank-" + std::to_string(r) + ".pid")));
+  for (int r = 0; r < 4; ++r)
+    pids.push_back(std::stoi(testing::read_file(pid_dir + "/rank-" + std::to_string(r) + ".pid")));
   ASSERT_EQ(kill(pids[2], SIGKILL), 0);
   const auto killed_at = std::chrono::steady_clock::now();
   auto o = run.get();

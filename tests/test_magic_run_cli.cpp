@@ -12,7 +12,9 @@ namespace {
 
 using Outcome = testing::CommandOutcome;
 
-Outcome run_magic_run(const std::string& args) { return testing::run_command(std::string(MAGIC_RUN_BINARY) + " " + args); }
+Outcome run_magic_run(const std::string& args) {
+  return testing::run_command(std::string(MAGIC_RUN_BINARY) + " " + args);
+}
 
 // Writes a config derived from the tiny test run with `edit` applied.
 std::string config_with(const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
@@ -40,9 +42,10 @@ TEST(MagicRunCli, BadInputsExitTwoWithAClearMessage) {
                    "max_len: expected >= 2");
   expect_bad_input("--config " + config_with("opt", [](nlohmann::json& j) { j["optimizer"]["name"] = "lion"; }),
                    "unknown optimizer 'lion'; expected one of sgd, adam, adamw");
-  expect_bad_input("--config " + config_with("sched", [](nlohmann::json& j) {
-                     j["optimizer"]["schedule"] = {{"name", "step"}};
-                   }),
+  expect_bad_input("--config " + config_with("sched",
+                                             [](nlohmann::json& j) {
+                                               j["optimizer"]["schedule"] = {{"name", "step"}};
+                                             }),
                    "unknown schedule 'step'");
   expect_bad_input("--config " + config_with("type", [](nlohmann::json& j) { j["training"]["steps"] = "ten"; }),
                    "training.steps: expected an integer, got string");

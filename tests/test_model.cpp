@@ -6,7 +6,9 @@
 namespace magic {
 namespace {
 
-GptConfig small() { return GptConfig{257, 16, 2, 4, 12}; }
+GptConfig small() {
+  return GptConfig{257, 16, 2, 4, 12};
+}
 
 at::Tensor tokens(int64_t B, int64_t T, uint64_t seed) {
   at::manual_seed(seed);
@@ -23,7 +25,8 @@ TEST(Gpt, ShapesAndParameterNames) {
 }
 
 TEST(Gpt, InitIsAPureFunctionOfTheSeed) {
-  auto a = gpt_init(small(), at::kDouble, 5), b = gpt_init(small(), at::kDouble, 5), c = gpt_init(small(), at::kDouble, 6);
+  auto a = gpt_init(small(), at::kDouble, 5), b = gpt_init(small(), at::kDouble, 5),
+       c = gpt_init(small(), at::kDouble, 6);
   EXPECT_TRUE(at::equal(a.flatten(), b.flatten()));
   EXPECT_FALSE(at::equal(a.flatten(), c.flatten()));
 }

@@ -130,14 +130,14 @@ TEST(Schedules, WarmupLinearAndCosineValues) {
   cosine.final_value = 0.2;
   cosine.warmup_steps = 4;
   cosine.total_steps = 24;
-  EXPECT_DOUBLE_EQ(cosine.at(1), 0.5);                // 2 · 1/4
-  EXPECT_DOUBLE_EQ(cosine.at(4), 2.0);                // peak when warmup ends
-  EXPECT_NEAR(cosine.at(14), (2.0 + 0.2) / 2, 1e-15); // halfway: cos(π/2) = 0
+  EXPECT_DOUBLE_EQ(cosine.at(1), 0.5);                 // 2 · 1/4
+  EXPECT_DOUBLE_EQ(cosine.at(4), 2.0);                 // peak when warmup ends
+  EXPECT_NEAR(cosine.at(14), (2.0 + 0.2) / 2, 1e-15);  // halfway: cos(π/2) = 0
   EXPECT_DOUBLE_EQ(cosine.at(24), 0.2);
   EXPECT_DOUBLE_EQ(cosine.at(1000), 0.2);
   LrSchedule linear = cosine;
   linear.kind = LrSchedule::Kind::kLinear;
-  EXPECT_NEAR(linear.at(9), 2.0 - 1.8 / 4, 1e-15);    // a quarter of the way down
+  EXPECT_NEAR(linear.at(9), 2.0 - 1.8 / 4, 1e-15);  // a quarter of the way down
 }
 
 TEST(Schedules, WarmupFractionAndErrors) {

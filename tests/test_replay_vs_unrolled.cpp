@@ -19,8 +19,12 @@ struct ReplayCase {
 std::string describe(const ReplayCase& c) {
   return c.optimizer + "_" + c.checkpoints + "_" + c.weights + "_" + c.schedule + (c.clip ? "_clip" : "");
 }
-std::string case_name(const ::testing::TestParamInfo<ReplayCase>& info) { return describe(info.param); }
-void PrintTo(const ReplayCase& c, std::ostream* out) { *out << describe(c); }
+std::string case_name(const ::testing::TestParamInfo<ReplayCase>& info) {
+  return describe(info.param);
+}
+void PrintTo(const ReplayCase& c, std::ostream* out) {
+  *out << describe(c);
+}
 
 class ReplayVsUnrolled : public ::testing::TestWithParam<ReplayCase> {};
 

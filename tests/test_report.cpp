@@ -62,7 +62,7 @@ TEST(Report, JunitIsWellFormedAndMatchesTheRows) {
   EXPECT_TRUE(cases[0]->all("failure").empty());
   EXPECT_EQ(cases[1]->attributes.at("name"), "theta_<0> & \"N\"");  // escaped and read back
   ASSERT_EQ(cases[1]->all("failure").size(), 1u);
-  EXPECT_EQ(cases[1]->all("failure")[0]->attributes.at("message"), "x dp");
+  EXPECT_EQ(cases[1]->all("failure")[0]->attributes.at("message"), "x dp (scale 4.000000)");
   auto bite = suites[1]->all("testcase");
   ASSERT_EQ(bite.size(), 2u);
   EXPECT_TRUE(bite[0]->all("failure").empty());

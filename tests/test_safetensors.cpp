@@ -10,7 +10,9 @@
 namespace magic {
 namespace {
 
-std::string temp_file(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+std::string temp_file(const std::string& name) {
+  return ::testing::TempDir() + "/" + name;
+}
 
 TEST(Safetensors, RoundTripsEveryDtypeAndKeepsOrderAndMetadata) {
   TensorTree t;

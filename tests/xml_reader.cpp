@@ -55,12 +55,18 @@ class Reader {
       const size_t end = raw.find(';', k);
       if (end == std::string::npos) fail("unterminated entity");
       const std::string entity = raw.substr(k + 1, end - k - 1);
-      if (entity == "amp") out += '&';
-      else if (entity == "lt") out += '<';
-      else if (entity == "gt") out += '>';
-      else if (entity == "quot") out += '"';
-      else if (entity == "apos") out += '\'';
-      else fail("unknown entity &" + entity + ";");
+      if (entity == "amp")
+        out += '&';
+      else if (entity == "lt")
+        out += '<';
+      else if (entity == "gt")
+        out += '>';
+      else if (entity == "quot")
+        out += '"';
+      else if (entity == "apos")
+        out += '\'';
+      else
+        fail("unknown entity &" + entity + ";");
       k = end;
     }
     return out;
@@ -122,6 +128,8 @@ std::vector<const XmlElement*> XmlElement::all(const std::string& child_name) co
   return out;
 }
 
-std::unique_ptr<XmlElement> parse_xml(const std::string& document) { return Reader(document).document(); }
+std::unique_ptr<XmlElement> parse_xml(const std::string& document) {
+  return Reader(document).document();
+}
 
 }  // namespace magic::testing

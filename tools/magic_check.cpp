@@ -41,10 +41,14 @@ Command parse(int argc, char** argv, int& early_exit) {
   double timeout_s = 60;
   int64_t seed = 0;
   bool bite = false;
-  CLI::App app{"magic-check: check a distributed MAGIC pipeline against a single-process reference.\n"
-               "Example: magic-check --topology dp=4 --bite --json report.json"};
-  app.add_option("--topology", topology, "layout, key=value[,...]: dp=N data-parallel ranks");
-  app.add_option("--workload", s.workload, "the pipeline to check: lm (a small GPT on the KJV fixture)")
+  CLI::App app{
+      "magic-check: check a distributed MAGIC pipeline against a single-process reference.\n"
+      "Example: magic-check --topology dp=4 --bite --json report.json"};
+  app.add_option("--topology", topology,
+                 "layout, key=value[,...]: dp=N (mesh), or n_ci=A,n_per_block=B[,n_blocks=2][,n_ppgd=2] (three-pool)");
+  app.add_option("--workload", s.workload,
+                 "lm: a small GPT on the KJV fixture (mesh); spd: a decomposition of a small MLP (three-pool); "
+                 "auto: by topology")
       ->capture_default_str();
   app.add_option("--steps", s.steps, "training steps")->capture_default_str();
   app.add_option("--dtype", dtype, "fp64 | fp32 (tolerance 1e-9 | 1e-4)")->capture_default_str();
@@ -57,11 +61,14 @@ Command parse(int argc, char** argv, int& early_exit) {
   app.add_flag("--list-mutations", c.list_mutations, "list the mutations and their expected signatures");
   app.add_option("--json", c.json_path, "write the report as JSON (schema in README)");
   app.add_option("--junit", c.junit_path, "write the report as JUnit XML");
-  app.add_option("--seed", seed, "seed of every random choice (init, data order, HVP direction)")->capture_default_str();
+  app.add_option("--seed", seed, "seed of every random choice (init, data order, HVP direction)")
+      ->capture_default_str();
   app.add_option("--optimizer", s.optimizer, "sgd | adam | adamw")->capture_default_str();
-  app.add_option("--batch", s.batch_size, "global batch rows (default 3 x dp + 1: uneven shards)");
-  app.add_option("--launch", c.launch, "spawn: start the ranks here on loopback; env: join a world made by "
-                                       "torchrun/srun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
+  app.add_option("--batch", s.batch_size,
+                 "global batch rows (default: 3 x dp + 1, uneven shards; three-pool: 4 x lcm of the pool sizes)");
+  app.add_option("--launch", c.launch,
+                 "spawn: start the ranks here on loopback; env: join a world made by "
+                 "torchrun/srun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
       ->capture_default_str();
   app.add_option("--backend", backend, "gloo (CPU) | nccl (CUDA builds)")->capture_default_str();
   app.add_option("--timeout", timeout_s, "seconds before a collective gives up on a peer")->capture_default_str();
@@ -99,7 +106,8 @@ Command parse(int argc, char** argv, int& early_exit) {
     c.request.mutation = mutate;
   }
   if (bite && checks::mutations_for(s.topology).empty()) {
-    throw InputError(str_cat("--bite: no mutation applies to ", s.topology.str(), " (every one needs dp >= 2)"));
+    throw InputError(
+        str_cat("--bite: no mutation applies to ", s.topology.str(), " (each needs a pool of more than one rank)"));
   }
   s.validate();
   return c;

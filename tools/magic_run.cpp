@@ -31,8 +31,9 @@ void print_ranked(const char* title, const at::Tensor& totals, const std::vector
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"magic-run: MAGIC data attribution (metagradients through the whole training run).\n"
-               "Example: magic-run --config fixtures/runs/demo.json --out out/demo"};
+  CLI::App app{
+      "magic-run: MAGIC data attribution (metagradients through the whole training run).\n"
+      "Example: magic-run --config fixtures/runs/demo.json --out out/demo"};
   std::string config_path, out_dir;
   size_t top = 5;
   bool per_query = false;
@@ -48,29 +49,29 @@ int run(int argc, char** argv) {
     std::cout << app.help();
     return kExitOk;
   } catch (const CLI::ParseError& e) {
-    std::cerr << "magic-run: " << e.what() << "\n" << "Run with --help for usage.\n";
+    std::cerr << "magic-run: " << e.what() << "\n"
+              << "Run with --help for usage.\n";
     return kExitBadInput;
   }
 
   const RunConfig config = RunConfig::load(config_path);
   const LmProblem problem = build_lm_problem(config);
   if (query_index >= problem.query->num_queries()) {
-    throw InputError(str_cat("--query ", query_index, ": expected an index below the ", problem.query->num_queries(),
-                             " queries"));
+    throw InputError(
+        str_cat("--query ", query_index, ": expected an index below the ", problem.query->num_queries(), " queries"));
   }
   std::cout << "magic-run: " << problem.train->size() << " examples from " << config.train_path << ", "
-            << problem.query->num_queries() << " queries, " << config.steps << " steps of " << config.batch_size
-            << ", " << config.optimizer.name << ", " << checkpoint_schedule_name(config.checkpoints)
-            << " checkpoints\n";
+            << problem.query->num_queries() << " queries, " << config.steps << " steps of " << config.batch_size << ", "
+            << config.optimizer.name << ", " << checkpoint_schedule_name(config.checkpoints) << " checkpoints\n";
   MagicOptions options;
   options.schedule = config.checkpoints;
   options.spill_dir = config.spill_dir;
   options.per_query = per_query;
   MagicResult result = run_magic(*problem.step, *problem.query, problem.initial, problem.weights, options);
-  std::cout << "query loss " << format_fixed(result.query_loss, 4) << "; training " << format_fixed(result.train_seconds, 2)
-            << " s, REPLAY " << format_fixed(result.replay_seconds, 2) << " s; " << result.checkpoints
-            << " checkpoints (" << format_fixed(result.checkpoint_bytes / 1048576.0, 2) << " MiB), at most "
-            << result.peak_states_held << " states held\n";
+  std::cout << "query loss " << format_fixed(result.query_loss, 4) << "; training "
+            << format_fixed(result.train_seconds, 2) << " s, REPLAY " << format_fixed(result.replay_seconds, 2)
+            << " s; " << result.checkpoints << " checkpoints (" << format_fixed(result.checkpoint_bytes / 1048576.0, 2)
+            << " MiB), at most " << result.peak_states_held << " states held\n";
 
   ScoreTable table;
   table.scores = result.scores;
@@ -84,7 +85,8 @@ int run(int argc, char** argv) {
   if (per_query) totals = totals[std::max<int64_t>(query_index, 0)];
   std::vector<int64_t> order(totals.size(0));
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
-  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return totals[a].item<double>() < totals[b].item<double>(); });
+  std::sort(order.begin(), order.end(),
+            [&](int64_t a, int64_t b) { return totals[a].item<double>() < totals[b].item<double>(); });
   std::string query_name = per_query ? problem.query_documents[std::max<int64_t>(query_index, 0)].id : "the query set";
   std::cout << "\nScores are dQ/dw: negative means up-weighting the example lowers the loss on " << query_name << ".\n";
   print_ranked("Most helpful (most negative score):", totals, order, problem, top);

@@ -40,11 +40,16 @@ ComparisonStats compare_tensors(const at::Tensor& distributed, const at::Tensor&
 
 double default_tolerance(c10::ScalarType dtype) {
   switch (dtype) {
-    case c10::kDouble: return 1e-9;
-    case c10::kFloat: return 1e-4;
-    case c10::kBFloat16: return 3e-2;
-    case c10::kHalf: return 1e-2;
-    default: return 1e-9;
+    case c10::kDouble:
+      return 1e-9;
+    case c10::kFloat:
+      return 1e-4;
+    case c10::kBFloat16:
+      return 3e-2;
+    case c10::kHalf:
+      return 1e-2;
+    default:
+      return 1e-9;
   }
 }
 

@@ -27,14 +27,15 @@ std::vector<NamedFactor> candidate_factors(const std::vector<std::pair<std::stri
 
 namespace {
 
-// Every factor within `tolerance` of `scale`, the first (preferred) name first: "x dp = x world".
-std::string matching(const std::vector<NamedFactor>& factors, double scale, double tolerance, std::string& first) {
-  std::vector<std::string> names;
+// Every factor within `tolerance` of `scale`, the preferred one first: "x dp = x world".
+// Products of two sizes are named only when no single size explains the scale.
+std::vector<std::string> matching(const std::vector<NamedFactor>& factors, double scale, double tolerance) {
+  std::vector<std::string> single, product;
   for (const auto& f : factors) {
-    if (std::abs(scale / f.value - 1.0) <= tolerance) names.push_back(f.name);
+    if (std::abs(scale / f.value - 1.0) > tolerance) continue;
+    (f.name.find('*') == std::string::npos ? single : product).push_back(f.name);
   }
-  first = names.empty() ? "" : names.front();
-  return join(names, " = ");
+  return single.empty() ? product : single;
 }
 
 }  // namespace
@@ -50,23 +51,28 @@ Diagnosis diagnose(const ComparisonStats& s, bool passed, const std::vector<Name
     d.text = "reference is zero but the distributed tensor is not";
     return d;
   }
-  std::string first;
   if (s.cosine >= 1.0 - 1e-6) {
-    const std::string names = matching(factors, s.scale, 1e-3, first);
-    if (!names.empty()) {
-      d.text = names;
-      d.factor = first;
+    d.factors = matching(factors, s.scale, 1e-3);
+    if (!d.factors.empty()) {
+      d.text = str_cat(join(d.factors, " = "), " (scale ", format_fixed(s.scale, 6), ")");
+      d.factor = d.factors.front();
       d.exact = true;
       return d;
     }
-    d.text = str_cat("scale ", format_number(std::round(s.scale * 1e6) / 1e6), ", no topology factor");
+    if (std::abs(s.scale - 1.0) < 1e-3) {
+      d.text = str_cat("small difference (worst relative error ", format_sci(s.worst_rel_err, 1),
+                       "): terms missing or extra, not a scaling");
+      return d;
+    }
+    d.text = str_cat("scale ", format_fixed(s.scale, 6), ", no topology factor");
     return d;
   }
   if (s.cosine >= 0.9) {
-    const std::string names = matching(factors, s.scale, 0.25, first);
-    if (!names.empty()) {
-      d.text = str_cat("≈ ", names, " (scale ", format_fixed(s.scale, 4), ", cosine ", format_fixed(s.cosine, 4), ")");
-      d.factor = first;
+    d.factors = matching(factors, s.scale, 0.25);
+    if (!d.factors.empty()) {
+      d.text = str_cat("≈ ", join(d.factors, " = "), " (scale ", format_fixed(s.scale, 4), ", cosine ",
+                       format_fixed(s.cosine, 4), ")");
+      d.factor = d.factors.front();
       return d;
     }
   }

@@ -25,9 +25,10 @@ struct NamedFactor {
 std::vector<NamedFactor> candidate_factors(const std::vector<std::pair<std::string, int64_t>>& sizes);
 
 struct Diagnosis {
-  std::string text;    // empty when the comparison passed
-  std::string factor;  // the factor's name when one explains the scale ("x dp"), else empty
-  bool exact = false;  // an exact match (not ≈)
+  std::string text;                  // empty when the comparison passed
+  std::string factor;                // the preferred factor explaining the scale ("x dp"), or empty
+  std::vector<std::string> factors;  // every factor of that value ("x n_per_block", "x n_ppgd")
+  bool exact = false;                // an exact match (not ≈)
 };
 
 Diagnosis diagnose(const ComparisonStats& stats, bool passed, const std::vector<NamedFactor>& factors);

@@ -15,11 +15,16 @@ c10::ScalarType parse_dtype(const std::string& name, const std::string& what) {
 
 std::string dtype_name(c10::ScalarType dtype) {
   switch (dtype) {
-    case c10::kDouble: return "fp64";
-    case c10::kFloat: return "fp32";
-    case c10::kBFloat16: return "bf16";
-    case c10::kHalf: return "fp16";
-    default: return c10::toString(dtype);
+    case c10::kDouble:
+      return "fp64";
+    case c10::kFloat:
+      return "fp32";
+    case c10::kBFloat16:
+      return "bf16";
+    case c10::kHalf:
+      return "fp16";
+    default:
+      return c10::toString(dtype);
   }
 }
 

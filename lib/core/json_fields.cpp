@@ -30,8 +30,8 @@ nlohmann::json read_json_file(const std::string& path) {
 JsonFields::JsonFields(const nlohmann::json& object, std::string source, std::string path)
     : object_(&object), source_(std::move(source)), path_(std::move(path)) {
   if (!object.is_object()) {
-    throw InputError(str_cat(source_, ": ", path_.empty() ? "top level" : path_,
-                             ": expected an object, got ", type_name(object)));
+    throw InputError(
+        str_cat(source_, ": ", path_.empty() ? "top level" : path_, ": expected an object, got ", type_name(object)));
   }
 }
 
@@ -43,7 +43,9 @@ void JsonFields::fail(const std::string& key, const std::string& message) const 
   throw InputError(str_cat(source_, ": ", field(key), ": ", message));
 }
 
-bool JsonFields::has(const std::string& key) const { return object_->contains(key); }
+bool JsonFields::has(const std::string& key) const {
+  return object_->contains(key);
+}
 
 const nlohmann::json& JsonFields::get(const std::string& key, const char* expected) const {
   read_.insert(key);
@@ -135,8 +137,7 @@ void JsonFields::finish() const {
   if (unknown.empty()) return;
   std::vector<std::string> known(read_.begin(), read_.end());
   throw InputError(str_cat(source_, ": ", path_.empty() ? "top level" : path_, ": unknown key",
-                           unknown.size() > 1 ? "s " : " ", join(unknown, ", "),
-                           "; known keys: ", join(known, ", ")));
+                           unknown.size() > 1 ? "s " : " ", join(unknown, ", "), "; known keys: ", join(known, ", ")));
 }
 
 }  // namespace magic

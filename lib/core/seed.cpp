@@ -17,7 +17,9 @@ uint64_t derive_seed(uint64_t seed, std::string_view purpose, uint64_t index) {
   return splitmix64(h ^ splitmix64(index + 0x632BE59BD9B4E019ull));
 }
 
-at::Generator make_generator(uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
+at::Generator make_generator(uint64_t seed) {
+  return at::make_generator<at::CPUGeneratorImpl>(seed);
+}
 
 uint64_t Rng::next() {
   state_ += 0x9E3779B97F4A7C15ull;
@@ -35,7 +37,9 @@ uint64_t Rng::below(uint64_t bound) {
   return x % bound;
 }
 
-double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+double Rng::uniform() {
+  return static_cast<double>(next() >> 11) * 0x1.0p-53;
+}
 
 std::vector<int64_t> permutation(int64_t n, uint64_t seed) {
   std::vector<int64_t> order(n);

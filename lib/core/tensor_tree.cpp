@@ -12,7 +12,9 @@ void TensorTree::insert(const std::string& name, at::Tensor tensor) {
   entries_.push_back({name, std::move(tensor)});
 }
 
-void TensorTree::set(const std::string& name, at::Tensor tensor) { at(name) = std::move(tensor); }
+void TensorTree::set(const std::string& name, at::Tensor tensor) {
+  at(name) = std::move(tensor);
+}
 
 const at::Tensor& TensorTree::at(const std::string& name) const {
   auto it = index_.find(name);
@@ -52,8 +54,7 @@ TensorTree TensorTree::map(const std::function<at::Tensor(const at::Tensor&)>& f
   return out;
 }
 
-TensorTree TensorTree::map_named(
-    const std::function<at::Tensor(const std::string&, const at::Tensor&)>& fn) const {
+TensorTree TensorTree::map_named(const std::function<at::Tensor(const std::string&, const at::Tensor&)>& fn) const {
   TensorTree out;
   for (const auto& e : entries_) out.insert(e.name, fn(e.name, e.tensor));
   return out;
@@ -111,8 +112,8 @@ at::Tensor TensorTree::flatten() const {
 
 TensorTree TensorTree::unflatten(const at::Tensor& flat) const {
   if (flat.dim() != 1 || flat.numel() != numel()) {
-    throw std::invalid_argument(str_cat("TensorTree::unflatten: expected ", numel(), " values, got shape ",
-                                        flat.sizes()));
+    throw std::invalid_argument(
+        str_cat("TensorTree::unflatten: expected ", numel(), " values, got shape ", flat.sizes()));
   }
   TensorTree out;
   int64_t offset = 0;
@@ -156,6 +157,16 @@ TensorTree merge(const TensorTree& a, const TensorTree& b) {
   return out;
 }
 
+TensorTree with_values(const TensorTree& like, const std::vector<at::Tensor>& values, size_t offset) {
+  TensorTree out;
+  size_t i = offset;
+  for (const auto& e : like) {
+    const at::Tensor& v = values.at(i++);
+    out.insert(e.name, v.defined() ? v : at::zeros_like(e.tensor));
+  }
+  return out;
+}
+
 at::Tensor dot(const TensorTree& a, const TensorTree& b) {
   at::Tensor total;
   auto ib = b.begin();
@@ -169,7 +180,9 @@ at::Tensor dot(const TensorTree& a, const TensorTree& b) {
   return total.defined() ? total : at::zeros({}, at::kDouble);
 }
 
-at::Tensor norm(const TensorTree& tree) { return dot(tree, tree).sqrt(); }
+at::Tensor norm(const TensorTree& tree) {
+  return dot(tree, tree).sqrt();
+}
 
 TensorTree add(const TensorTree& a, const TensorTree& b) {
   return zip(a, b, [](const at::Tensor& x, const at::Tensor& y) { return x + y; });

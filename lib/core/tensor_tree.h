@@ -69,6 +69,10 @@ TensorTree zip(const TensorTree& a, const TensorTree& b,
 // Concatenates trees; names must be disjoint.
 TensorTree merge(const TensorTree& a, const TensorTree& b);
 
+// A tree named like `like` holding `values` in order (the output of torch::autograd::grad over
+// like.tensors(), starting at `offset`), with zeros where a value is undefined (an unused input).
+TensorTree with_values(const TensorTree& like, const std::vector<at::Tensor>& values, size_t offset = 0);
+
 // Differentiable reductions over all entries (0-dim tensors).
 at::Tensor dot(const TensorTree& a, const TensorTree& b);
 at::Tensor norm(const TensorTree& tree);

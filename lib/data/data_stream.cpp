@@ -22,8 +22,8 @@ DataStream::DataStream(int64_t num_examples, StreamConfig config, const std::str
   if (config_.batch_size < 1) throw InputError(str_cat(source, ": batch_size must be >= 1, got ", config_.batch_size));
   if (config_.steps < 1) throw InputError(str_cat(source, ": steps must be >= 1, got ", config_.steps));
   if (num_examples_ < config_.batch_size) {
-    throw InputError(str_cat(source, ": too few examples for one batch: ", num_examples_,
-                             " examples, batch_size ", config_.batch_size));
+    throw InputError(str_cat(source, ": too few examples for one batch: ", num_examples_, " examples, batch_size ",
+                             config_.batch_size));
   }
 }
 

@@ -9,7 +9,9 @@ using torch::autograd::AutogradContext;
 using torch::autograd::Function;
 using torch::autograd::variable_list;
 
-int64_t saved_group(AutogradContext* ctx) { return ctx->saved_data["group"].toInt(); }
+int64_t saved_group(AutogradContext* ctx) {
+  return ctx->saved_data["group"].toInt();
+}
 
 at::Tensor summed(const at::Tensor& x, int64_t group) {
   at::Tensor out = x.detach().contiguous().clone();
@@ -91,9 +93,15 @@ struct CopyToGroupAllReduceBackward : Function<CopyToGroupAllReduceBackward> {
 
 }  // namespace
 
-at::Tensor all_reduce_sum(const at::Tensor& x, const Group& group) { return AllReduceSum::apply(x, group.id()); }
-at::Tensor reduce_from_group(const at::Tensor& x, const Group& group) { return ReduceFromGroup::apply(x, group.id()); }
-at::Tensor copy_to_group(const at::Tensor& x, const Group& group) { return CopyToGroup::apply(x, group.id()); }
+at::Tensor all_reduce_sum(const at::Tensor& x, const Group& group) {
+  return AllReduceSum::apply(x, group.id());
+}
+at::Tensor reduce_from_group(const at::Tensor& x, const Group& group) {
+  return ReduceFromGroup::apply(x, group.id());
+}
+at::Tensor copy_to_group(const at::Tensor& x, const Group& group) {
+  return CopyToGroup::apply(x, group.id());
+}
 at::Tensor all_gather(const at::Tensor& x, const Group& group, int64_t dim) {
   return AllGather::apply(x, group.id(), dim);
 }

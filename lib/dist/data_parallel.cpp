@@ -12,7 +12,9 @@ Convention parse_convention(const std::string& name) {
   throw InputError(str_cat("--convention: unknown convention '", name, "'; expected sum or avg"));
 }
 
-std::string convention_name(Convention convention) { return convention == Convention::kSum ? "sum" : "avg"; }
+std::string convention_name(Convention convention) {
+  return convention == Convention::kSum ? "sum" : "avg";
+}
 
 std::pair<int64_t, int64_t> shard_range(int64_t total, int rank, int size) {
   const int64_t base = total / size, extra = total % size;
@@ -39,10 +41,14 @@ double DataParallel::mean_denominator(double local_valid_labels) const {
 TensorTree DataParallel::enter(const TensorTree& params) const {
   return params.map([this](const at::Tensor& p) {
     switch (bug_) {
-      case PlantedBug::kMissingReduce: return p;
-      case PlantedBug::kDetachedCollective: return p;  // reduced in reduce_gradient(), outside autograd
-      case PlantedBug::kReplicatedAllReduceBackward: return copy_to_group_allreduce_backward(p, *group_);
-      default: return copy_to_group(p, *group_);
+      case PlantedBug::kMissingReduce:
+        return p;
+      case PlantedBug::kDetachedCollective:
+        return p;  // reduced in reduce_gradient(), outside autograd
+      case PlantedBug::kReplicatedAllReduceBackward:
+        return copy_to_group_allreduce_backward(p, *group_);
+      default:
+        return copy_to_group(p, *group_);
     }
   });
 }

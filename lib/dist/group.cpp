@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
@@ -24,6 +25,11 @@ std::unordered_map<int64_t, std::weak_ptr<Group>>& registry() {
   return groups;
 }
 std::atomic<int64_t> next_id{1};
+
+bool tracing() {
+  static const bool trace = std::getenv("MAGIC_TRACE_COLLECTIVES") != nullptr;
+  return trace;
+}
 
 // Loopback for single-machine runs; the interface named by GLOO_SOCKET_IFNAME, or the host's
 // default, for runs across machines.
@@ -47,7 +53,9 @@ BackendKind parse_backend(const std::string& name) {
   throw InputError(str_cat("--backend: unknown backend '", name, "'; expected gloo or nccl"));
 }
 
-std::string backend_name(BackendKind kind) { return kind == BackendKind::kGloo ? "gloo" : "nccl"; }
+std::string backend_name(BackendKind kind) {
+  return kind == BackendKind::kGloo ? "gloo" : "nccl";
+}
 
 bool backend_available(BackendKind kind) {
 #ifdef MAGIC_WITH_NCCL
@@ -84,8 +92,8 @@ std::shared_ptr<Group> Group::create(const std::string& name, std::vector<int> r
   } catch (const InputError&) {
     throw;
   } catch (const std::exception& e) {
-    throw DistributedError(str_cat("rank ", global_rank, ": creating ", backend_name(kind), " group '", name,
-                                   "' of ", size, " ranks failed: ", e.what()));
+    throw DistributedError(str_cat("rank ", global_rank, ": creating ", backend_name(kind), " group '", name, "' of ",
+                                   size, " ranks failed: ", e.what()));
   }
   std::shared_ptr<Group> group(new Group(name, std::move(ranks), rank, backend, kind));
   std::lock_guard<std::mutex> lock(registry_mutex);
@@ -95,7 +103,11 @@ std::shared_ptr<Group> Group::create(const std::string& name, std::vector<int> r
 
 Group::Group(std::string name, std::vector<int> ranks, int rank, c10::intrusive_ptr<compat::CollectiveBackend> backend,
              BackendKind kind)
-    : name_(std::move(name)), ranks_(std::move(ranks)), rank_(rank), backend_(std::move(backend)), kind_(kind),
+    : name_(std::move(name)),
+      ranks_(std::move(ranks)),
+      rank_(rank),
+      backend_(std::move(backend)),
+      kind_(kind),
       id_(next_id++) {}
 
 Group::~Group() {
@@ -112,14 +124,15 @@ std::shared_ptr<Group> find_group(int64_t id) {
 }
 
 void Group::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* operation) const {
+  if (tracing()) std::fprintf(stderr, "[collective] rank %d %s on '%s'\n", global_rank(), operation, name_.c_str());
   try {
     work->wait();
   } catch (const std::exception& e) {
     std::string message = e.what();
     if (const size_t cut = message.find("\nException raised from"); cut != std::string::npos) message.resize(cut);
     throw DistributedError(str_cat("rank ", global_rank(), ": ", operation, " on group '", name_, "' (", size(),
-                                   " ranks, ", backend_name(kind_), ") failed: a peer died or the timeout passed: ",
-                                   message));
+                                   " ranks, ", backend_name(kind_),
+                                   ") failed: a peer died or the timeout passed: ", message));
   }
 }
 
@@ -163,7 +176,19 @@ void Group::send(const at::Tensor& tensor, int destination, int tag) const {
   wait(backend_->send(buffers, destination, tag), "send");
 }
 
+c10::intrusive_ptr<c10d::Work> Group::send_async(const at::Tensor& tensor, int destination, int tag) const {
+  if (tracing())
+    std::fprintf(stderr, "[collective] rank %d posts send to %d tag %d\n", global_rank(), destination, tag);
+  std::vector<at::Tensor> buffers{tensor.contiguous()};
+  return backend_->send(buffers, destination, tag);
+}
+
+void Group::wait_send(const c10::intrusive_ptr<c10d::Work>& work) const {
+  wait(work, "send");
+}
+
 void Group::recv_(at::Tensor& tensor, int source, int tag) const {
+  if (tracing()) std::fprintf(stderr, "[collective] rank %d recv from %d tag %d\n", global_rank(), source, tag);
   std::vector<at::Tensor> buffers{tensor.is_contiguous() ? tensor : tensor.contiguous()};
   wait(backend_->recv(buffers, source, tag), "recv");
   if (!buffers[0].is_same(tensor)) tensor.copy_(buffers[0]);

@@ -46,6 +46,10 @@ class Group {
   at::Tensor reduce_scatter_sum(const at::Tensor& tensor, int64_t dim) const;
   void broadcast_(at::Tensor& tensor, int root) const;
   void send(const at::Tensor& tensor, int destination, int tag) const;
+  // Posts a send and returns without waiting: the work (which keeps the tensor alive) completes
+  // once the peer receives it. wait_send() waits on it, naming the operation on failure.
+  c10::intrusive_ptr<c10d::Work> send_async(const at::Tensor& tensor, int destination, int tag) const;
+  void wait_send(const c10::intrusive_ptr<c10d::Work>& work) const;
   void recv_(at::Tensor& tensor, int source, int tag) const;
   void barrier() const;
 

@@ -36,7 +36,9 @@ struct RankProcess {
 };
 
 volatile sig_atomic_t interrupted = 0;
-void on_interrupt(int) { interrupted = 1; }
+void on_interrupt(int) {
+  interrupted = 1;
+}
 
 std::string describe_status(int status) {
   if (WIFSIGNALED(status)) {

@@ -20,7 +20,8 @@ int env_int(const char* name, std::optional<int> fallback) {
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') {
     if (fallback) return *fallback;
-    throw InputError(str_cat("environment variable ", name, " is not set; --launch env expects torchrun's "
+    throw InputError(str_cat("environment variable ", name,
+                             " is not set; --launch env expects torchrun's "
                              "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT"));
   }
   errno = 0;
@@ -80,8 +81,9 @@ Runtime::Runtime(int rank, int world_size, c10::intrusive_ptr<c10d::Store> store
 }
 
 std::shared_ptr<Group> Runtime::new_group(const std::string& name, const std::vector<int>& ranks) const {
+  const std::string unique = str_cat(name, "#", groups_created_++);
   if (std::find(ranks.begin(), ranks.end(), rank_) == ranks.end()) return nullptr;
-  return Group::create(name, ranks, rank_, store_, backend_, timeout_);
+  return Group::create(unique, ranks, rank_, store_, backend_, timeout_);
 }
 
 void run_ranks_in_threads(int world_size, const std::function<void(Runtime&)>& fn, std::chrono::milliseconds timeout) {

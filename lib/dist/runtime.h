@@ -41,8 +41,8 @@ class Runtime {
   const std::shared_ptr<Group>& world() const { return world_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
-  // Every member calls it with the same arguments, at the same point; non-members need not
-  // call and get nullptr. Names must be unique within the run.
+  // Every rank calls it with the same arguments, in the same order (as torch.distributed's
+  // new_group); non-members get nullptr. Each call gets its own rendezvous keys.
   std::shared_ptr<Group> new_group(const std::string& name, const std::vector<int>& ranks) const;
 
  private:
@@ -51,6 +51,7 @@ class Runtime {
   BackendKind backend_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<Group> world_;
+  mutable int64_t groups_created_ = 0;
 };
 
 // Runs fn(runtime) on `world_size` threads of this process, each rank with its own Runtime

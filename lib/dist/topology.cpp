@@ -10,21 +10,37 @@
 namespace magic::dist {
 namespace {
 
+const std::vector<std::string>& three_pool_keys() {
+  static const std::vector<std::string> keys{"n_ci", "n_per_block", "n_blocks", "n_ppgd"};
+  return keys;
+}
 const std::vector<std::string>& reserved_keys() {
   static const std::vector<std::string> keys{"cp", "fsdp"};
   return keys;
 }
 
+bool contains(const std::vector<std::string>& keys, const std::string& key) {
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
 [[noreturn]] void reject(const std::string& text, const std::string& why) {
   throw InputError(str_cat("--topology '", text, "': ", why, "; expected key=value[,key=value...] with integers >= 1",
-                           " and keys from: ", join(topology_keys(), ", ")));
+                           " and keys from: ", join(topology_keys(), ", "),
+                           " (mesh: dp; three-pool: n_ci and n_per_block, optionally n_blocks and n_ppgd)"));
 }
 
 }  // namespace
 
 const std::vector<std::string>& topology_keys() {
-  static const std::vector<std::string> keys{"dp"};
+  static const std::vector<std::string> keys{"dp", "n_ci", "n_per_block", "n_blocks", "n_ppgd"};
   return keys;
+}
+
+TopologyFamily TopologySpec::family() const {
+  for (const auto& key : three_pool_keys()) {
+    if (values.count(key)) return TopologyFamily::kThreePool;
+  }
+  return TopologyFamily::kMesh;
 }
 
 int64_t TopologySpec::get(const std::string& key, int64_t fallback) const {
@@ -32,20 +48,23 @@ int64_t TopologySpec::get(const std::string& key, int64_t fallback) const {
   return it == values.end() ? fallback : it->second;
 }
 
-int64_t TopologySpec::world_size() const { return dp(); }
+int64_t TopologySpec::world_size() const {
+  if (family() == TopologyFamily::kMesh) return dp();
+  return n_ci() + n_blocks() * n_per_block() + n_ppgd();
+}
 
 std::string TopologySpec::str() const {
-  std::vector<std::string> parts;
-  for (const auto& key : topology_keys()) {
-    if (values.count(key)) parts.push_back(str_cat(key, "=", values.at(key)));
-  }
-  return join(parts, ",");
+  if (family() == TopologyFamily::kMesh) return str_cat("dp=", dp());
+  return str_cat("n_ci=", n_ci(), ",n_per_block=", n_per_block(), ",n_blocks=", n_blocks(), ",n_ppgd=", n_ppgd());
 }
 
 std::vector<std::pair<std::string, int64_t>> TopologySpec::named_sizes() const {
-  std::vector<std::pair<std::string, int64_t>> sizes{{"dp", dp()}};
-  if (world_size() != dp()) sizes.emplace_back("world", world_size());
-  return sizes;
+  if (family() == TopologyFamily::kMesh) return {{"dp", dp()}};
+  return {{"n_ci", n_ci()},
+          {"n_per_block", n_per_block()},
+          {"n_blocks", n_blocks()},
+          {"n_ppgd", n_ppgd()},
+          {"world", world_size()}};
 }
 
 TopologySpec TopologySpec::parse(const std::string& text) {
@@ -59,11 +78,10 @@ TopologySpec TopologySpec::parse(const std::string& text) {
     const size_t eq = item.find('=');
     if (item.empty() || eq == std::string::npos) reject(text, str_cat("'", item, "' is not key=value"));
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-    const auto& known = topology_keys();
-    if (std::find(reserved_keys().begin(), reserved_keys().end(), key) != reserved_keys().end()) {
+    if (contains(reserved_keys(), key)) {
       reject(text, str_cat("key '", key, "' is reserved for a later release and not supported yet"));
     }
-    if (std::find(known.begin(), known.end(), key) == known.end()) reject(text, str_cat("unknown key '", key, "'"));
+    if (!contains(topology_keys(), key)) reject(text, str_cat("unknown key '", key, "'"));
     if (spec.values.count(key)) reject(text, str_cat("key '", key, "' given twice"));
     errno = 0;
     char* end = nullptr;
@@ -73,6 +91,12 @@ TopologySpec TopologySpec::parse(const std::string& text) {
     spec.values[key] = number;
     if (comma == std::string::npos) break;
     start = comma + 1;
+  }
+  if (spec.family() == TopologyFamily::kThreePool) {
+    if (spec.values.count("dp")) reject(text, "dp cannot be combined with the three-pool keys");
+    for (const char* required : {"n_ci", "n_per_block"}) {
+      if (!spec.values.count(required)) reject(text, str_cat("a three-pool layout needs ", required));
+    }
   }
   return spec;
 }

@@ -30,7 +30,8 @@ void write_file_atomically(const std::string& path, const std::function<void(std
 }
 
 void write_file_atomically(const std::string& path, const std::string& content) {
-  write_file_atomically(path, [&](std::ostream& out) { out.write(content.data(), static_cast<std::streamsize>(content.size())); });
+  write_file_atomically(
+      path, [&](std::ostream& out) { out.write(content.data(), static_cast<std::streamsize>(content.size())); });
 }
 
 }  // namespace magic

@@ -13,12 +13,23 @@ std::string xml_escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -36,8 +47,12 @@ std::string pad(const std::string& text, size_t width) {
   return columns >= width ? text + " " : text + std::string(width - columns, ' ');
 }
 
-std::string fixed6(double v) { return std::isfinite(v) ? format_fixed(v, 6) : "inf"; }
-std::string sci(double v) { return std::isfinite(v) ? format_sci(v, 1) : "inf"; }
+std::string fixed6(double v) {
+  return std::isfinite(v) ? format_fixed(v, 6) : "inf";
+}
+std::string sci(double v) {
+  return std::isfinite(v) ? format_sci(v, 1) : "inf";
+}
 
 std::string expected_text(const BiteOutcome& b) {
   return b.expected_factor.empty() ? b.expected_level : b.expected_level + ", " + b.expected_factor;
@@ -89,7 +104,8 @@ void print_report(const CheckReport& r, std::ostream& out) {
     int caught = 0;
     for (const auto& b : r.bite) {
       caught += b.caught;
-      std::string observed = b.observed_level.empty() ? "nothing failed" : b.observed_level + ": " + b.observed_diagnosis;
+      std::string observed =
+          b.observed_level.empty() ? "nothing failed" : b.observed_level + ": " + b.observed_diagnosis;
       out << pad(b.mutation, 31) << pad(expected_text(b), 21) << pad(observed, 64) << (b.caught ? "yes" : "NO") << "\n";
     }
     out << (caught == static_cast<int>(r.bite.size()) ? "BITE PASS" : "BITE FAIL") << ": " << caught << " of "
@@ -124,20 +140,20 @@ nlohmann::ordered_json report_json(const CheckReport& r) {
                     {"caught", b.caught}});
   }
   return json{{"tool", "magic-check"},
-          {"topology", r.topology},
-          {"world_size", r.world_size},
-          {"workload", r.workload},
-          {"dtype", r.dtype},
-          {"convention", r.convention},
-          {"backend", r.backend},
-          {"steps", r.steps},
-          {"seed", r.seed},
-          {"mutation", r.mutation.empty() ? json(nullptr) : json(r.mutation)},
-          {"passed", r.exit_code() == 0},
-          {"seconds", r.seconds},
-          {"checks", checks},
-          {"notes", r.notes},
-          {"bite", r.bite_mode ? bite : json(nullptr)}};
+              {"topology", r.topology},
+              {"world_size", r.world_size},
+              {"workload", r.workload},
+              {"dtype", r.dtype},
+              {"convention", r.convention},
+              {"backend", r.backend},
+              {"steps", r.steps},
+              {"seed", r.seed},
+              {"mutation", r.mutation.empty() ? json(nullptr) : json(r.mutation)},
+              {"passed", r.exit_code() == 0},
+              {"seconds", r.seconds},
+              {"checks", checks},
+              {"notes", r.notes},
+              {"bite", r.bite_mode ? bite : json(nullptr)}};
 }
 
 void write_json_report(const std::string& path, const CheckReport& report) {
@@ -178,8 +194,8 @@ std::string junit_xml(const CheckReport& r) {
         continue;
       }
       x << ">\n      <failure message=\"" << xml_escape("not caught with " + expected_text(b)) << "\">"
-        << xml_escape("observed " + (b.observed_level.empty() ? "no failure" : b.observed_level + ": " +
-                                                                               b.observed_diagnosis))
+        << xml_escape("observed " +
+                      (b.observed_level.empty() ? "no failure" : b.observed_level + ": " + b.observed_diagnosis))
         << "</failure>\n    </testcase>\n";
     }
     x << "  </testsuite>\n";

@@ -17,9 +17,8 @@ struct DtypeCode {
 };
 
 constexpr DtypeCode kDtypes[] = {
-    {"F64", c10::kDouble}, {"F32", c10::kFloat}, {"F16", c10::kHalf}, {"BF16", c10::kBFloat16},
-    {"I64", c10::kLong},   {"I32", c10::kInt},   {"I16", c10::kShort}, {"I8", c10::kChar},
-    {"U8", c10::kByte},    {"BOOL", c10::kBool},
+    {"F64", c10::kDouble}, {"F32", c10::kFloat}, {"F16", c10::kHalf}, {"BF16", c10::kBFloat16}, {"I64", c10::kLong},
+    {"I32", c10::kInt},    {"I16", c10::kShort}, {"I8", c10::kChar},  {"U8", c10::kByte},       {"BOOL", c10::kBool},
 };
 
 const char* dtype_code(c10::ScalarType type) {
@@ -49,9 +48,8 @@ void save_safetensors(const std::string& path, const TensorTree& tensors,
   for (const auto& e : tensors) {
     at::Tensor t = e.tensor.detach().to(at::kCPU).contiguous();
     const uint64_t bytes = t.numel() * t.element_size();
-    header[e.name] = {{"dtype", dtype_code(t.scalar_type())},
-                      {"shape", t.sizes().vec()},
-                      {"data_offsets", {offset, offset + bytes}}};
+    header[e.name] = {
+        {"dtype", dtype_code(t.scalar_type())}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
     contiguous.push_back(t);
   }
@@ -113,8 +111,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
     std::vector<int64_t> shape = info["shape"].get<std::vector<int64_t>>();
     auto offsets = info["data_offsets"].get<std::vector<uint64_t>>();
     if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data_size) {
-      throw bad(str_cat("entry '", item.key(), "' has data_offsets ", info["data_offsets"].dump(),
-                        " outside the ", data_size, "-byte data section"));
+      throw bad(str_cat("entry '", item.key(), "' has data_offsets ", info["data_offsets"].dump(), " outside the ",
+                        data_size, "-byte data section"));
     }
     int64_t numel = 1;
     for (int64_t d : shape) numel *= d;
@@ -131,7 +129,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
   }
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
   for (size_t i = 1; i < spans.size(); ++i) {
-    if (spans[i].begin < spans[i - 1].end) throw bad(str_cat("entries '", spans[i - 1].name, "' and '", spans[i].name, "' overlap"));
+    if (spans[i].begin < spans[i - 1].end)
+      throw bad(str_cat("entries '", spans[i - 1].name, "' and '", spans[i].name, "' overlap"));
   }
   return result;
 }

@@ -1,8 +1,8 @@
 #include "lib/io/score_file.h"
 
 #include <filesystem>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"

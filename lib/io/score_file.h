@@ -12,11 +12,11 @@
 namespace magic {
 
 struct ScoreTable {
-  at::Tensor scores;                    // [N], [N, T] (per token) or [Q, N] (per query)
+  at::Tensor scores;  // [N], [N, T] (per token) or [Q, N] (per query)
   bool per_query = false;
   std::vector<std::string> example_ids;
   std::vector<std::string> example_texts;
-  std::vector<std::string> query_ids;   // per_query only
+  std::vector<std::string> query_ids;  // per_query only
 };
 
 // Per-example totals: [N] (sums tokens), or [Q, N] for per-query tables.

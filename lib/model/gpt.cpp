@@ -9,7 +9,9 @@
 namespace magic {
 namespace {
 
-std::string block(int64_t layer, const char* name) { return str_cat("blocks.", layer, ".", name); }
+std::string block(int64_t layer, const char* name) {
+  return str_cat("blocks.", layer, ".", name);
+}
 
 at::Tensor layer_norm(const at::Tensor& x, const TensorTree& p, const std::string& prefix) {
   return at::layer_norm(x, {x.size(-1)}, p.at(prefix + ".weight"), p.at(prefix + ".bias"), 1e-5);

@@ -14,9 +14,12 @@ Reduction parse_reduction(const std::string& name, const std::string& what) {
 
 std::string reduction_name(Reduction reduction) {
   switch (reduction) {
-    case Reduction::kMean: return "mean";
-    case Reduction::kSumOfMeans: return "sum_of_means";
-    case Reduction::kSum: return "sum";
+    case Reduction::kMean:
+      return "mean";
+    case Reduction::kSumOfMeans:
+      return "sum_of_means";
+    case Reduction::kSum:
+      return "sum";
   }
   return "?";
 }
@@ -41,15 +44,17 @@ at::Tensor align_weights(const at::Tensor& weights) {
   return weights.narrow(1, 1, weights.size(1) - 1);
 }
 
-at::Tensor reduce_weighted_loss(const at::Tensor& token_losses, const at::Tensor& mask,
-                                const at::Tensor& weights, Reduction reduction, double mean_denominator) {
+at::Tensor reduce_weighted_loss(const at::Tensor& token_losses, const at::Tensor& mask, const at::Tensor& weights,
+                                Reduction reduction, double mean_denominator) {
   at::Tensor weighted = align_weights(weights) * token_losses * mask;
   switch (reduction) {
     case Reduction::kMean:
       if (!(mean_denominator > 0)) throw std::invalid_argument("reduce_weighted_loss: a mean over no valid labels");
       return weighted.sum() / mean_denominator;
-    case Reduction::kSumOfMeans: return (weighted.sum(1) / mask.sum(1).clamp_min(1.0)).sum();
-    case Reduction::kSum: return weighted.sum();
+    case Reduction::kSumOfMeans:
+      return (weighted.sum(1) / mask.sum(1).clamp_min(1.0)).sum();
+    case Reduction::kSum:
+      return weighted.sum();
   }
   throw std::logic_error("reduce_weighted_loss: bad reduction");
 }

@@ -31,7 +31,7 @@ at::Tensor align_weights(const at::Tensor& weights);
 
 // Reduces w·ℓ. `mean_denominator` is used by kMean only: the caller supplies the honest count of
 // valid labels (for a distributed batch, the global count across every rank).
-at::Tensor reduce_weighted_loss(const at::Tensor& token_losses, const at::Tensor& mask,
-                                const at::Tensor& weights, Reduction reduction, double mean_denominator);
+at::Tensor reduce_weighted_loss(const at::Tensor& token_losses, const at::Tensor& mask, const at::Tensor& weights,
+                                Reduction reduction, double mean_denominator);
 
 }  // namespace magic

@@ -10,8 +10,8 @@ namespace magic {
 Adam::Adam(Options options) : options_(std::move(options)) {
   auto in_unit = [](double b) { return b >= 0.0 && b < 1.0; };
   if (!in_unit(options_.beta1) || !in_unit(options_.beta2)) {
-    throw InputError(str_cat("optimizer.betas: expected values in [0, 1), got [", options_.beta1, ", ",
-                             options_.beta2, "]"));
+    throw InputError(
+        str_cat("optimizer.betas: expected values in [0, 1), got [", options_.beta1, ", ", options_.beta2, "]"));
   }
   if (options_.eps < 0.0 || options_.eps_root < 0.0) throw InputError("optimizer: eps and eps_root must be >= 0");
 }

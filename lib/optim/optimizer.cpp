@@ -7,9 +7,13 @@
 
 namespace magic {
 
-int64_t optimizer_count(const TensorTree& state) { return state.at("count").item<int64_t>(); }
+int64_t optimizer_count(const TensorTree& state) {
+  return state.at("count").item<int64_t>();
+}
 
-at::Tensor make_count(int64_t count) { return at::scalar_tensor(count, at::TensorOptions().dtype(at::kLong)); }
+at::Tensor make_count(int64_t count) {
+  return at::scalar_tensor(count, at::TensorOptions().dtype(at::kLong));
+}
 
 OptimizerConfig OptimizerConfig::from_json(const JsonFields& f, int64_t total_steps) {
   OptimizerConfig c;

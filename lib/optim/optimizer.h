@@ -24,8 +24,7 @@ class Optimizer {
   virtual ~Optimizer() = default;
   virtual std::string name() const = 0;
   virtual TensorTree init(const TensorTree& params) const = 0;
-  virtual OptimizerUpdate update(const TensorTree& params, const TensorTree& grads,
-                                 const TensorTree& state) const = 0;
+  virtual OptimizerUpdate update(const TensorTree& params, const TensorTree& grads, const TensorTree& state) const = 0;
 };
 
 // The update count stored in an optimizer state.

@@ -36,7 +36,8 @@ LrSchedule LrSchedule::from_json(const JsonFields& f, double peak, int64_t total
   }
   if (f.has("warmup_fraction")) {
     const double fraction = f.number("warmup_fraction");
-    if (!(fraction >= 0.0 && fraction < 1.0)) f.fail("warmup_fraction", str_cat("expected a value in [0, 1), got ", fraction));
+    if (!(fraction >= 0.0 && fraction < 1.0))
+      f.fail("warmup_fraction", str_cat("expected a value in [0, 1), got ", fraction));
     s.warmup_steps = static_cast<int64_t>(std::llround(fraction * static_cast<double>(total_steps)));
   } else {
     s.warmup_steps = f.integer("warmup_steps", 0);

@@ -16,9 +16,12 @@ CheckpointSchedule parse_checkpoint_schedule(const std::string& name, const std:
 
 std::string checkpoint_schedule_name(CheckpointSchedule schedule) {
   switch (schedule) {
-    case CheckpointSchedule::kAll: return "all";
-    case CheckpointSchedule::kSqrt: return "sqrt";
-    case CheckpointSchedule::kLog: return "log";
+    case CheckpointSchedule::kAll:
+      return "all";
+    case CheckpointSchedule::kSqrt:
+      return "sqrt";
+    case CheckpointSchedule::kLog:
+      return "log";
   }
   return "?";
 }
@@ -37,9 +40,15 @@ std::vector<int64_t> checkpoint_steps(CheckpointSchedule schedule, int64_t n) {
   for (int64_t i = 0; i < n;) {
     steps.push_back(i);
     switch (schedule) {
-      case CheckpointSchedule::kAll: i += 1; break;
-      case CheckpointSchedule::kSqrt: i += (i >= n - c) ? 1 : c; break;
-      case CheckpointSchedule::kLog: i += std::max<int64_t>(1, (n - i) / 2); break;
+      case CheckpointSchedule::kAll:
+        i += 1;
+        break;
+      case CheckpointSchedule::kSqrt:
+        i += (i >= n - c) ? 1 : c;
+        break;
+      case CheckpointSchedule::kLog:
+        i += std::max<int64_t>(1, (n - i) / 2);
+        break;
     }
   }
   return steps;

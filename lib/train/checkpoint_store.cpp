@@ -29,7 +29,9 @@ CheckpointStore::~CheckpointStore() {
   std::filesystem::remove_all(directory_, ec);
 }
 
-bool CheckpointStore::wants(int64_t step) const { return std::binary_search(steps_.begin(), steps_.end(), step); }
+bool CheckpointStore::wants(int64_t step) const {
+  return std::binary_search(steps_.begin(), steps_.end(), step);
+}
 
 std::string CheckpointStore::path_for(int64_t step) const {
   return (std::filesystem::path(directory_) / str_cat("step-", step, ".safetensors")).string();

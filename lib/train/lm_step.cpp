@@ -5,25 +5,15 @@
 #include "lib/optim/clip.h"
 
 namespace magic {
-namespace {
-
-TensorTree named_grads(const TensorTree& params, const std::vector<at::Tensor>& grads) {
-  TensorTree out;
-  size_t i = 0;
-  for (const auto& p : params) {
-    out.insert(p.name, grads[i].defined() ? grads[i] : at::zeros_like(p.tensor));
-    ++i;
-  }
-  return out;
-}
-
-}  // namespace
-
-LmStep::LmStep(GptConfig model, std::shared_ptr<const TokenDataset> data, const DataStream& stream,
-               Reduction reduction, std::shared_ptr<const Optimizer> optimizer, std::optional<double> clip_norm,
+LmStep::LmStep(GptConfig model, std::shared_ptr<const TokenDataset> data, const DataStream& stream, Reduction reduction,
+               std::shared_ptr<const Optimizer> optimizer, std::optional<double> clip_norm,
                std::shared_ptr<const DataParallelism> parallelism)
-    : model_(model), data_(std::move(data)), reduction_(reduction), optimizer_(std::move(optimizer)),
-      clip_norm_(clip_norm), parallelism_(std::move(parallelism)) {
+    : model_(model),
+      data_(std::move(data)),
+      reduction_(reduction),
+      optimizer_(std::move(optimizer)),
+      clip_norm_(clip_norm),
+      parallelism_(std::move(parallelism)) {
   for (int64_t t = 0; t < stream.num_steps(); ++t) {
     batches_.push_back(make_batch(*data_, parallelism_->local_share(stream.rows(t))));
   }
@@ -39,17 +29,18 @@ at::Tensor LmStep::loss(const TensorTree& params, int64_t t, const at::Tensor& w
   return reduce_weighted_loss(losses, mask, gather_weights(w, batch.rows), reduction_, denominator);
 }
 
-TensorTree LmStep::gradient(const TensorTree& params, int64_t t, const at::Tensor& w, bool create_graph) const {
+TensorTree LmStep::gradient(const TrainState& state, int64_t t, const at::Tensor& w, bool create_graph) const {
+  const TensorTree& params = state.params;
   at::Tensor local_loss = loss(params, t, w);
   auto grads = torch::autograd::grad({local_loss}, params.tensors(), {}, /*retain_graph=*/create_graph,
                                      /*create_graph=*/create_graph, /*allow_unused=*/true);
-  return parallelism_->apply_convention(parallelism_->reduce_gradient(named_grads(params, grads)));
+  return parallelism_->apply_convention(parallelism_->reduce_gradient(with_values(params, grads)));
 }
 
 StepOutput LmStep::step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const {
   // Untraced steps still need leaves to differentiate the loss; traced ones use the caller's.
   const TensorTree params = traced ? s.params : s.params.requires_grad();
-  TensorTree grads = gradient(params, t, traced ? w : w.detach(), traced);
+  TensorTree grads = gradient(TrainState{params, s.opt, s.persistent}, t, traced ? w : w.detach(), traced);
 
   at::AutoGradMode grad_mode(traced);
   if (clip_norm_) grads = clip_by_global_norm(grads, *clip_norm_);

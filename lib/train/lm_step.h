@@ -29,9 +29,7 @@ class LmStep : public StepFunction {
   StepOutput step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const override;
   at::Tensor assemble_weight_gradient(const at::Tensor& local) const override;
 
-  // The reduced (unclipped) gradient of step t's loss at `params`, which must require grad;
-  // with create_graph the result can be differentiated again (Hessian-vector products).
-  TensorTree gradient(const TensorTree& params, int64_t t, const at::Tensor& w, bool create_graph) const override;
+  TensorTree gradient(const TrainState& state, int64_t t, const at::Tensor& w, bool create_graph) const override;
   // Step t's training loss (global value).
   at::Tensor loss(const TensorTree& params, int64_t t, const at::Tensor& w) const;
 

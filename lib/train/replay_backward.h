@@ -21,9 +21,9 @@ StepVjp step_vjp(const StepFunction& step, const TrainState& state, int64_t t, c
                  const TrainState& cotangent_next);
 
 struct ReplayResult {
-  at::Tensor dw;                // dQ/dw: the scores
-  TrainState initial_cotangent; // dQ/ds_0
-  int64_t peak_states_held = 0; // checkpoints plus the largest segment buffer
+  at::Tensor dw;                 // dQ/dw: the scores
+  TrainState initial_cotangent;  // dQ/ds_0
+  int64_t peak_states_held = 0;  // checkpoints plus the largest segment buffer
 };
 
 class ReplayBackward {

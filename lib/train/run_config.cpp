@@ -73,15 +73,16 @@ LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const DataParalle
     p.train_documents.resize(*c.max_documents);
   }
   p.query_documents = load_documents(c.query_path, c.text_field, c.id_field);
-  auto train = std::make_shared<TokenDataset>(tokenize_documents(p.train_documents, tokenizer, c.model.max_len, c.train_path));
+  auto train =
+      std::make_shared<TokenDataset>(tokenize_documents(p.train_documents, tokenizer, c.model.max_len, c.train_path));
   TokenDataset queries = tokenize_documents(p.query_documents, tokenizer, c.model.max_len, c.query_path);
   p.train = train;
   p.stream = std::make_shared<DataStream>(
       train->size(), StreamConfig{c.batch_size, c.steps, derive_seed(c.seed, "data-order"), c.shuffle}, c.train_path);
   auto optimizer = make_optimizer(c.optimizer);
   p.optimizer = optimizer;
-  p.step = std::make_shared<LmStep>(p.model, train, *p.stream, c.reduction, optimizer, c.optimizer.clip_norm,
-                                    parallelism);
+  p.step =
+      std::make_shared<LmStep>(p.model, train, *p.stream, c.reduction, optimizer, c.optimizer.clip_norm, parallelism);
   p.query = std::make_shared<LmQuery>(p.model, std::move(queries), parallelism);
   p.initial = TrainState{gpt_init(p.model, c.dtype, c.seed), {}, {}};
   p.initial.opt = optimizer->init(p.initial.params);

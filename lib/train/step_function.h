@@ -28,13 +28,14 @@ class StepFunction {
   virtual StepOutput step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const = 0;
   // REPLAY's dQ/dw on this rank -> the full dQ/dw (data-parallel steps sum across ranks).
   virtual at::Tensor assemble_weight_gradient(const at::Tensor& local) const { return local; }
-  // The reduced (unclipped) gradient of step t's training loss at `params`, which must require
-  // grad; with create_graph it can be differentiated again.
-  virtual TensorTree gradient(const TensorTree& params, int64_t t, const at::Tensor& w, bool create_graph) const = 0;
+  // The reduced (unclipped) gradient of step t's training loss with respect to state.params,
+  // which must require grad, at the state's persistent values; with create_graph it can be
+  // differentiated again.
+  virtual TensorTree gradient(const TrainState& state, int64_t t, const at::Tensor& w, bool create_graph) const = 0;
 };
 
 // ∇²L_t(θ) v = ∇<∇L_t(θ), v>, through whatever collectives the step's gradient uses.
-TensorTree hessian_vector_product(const StepFunction& step, const TensorTree& params, int64_t t, const at::Tensor& w,
+TensorTree hessian_vector_product(const StepFunction& step, const TrainState& state, int64_t t, const at::Tensor& w,
                                   const TensorTree& direction);
 
 class QueryFunction {

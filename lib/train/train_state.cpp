@@ -12,7 +12,9 @@ std::vector<at::Tensor> floating_leaves(const TrainState& s) {
   return leaves;
 }
 
-TrainState detach_state(const TrainState& s) { return {s.params.detach(), s.opt.detach(), s.persistent.detach()}; }
+TrainState detach_state(const TrainState& s) {
+  return {s.params.detach(), s.opt.detach(), s.persistent.detach()};
+}
 
 TrainState leaf_state(const TrainState& s) {
   return {s.params.requires_grad(), s.opt.requires_grad(), s.persistent.requires_grad()};

@@ -8,6 +8,7 @@
 
 #include "checks/lm_pipelines.h"
 #include "checks/run_check.h"
+#include "tests/support.h"
 
 namespace magic {
 namespace {
@@ -27,12 +28,7 @@ checks::CheckSettings random_settings(int64_t dp) {
 CheckReport run_threads(const checks::CheckSettings& settings) {
   checks::CheckRequest request;
   request.settings = settings;
-  CheckReport report;
-  dist::run_ranks_in_threads(static_cast<int>(settings.topology.world_size()), [&](dist::Runtime& rt) {
-    CheckReport r = checks::run_check(request, rt);
-    if (rt.rank() == 0) report = r;
-  });
-  return report;
+  return testing::run_check_in_threads(request);
 }
 
 std::string failures(const CheckReport& report) {

@@ -1,0 +1,67 @@
+// magic_check_bench: wall time of whole magic-check runs, as a user launches them (the built-in
+// launcher, Gloo on loopback, every rank a process). Prints, per layout, the fastest and median
+// of R runs of the plain check, and one --bite run.
+//
+//   magic_check_bench [--repeats R] [--topologies "n_ci=4,n_per_block=2;dp=4"]
+#include <sys/wait.h>
+#include <thread>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "lib/core/strings.h"
+
+namespace {
+
+double timed_run(const std::string& args, int& exit_code) {
+  const std::string command = std::string(MAGIC_CHECK_BINARY) + " " + args + " > /dev/null 2>&1";
+  const auto start = std::chrono::steady_clock::now();
+  const int status = std::system(command.c_str());
+  exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int repeats = 3;
+  std::string topologies = "n_ci=4,n_per_block=2;dp=4";
+  for (int i = 1; i + 1 < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--repeats") repeats = std::stoi(argv[++i]);
+    if (a == "--topologies") topologies = argv[++i];
+  }
+  std::cout << "magic_check_bench: " << std::thread::hardware_concurrency() << " cores, " << repeats
+            << " runs per layout, fp64, Gloo on loopback\n\n"
+            << "| topology | ranks | check min s | check median s | exit | --bite s | exit |\n"
+            << "|---|---:|---:|---:|---:|---:|---:|\n";
+  std::stringstream list(topologies);
+  std::string topology;
+  while (std::getline(list, topology, ';')) {
+    std::vector<double> times;
+    int code = 0, bite_code = 0;
+    for (int r = 0; r < repeats; ++r) times.push_back(timed_run("--topology " + topology, code));
+    std::sort(times.begin(), times.end());
+    const double bite = timed_run("--topology " + topology + " --bite", bite_code);
+    int ranks = 0;
+    if (topology.rfind("dp=", 0) == 0) {
+      ranks = std::stoi(topology.substr(3));
+    } else {
+      // n_ci + n_blocks * n_per_block + n_ppgd, with the defaults n_blocks = n_ppgd = 2.
+      auto get = [&](const std::string& key, int fallback) {
+        const size_t at = topology.find(key + "=");
+        return at == std::string::npos ? fallback : std::stoi(topology.substr(at + key.size() + 1));
+      };
+      ranks = get("n_ci", 1) + get("n_blocks", 2) * get("n_per_block", 1) + get("n_ppgd", 2);
+    }
+    std::cout << "| " << topology << " | " << ranks << " | " << magic::format_fixed(times.front(), 2) << " | "
+              << magic::format_fixed(times[times.size() / 2], 2) << " | " << code << " | "
+              << magic::format_fixed(bite, 2) << " | " << bite_code << " |" << std::endl;
+  }
+  return 0;
+}

@@ -1,0 +1,34 @@
+// What a pipeline run yields for comparison: tensors named by level and name, produced in the
+// same order by the distributed pipeline and by the reference of a workload.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "checks/check_settings.h"
+#include "lib/compare/check_row.h"
+#include "lib/train/train_state.h"
+
+namespace magic::checks {
+
+struct NamedTensor {
+  std::string level;  // grad | query_grad | hvp | final_params | scores
+  std::string name;
+  at::Tensor value;
+};
+using PipelineOutputs = std::vector<NamedTensor>;
+
+// A reference run: its outputs, and the state each training step starts from. The distributed
+// gradients of the grad level are evaluated at these states (teacher forcing), so a reduction
+// bug shows as a clean factor at every step instead of being blurred by a diverging trajectory.
+struct ReferenceRun {
+  PipelineOutputs outputs;
+  std::vector<TrainState> states;  // params, and persistent state where the workload has one
+};
+
+// One row per distributed tensor of a wanted level, against the reference tensor of the same
+// level and name (which must exist).
+std::vector<CheckRow> compare_outputs(const PipelineOutputs& distributed, const PipelineOutputs& reference,
+                                      const CheckSettings& settings);
+
+}  // namespace magic::checks

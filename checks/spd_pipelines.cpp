@@ -1,0 +1,152 @@
+#include "checks/spd_pipelines.h"
+
+#include "checks/lm_pipelines.h"
+#include "lib/core/json_fields.h"
+#include "lib/core/seed.h"
+#include "lib/dist/three_pool_spd.h"
+#include "lib/train/magic_pipeline.h"
+#include "reference/unrolled_spd.h"
+
+namespace magic::checks {
+namespace {
+
+bool is_ci(const std::string& name) {
+  return name.rfind("ci.", 0) == 0;
+}
+bool is_vu(const std::string& name) {
+  return name.rfind("V.", 0) == 0 || name.rfind("U.", 0) == 0;
+}
+
+at::Tensor group_of(const TensorTree& full, bool (*member)(const std::string&)) {
+  return full.filter([&](const std::string& n, const at::Tensor&) { return member(n); }).flatten();
+}
+
+// The full tree from each pool leader's share (the other replicas contribute nothing).
+TensorTree assemble(const TensorTree& own, bool leader, const TensorTree& shape, const dist::Group& world) {
+  TensorTree full = shape.zeros_like();
+  if (leader) {
+    for (const auto& e : own) {
+      if (full.contains(e.name)) full.set(e.name, e.tensor.detach().to(full.at(e.name).scalar_type()));
+    }
+  }
+  at::Tensor flat = full.flatten().contiguous();
+  world.all_reduce_sum_(flat);
+  return shape.unflatten(flat);
+}
+
+// Per-step gradients by row name ("theta_ci", "V/U[faithfulness]", ...), steps concatenated.
+struct StepGradRows {
+  std::map<std::string, std::vector<at::Tensor>> rows;
+  void add(const std::string& term, const TensorTree& full) {
+    const std::string suffix = term == "total" ? "" : "[" + term + "]";
+    if (term != "faithfulness") rows["theta_ci" + suffix].push_back(group_of(full, is_ci));
+    if (term != "importance") rows["V/U" + suffix].push_back(group_of(full, is_vu));
+  }
+};
+
+PipelineOutputs spd_outputs(const StepGradRows& grads, const TensorTree& query_grad, const TensorTree& hvp_initial,
+                            const TensorTree& hvp_final, const TensorTree& final_params,
+                            const TensorTree& final_sources, const at::Tensor& scores) {
+  PipelineOutputs out;
+  for (const char* name : {"theta_ci", "theta_ci[reconstruction]", "theta_ci[importance]", "theta_ci[ppgd]", "V/U",
+                           "V/U[faithfulness]", "V/U[reconstruction]", "V/U[ppgd]"}) {
+    out.push_back({"grad", name, at::cat(grads.rows.at(name))});
+  }
+  out.push_back({"query_grad", "theta_ci", group_of(query_grad, is_ci)});
+  out.push_back({"query_grad", "V/U", group_of(query_grad, is_vu)});
+  out.push_back({"hvp", "theta_0", hvp_initial.flatten()});
+  out.push_back({"hvp", "theta_N", hvp_final.flatten()});
+  out.push_back({"final_params", "theta_ci", group_of(final_params, is_ci)});
+  out.push_back({"final_params", "V/U", group_of(final_params, is_vu)});
+  out.push_back({"final_params", "sources", final_sources.flatten()});
+  out.push_back({"scores", "per_document", scores});
+  return out;
+}
+
+}  // namespace
+
+SpdProblem spd_problem(const CheckSettings& s) {
+  SpdProblem p;
+  const int64_t batch = s.global_batch();
+  p.config.n_sites = std::max<int64_t>(2, s.topology.n_blocks());
+  p.config.examples = std::max<int64_t>(64, 2 * batch);
+  p.data = spd_data(p.config, batch, s.dtype, s.seed);
+  p.stream = std::make_shared<DataStream>(p.config.examples,
+                                          StreamConfig{batch, s.steps, derive_seed(s.seed, "data-order"), true},
+                                          "the decomposition workload");
+  const nlohmann::json optimizer = s.optimizer_json();
+  p.optimizer = make_optimizer(OptimizerConfig::from_json(JsonFields(optimizer, "magic-check optimizer"), s.steps));
+  p.initial_params = spd_init_params(p.config, s.dtype, s.seed);
+  p.initial_sources = spd_init_all_sources(p.config, s.dtype);
+  p.source_seed = derive_seed(s.seed, "spd-sources");
+  return p;
+}
+
+PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::Runtime& runtime, dist::PlantedBug bug,
+                                    const std::vector<TrainState>& teacher) {
+  const SpdProblem p = spd_problem(settings);
+  const dist::ThreePoolLayout layout(settings.topology, p.config.n_sites);
+  layout.check_batch(settings.global_batch(), "--batch");
+  const dist::ThreePoolGroups groups = dist::make_three_pool_groups(runtime, layout);
+  const dist::ThreePoolSpd spd({p.config, p.data, p.stream, p.optimizer, p.source_seed, bug}, layout, groups,
+                               runtime.rank());
+  const dist::Group& world = *runtime.world();
+  const bool leader = spd.pool_leader();
+  const TrainState initial = spd.initial_state(p.initial_params, p.initial_sources);
+  const at::Tensor w = at::ones({p.config.examples}, at::TensorOptions().dtype(settings.dtype));
+
+  StepGradRows grads;
+  for (size_t t = 0; t < teacher.size(); ++t) {
+    const auto step = static_cast<int64_t>(t);
+    const TrainState share = spd.initial_state(teacher[t].params, teacher[t].persistent);
+    const TrainState leaves{share.params.requires_grad(), share.opt, share.persistent};
+    grads.add("total", assemble(spd.gradient(leaves, step, w, false), leader, p.initial_params, world));
+    for (SpdTerm term : spd_terms()) {
+      grads.add(spd_term_name(term),
+                assemble(spd.term_gradient(share, step, w, term), leader, p.initial_params, world));
+    }
+  }
+  MagicOptions options;
+  options.schedule = parse_checkpoint_schedule(settings.checkpoints);
+  MagicResult result = run_magic(spd, spd, initial, w, options);
+
+  // The HVP direction: one random tree over every parameter; each rank takes its share.
+  const TensorTree v_full = hvp_direction(p.initial_params, settings.seed);
+  auto share = [&](const TrainState& s) {
+    return s.params.map_named([&](const std::string& n, const at::Tensor& x) {
+      return v_full.contains(n) ? v_full.at(n) : at::zeros_like(x);
+    });
+  };
+  const int64_t last = spd.num_steps() - 1;
+  const TensorTree hvp0 = hessian_vector_product(spd, initial, 0, w, share(initial));
+  const TensorTree hvpN = hessian_vector_product(spd, result.final_state, last, w, share(result.final_state));
+  return spd_outputs(grads, assemble(result.query_gradient, leader, p.initial_params, world),
+                     assemble(hvp0, leader, p.initial_params, world), assemble(hvpN, leader, p.initial_params, world),
+                     assemble(result.final_state.params, leader, p.initial_params, world),
+                     assemble(result.final_state.persistent, leader, p.initial_sources, world), result.scores);
+}
+
+ReferenceRun run_reference_spd(const CheckSettings& settings) {
+  const SpdProblem p = spd_problem(settings);
+  const reference::UnrolledSpdSetup setup{p.config,          p.data,       *p.stream, p.optimizer, p.initial_params,
+                                          p.initial_sources, p.source_seed};
+  const at::Tensor w = at::ones({p.config.examples}, at::TensorOptions().dtype(settings.dtype));
+  const auto unrolled = reference::unrolled_spd_scores(setup, w);
+  StepGradRows grads;
+  for (const auto& step : unrolled.step_grads) {
+    for (const auto& [term, tree] : step) grads.add(term, tree);
+  }
+  const TensorTree v = hvp_direction(p.initial_params, settings.seed);
+  const int64_t last = p.stream->num_steps() - 1;
+  ReferenceRun run;
+  run.outputs = spd_outputs(grads, reference::spd_query_gradient(setup, unrolled.final_params),
+                            reference::spd_batch_hvp(setup, p.initial_params, p.initial_sources, w, 0, v),
+                            reference::spd_batch_hvp(setup, unrolled.final_params, unrolled.final_sources, w, last, v),
+                            unrolled.final_params, unrolled.final_sources, unrolled.scores);
+  for (size_t t = 0; t < unrolled.step_params.size(); ++t) {
+    run.states.push_back(TrainState{unrolled.step_params[t], {}, unrolled.step_sources[t]});
+  }
+  return run;
+}
+
+}  // namespace magic::checks

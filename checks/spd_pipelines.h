@@ -1,0 +1,38 @@
+// The decomposition workload of magic-check (three-pool layouts), run twice on the same data,
+// init and order: the three-pool pipeline (lib/dist/three_pool_spd, REPLAY) on every rank, and
+// the single-process reference (reference/unrolled_spd). Parameter groups are θ_ci (every CI
+// MLP) and V/U (every site's components); gradients are also compared per loss term, where a
+// planted bug shows as a clean factor:
+//   grad/theta_ci, grad/theta_ci[reconstruction|importance|ppgd],
+//   grad/V/U, grad/V/U[faithfulness|reconstruction|ppgd]     (every step at the reference's
+//                                                               state, concatenated)
+//   query_grad/theta_ci, query_grad/V/U;  hvp/theta_0, hvp/theta_N
+//   final_params/theta_ci, final_params/V/U, final_params/sources;  scores/per_document
+#pragma once
+
+#include "checks/pipeline_outputs.h"
+#include "lib/data/data_stream.h"
+#include "lib/dist/planted_bug.h"
+#include "lib/dist/runtime.h"
+#include "lib/model/spd.h"
+#include "lib/optim/optimizer.h"
+
+namespace magic::checks {
+
+// Everything both sides draw from the settings: config, data, order, optimizer, init.
+struct SpdProblem {
+  SpdConfig config;
+  SpdData data;
+  std::shared_ptr<const DataStream> stream;
+  std::shared_ptr<const Optimizer> optimizer;
+  TensorTree initial_params, initial_sources;
+  uint64_t source_seed = 0;
+};
+SpdProblem spd_problem(const CheckSettings& settings);
+
+// Every rank calls it; the grad level is evaluated at `teacher` (the reference's states).
+PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::Runtime& runtime, dist::PlantedBug bug,
+                                    const std::vector<TrainState>& teacher);
+ReferenceRun run_reference_spd(const CheckSettings& settings);
+
+}  // namespace magic::checks

@@ -1,0 +1,81 @@
+// The decomposition workload (lib/model/spd.h) on the three-pool layout (three_pool_layout.h),
+// one rank's share. Each rank's state holds what its pool owns, plus the 0-dim "sync" parameter
+// that anchors its portals (portal.h):
+//   CI rank     θ_ci (every site's CI MLP), replicated over the CI pool
+//   block rank  V/U of its block's sites, replicated over the block
+//   PPGD rank   the adversarial sources (persistent state)
+// One step: the CI pool computes the gates of its shard and the importance term, whose global
+// sum goes through the differentiable all_reduce_sum with the term contributed once (the CI
+// leader): exact at every derivative order, where a detached global residual would drop the
+// second-order cross-rank terms. Gates portals carry each CI shard to the block and PPGD ranks
+// holding the same rows. Each block computes the reconstruction of its sites and, on its leader
+// only, the faithfulness term (contribute once), and sends its V/U to every PPGD rank (the
+// leader's values, zeros from the others, so every rank of a block builds the same graph). The
+// PPGD pool computes the PPGD term with that replica. Each pool reduces its parameters' gradient
+// with a SUM (copy_to_group over the pool); cotangents cross pools back through the portals.
+// The sources then climb the PPGD term by the sign of the PPGD pool's summed gradient.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "lib/data/data_stream.h"
+#include "lib/dist/planted_bug.h"
+#include "lib/dist/runtime.h"
+#include "lib/dist/three_pool_layout.h"
+#include "lib/model/spd.h"
+#include "lib/optim/optimizer.h"
+#include "lib/train/step_function.h"
+
+namespace magic::dist {
+
+struct ThreePoolGroups {
+  std::shared_ptr<const Group> world, ci, block, ppgd;  // block/ppgd/ci: null where not a member
+};
+// Every rank calls it, in the same order.
+ThreePoolGroups make_three_pool_groups(const Runtime& runtime, const ThreePoolLayout& layout);
+
+struct ThreePoolSpdSetup {
+  SpdConfig config;
+  SpdData data;
+  std::shared_ptr<const DataStream> stream;
+  std::shared_ptr<const Optimizer> optimizer;
+  uint64_t source_seed = 0;
+  PlantedBug bug = PlantedBug::kNone;
+};
+
+class ThreePoolSpd : public StepFunction, public QueryFunction {
+ public:
+  ThreePoolSpd(ThreePoolSpdSetup setup, ThreePoolLayout layout, ThreePoolGroups groups, int rank);
+
+  // This rank's share of the full initial parameters and sources, plus sync and optimizer state.
+  TrainState initial_state(const TensorTree& full_params, const TensorTree& full_sources) const;
+
+  int64_t num_steps() const override { return setup_.stream->num_steps(); }
+  StepOutput step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const override;
+  TensorTree gradient(const TrainState& state, int64_t t, const at::Tensor& w, bool create_graph) const override;
+  at::Tensor assemble_weight_gradient(const at::Tensor& local) const override;
+  // One loss term's gradient (the check's per-term rows), with the step's reduction.
+  TensorTree term_gradient(const TrainState& state, int64_t t, const at::Tensor& w, SpdTerm term) const;
+
+  int64_t num_queries() const override { return setup_.data.queries.size(0); }
+  // Q = mean over queries of Σ_s the site error with masks = gates (global value on every rank).
+  at::Tensor loss(const TensorTree& params, std::optional<int64_t> index = std::nullopt) const override;
+
+  PoolRole role() const { return layout_.role(rank_); }
+  bool pool_leader() const;  // the rank whose copy represents its pool's replicated state
+
+ private:
+  // This rank's loss and the sum of the tokens of the portals it sent (zeros).
+  std::pair<at::Tensor, at::Tensor> local_loss(const TrainState& s, int64_t t, const at::Tensor& w,
+                                               const SpdTermWeights& terms) const;
+  TensorTree differentiate(const TrainState& s, int64_t t, const at::Tensor& w, const SpdTermWeights& terms,
+                           bool create_graph, at::Tensor* sources_grad) const;
+
+  ThreePoolSpdSetup setup_;
+  ThreePoolLayout layout_;
+  ThreePoolGroups groups_;
+  int rank_;
+};
+
+}  // namespace magic::dist

@@ -1,0 +1,128 @@
+#include "reference/unrolled_spd.h"
+
+#include <torch/csrc/autograd/autograd.h>
+
+namespace magic::reference {
+namespace {
+
+struct FullBatch {
+  std::vector<int64_t> rows;
+  at::Tensor x, w;  // padding rows: zero input, zero weight
+  double real_rows = 0;
+};
+
+FullBatch gather(const UnrolledSpdSetup& setup, const at::Tensor& w, int64_t t) {
+  FullBatch b;
+  b.rows = setup.stream.rows(t);
+  std::vector<at::Tensor> xs, ws;
+  for (int64_t r : b.rows) {
+    const bool real = r < setup.data.inputs.size(0);
+    b.real_rows += real;
+    xs.push_back(real ? setup.data.inputs[r] : at::zeros_like(setup.data.inputs[0]));
+    ws.push_back(real ? w[r] : at::zeros({}, w.options()));
+  }
+  b.x = at::stack(xs);
+  b.w = at::stack(ws);
+  return b;
+}
+
+// The whole training loss of step t, with each term scaled by `terms`.
+at::Tensor plain_loss(const UnrolledSpdSetup& setup, const TensorTree& params, const TensorTree& sources,
+                      const FullBatch& b, int64_t t, const SpdTermWeights& terms) {
+  const SpdConfig& c = setup.config;
+  const auto xs = spd_site_inputs(setup.data.target, b.x);
+  at::Tensor faith = at::zeros({}, b.x.options()), rec = at::zeros({b.x.size(0)}, b.x.options());
+  at::Tensor ppgd = rec.clone(), importance = rec.clone();
+  for (int64_t s = 0; s < c.n_sites; ++s) {
+    const at::Tensor target = at::matmul(xs[s], setup.data.target[s]);
+    const at::Tensor g = spd_gates(params, s, xs[s]);
+    const at::Tensor u = spd_stochastic_sources(setup.source_seed, t, b.rows, s, c.components, b.x.scalar_type());
+    const at::Tensor a = sources.at("a." + std::to_string(s));
+    faith = faith + spd_faithfulness(params, s, setup.data.target[s]);
+    rec = rec + spd_site_error(spd_masked_output(params, s, xs[s], g + (1 - g) * u), target);
+    ppgd = ppgd + spd_site_error(spd_masked_output(params, s, xs[s], g + (1 - g) * a), target);
+    importance = importance + g.sum(1);
+  }
+  const double R = b.real_rows;
+  return terms.faithfulness * c.faithfulness_coeff * faith +
+         terms.reconstruction * c.reconstruction_coeff * (b.w * rec).sum() / R +
+         terms.ppgd * c.ppgd_coeff * (b.w * ppgd).sum() / R +
+         terms.importance * c.importance_coeff *
+             spd_importance_penalty((b.w * importance).sum() / R, c.importance_beta);
+}
+
+TensorTree grads_of(const at::Tensor& loss, const TensorTree& params, bool create_graph) {
+  return with_values(params, torch::autograd::grad({loss}, params.tensors(), {}, create_graph, create_graph, true));
+}
+
+// The sign-gradient ascent of the adversarial sources on the (unscaled) PPGD term.
+TensorTree next_sources(const UnrolledSpdSetup& setup, const TensorTree& params, const TensorTree& sources,
+                        const FullBatch& b, int64_t t) {
+  TensorTree a = sources.requires_grad();
+  at::Tensor ppgd_term = plain_loss(setup, params.detach(), a, b, t, SpdTermWeights::only(SpdTerm::kPpgd));
+  TensorTree g = grads_of(ppgd_term, a, false);
+  return zip(sources, g, [&](const at::Tensor& x, const at::Tensor& gx) {
+    return (x + setup.config.ppgd_step * gx.sign()).clamp(0.0, 1.0).detach();
+  });
+}
+
+at::Tensor plain_query_loss(const UnrolledSpdSetup& setup, const TensorTree& params) {
+  const at::Tensor& xq = setup.data.queries;
+  const auto xs = spd_site_inputs(setup.data.target, xq);
+  at::Tensor err = at::zeros({xq.size(0)}, xq.options());
+  for (int64_t s = 0; s < setup.config.n_sites; ++s) {
+    err = err + spd_site_error(spd_masked_output(params, s, xs[s], spd_gates(params, s, xs[s])),
+                               at::matmul(xs[s], setup.data.target[s]));
+  }
+  return err.mean();
+}
+
+}  // namespace
+
+UnrolledSpdResult unrolled_spd_scores(const UnrolledSpdSetup& setup, const at::Tensor& w_in) {
+  at::Tensor w = w_in.detach().clone().requires_grad_(true);
+  TensorTree params = setup.initial_params.requires_grad();
+  TensorTree sources = setup.initial_sources.clone();
+  TensorTree opt_state = setup.optimizer->init(params);
+  UnrolledSpdResult result;
+  for (int64_t t = 0; t < setup.stream.num_steps(); ++t) {
+    const FullBatch b = gather(setup, w, t);
+    result.step_params.push_back(params.detach());
+    result.step_sources.push_back(sources.clone());
+    std::map<std::string, TensorTree> grads_t;
+    for (SpdTerm term : spd_terms()) {
+      TensorTree leaves = params.requires_grad();
+      grads_t[spd_term_name(term)] =
+          grads_of(plain_loss(setup, leaves, sources, gather(setup, w.detach(), t), t, SpdTermWeights::only(term)),
+                   leaves, false);
+    }
+    TensorTree grads = grads_of(plain_loss(setup, params, sources, b, t, {}), params, true);
+    grads_t["total"] = grads.detach();
+    result.step_grads.push_back(grads_t);
+    const TensorTree new_sources = next_sources(setup, params, sources, b, t);
+    OptimizerUpdate update = setup.optimizer->update(params, grads, opt_state);
+    params = update.params;
+    opt_state = update.state;
+    sources = new_sources;
+  }
+  result.final_params = params.detach();
+  result.final_sources = sources;
+  at::Tensor q = plain_query_loss(setup, params);
+  result.query_loss = q.item<double>();
+  result.scores = torch::autograd::grad({q}, {w})[0];
+  return result;
+}
+
+TensorTree spd_batch_hvp(const UnrolledSpdSetup& setup, const TensorTree& params_in, const TensorTree& sources,
+                         const at::Tensor& w, int64_t t, const TensorTree& direction) {
+  TensorTree params = params_in.requires_grad();
+  TensorTree g = grads_of(plain_loss(setup, params, sources, gather(setup, w.detach(), t), t, {}), params, true);
+  return grads_of(dot(g, direction), params, false).detach();
+}
+
+TensorTree spd_query_gradient(const UnrolledSpdSetup& setup, const TensorTree& params_in) {
+  TensorTree params = params_in.requires_grad();
+  return grads_of(plain_query_loss(setup, params), params, false).detach();
+}
+
+}  // namespace magic::reference

@@ -1,0 +1,48 @@
+// The unrolled reference for the decomposition workload (lib/model/spd.h): one process, the
+// whole global batch, one autograd graph through every step, one autograd call for dQ/dw.
+// Written plainly, with its own loop, batch gathering, normalizer and PPGD update.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lib/core/tensor_tree.h"
+#include "lib/data/data_stream.h"
+#include "lib/model/spd.h"
+#include "lib/optim/optimizer.h"
+
+namespace magic::reference {
+
+struct UnrolledSpdSetup {
+  SpdConfig config;
+  SpdData data;
+  DataStream stream;
+  std::shared_ptr<const Optimizer> optimizer;
+  TensorTree initial_params;   // every ci.* and V/U
+  TensorTree initial_sources;  // every a.<s>
+  uint64_t source_seed = 0;    // of the stochastic masks u
+};
+
+struct UnrolledSpdResult {
+  at::Tensor scores;  // dQ/dw [examples]
+  TensorTree final_params, final_sources;
+  std::vector<TensorTree> step_params, step_sources;  // θ_t and a_t, the state step t starts from
+  // Per step: "total" and each term's name -> the gradient with respect to the parameters.
+  std::vector<std::map<std::string, TensorTree>> step_grads;
+  double query_loss = 0.0;
+};
+
+UnrolledSpdResult unrolled_spd_scores(const UnrolledSpdSetup& setup, const at::Tensor& w);
+
+// ∇²L_t v at (params, sources) for step t's batch.
+TensorTree spd_batch_hvp(const UnrolledSpdSetup& setup, const TensorTree& params, const TensorTree& sources,
+                         const at::Tensor& w, int64_t t, const TensorTree& direction);
+
+// ∂Q/∂θ of the query loss: Q = mean over queries of Σ_s the site error with masks = gates.
+TensorTree spd_query_gradient(const UnrolledSpdSetup& setup, const TensorTree& params);
+
+}  // namespace magic::reference
