@@ -106,11 +106,16 @@ void CheckSettings::validate() const {
         "--mutate avg-ci-reduce or avg-block-reduce)");
   }
   if (w == "spd") {
-    const dist::ThreePoolLayout layout(topology, std::max<int64_t>(2, topology.n_blocks()));
+    const dist::ThreePoolLayout layout(topology, spd_sites());
     layout.check_batch(global_batch(), batch_size > 0 ? "--batch" : "the default batch");
   }
   if (!dist::backend_available(backend)) {
     throw InputError("--backend nccl: this build has no NCCL (configure against a CUDA LibTorch)");
+  }
+  if (backend == dist::BackendKind::kNccl) {
+    throw InputError(
+        "--backend nccl: the check workloads keep their tensors on the CPU and NCCL needs CUDA tensors; "
+        "placing the workloads on the GPU is not implemented yet (use --backend gloo)");
   }
 }
 

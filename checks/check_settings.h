@@ -5,6 +5,7 @@
 #include <c10/core/ScalarType.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -44,6 +45,8 @@ struct CheckSettings {
   int64_t global_batch() const;
   // The workload `auto` resolves to for the topology.
   std::string resolved_workload() const;
+  // Decomposed sites of the three-pool workload's target MLP: every block owns at least one.
+  int64_t spd_sites() const { return std::max<int64_t>(2, topology.n_blocks()); }
   // The optimizer both the distributed pipeline and the reference use (torchopt semantics).
   nlohmann::json optimizer_json() const;
   bool wants(Level level) const;

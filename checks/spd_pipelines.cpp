@@ -68,7 +68,7 @@ PipelineOutputs spd_outputs(const StepGradRows& grads, const TensorTree& query_g
 SpdProblem spd_problem(const CheckSettings& s) {
   SpdProblem p;
   const int64_t batch = s.global_batch();
-  p.config.n_sites = std::max<int64_t>(2, s.topology.n_blocks());
+  p.config.n_sites = s.spd_sites();
   p.config.examples = std::max<int64_t>(64, 2 * batch);
   p.data = spd_data(p.config, batch, s.dtype, s.seed);
   p.stream = std::make_shared<DataStream>(p.config.examples,

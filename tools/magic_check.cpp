@@ -70,7 +70,8 @@ Command parse(int argc, char** argv, int& early_exit) {
                  "spawn: start the ranks here on loopback; env: join a world made by "
                  "torchrun/srun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
       ->capture_default_str();
-  app.add_option("--backend", backend, "gloo (CPU) | nccl (CUDA builds)")->capture_default_str();
+  app.add_option("--backend", backend, "gloo (CPU); nccl is reserved for CUDA builds (not available yet)")
+      ->capture_default_str();
   app.add_option("--timeout", timeout_s, "seconds before a collective gives up on a peer")->capture_default_str();
   try {
     app.parse(argc, argv);

@@ -1,5 +1,7 @@
 #include "lib/dist/data_parallel.h"
 
+#include <algorithm>
+
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "lib/dist/collectives.h"
