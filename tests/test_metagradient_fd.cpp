@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "checks/metagradient_fd.h"
+#include "lib/core/strings.h"
 #include "lib/train/magic_pipeline.h"
 #include "tests/support.h"
 
@@ -28,7 +29,7 @@ TEST_P(ScoresVsFiniteDifferences, AgreeToRelativeErrorOneInHundredThousand) {
   auto fd = checks::compare_scores_with_fd(*problem.step, *problem.query, problem.initial, problem.weights,
                                            result.scores, largest(result.scores, 5), 1e-5);
   for (size_t i = 0; i < fd.indices.size(); ++i) {
-    RecordProperty("doc" + std::to_string(fd.indices[i]), std::to_string(fd.relative_errors[i]));
+    RecordProperty("doc" + std::to_string(fd.indices[i]), format_sci(fd.relative_errors[i], 2));
   }
   EXPECT_TRUE(fd.passed) << fd.message;
   EXPECT_EQ(fd.indices.size(), 5u);

@@ -3,6 +3,7 @@
 // to 1e-10 in fp64 shows both are the derivative of the same training run.
 #include <gtest/gtest.h>
 
+#include "lib/core/strings.h"
 #include "lib/train/magic_pipeline.h"
 #include "tests/support.h"
 
@@ -47,7 +48,9 @@ TEST_P(ReplayVsUnrolled, ScoresAgreeToOneInTenBillion) {
 
   ASSERT_EQ(replay.scores.sizes(), unrolled.scores.sizes());
   EXPECT_GT(unrolled.scores.abs().max().item<double>(), 1e-8) << "scores vanish: the comparison would be empty";
-  EXPECT_LE(testing::relative_error(replay.scores, unrolled.scores), 1e-10);
+  const double error = testing::relative_error(replay.scores, unrolled.scores);
+  RecordProperty("scores_relative_error", format_sci(error, 2));
+  EXPECT_LE(error, 1e-10);
   EXPECT_LE(testing::relative_error(replay.final_state.params.flatten(), unrolled.final_params.flatten()), 1e-12);
   EXPECT_NEAR(replay.query_loss, unrolled.query_loss, 1e-12);
 }
