@@ -7,5 +7,6 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cmake --preset default
 cmake --build --preset default --target magic-check magic-run
+mkdir -p out
 ./build/tools/magic-check --topology n_ci=4,n_per_block=2 --json out/three-pool-check.json
 ./build/tools/magic-run --config fixtures/runs/demo.json --out out/demo

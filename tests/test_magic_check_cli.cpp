@@ -121,6 +121,7 @@ TEST(MagicCheckCli, BadInputExitsTwoNamingTheInput) {
            {"--topology dp=2 --launch env", "RANK is not set"},
            {"--topology dp=2 --backend nccl", "nccl"},
            {"--topology dp=2 --backend mpi", "unknown backend 'mpi'"},
+           {"--topology dp=2 --json /nonexistent-dir/report.json", "directory /nonexistent-dir does not exist"},
            {"--steps 3", "--topology is required"},
            {"--topology n_ci=3,n_per_block=2 --batch 12", "batch splits between pools must divide each other"},
            {"--topology n_ci=4 --batch 12", "a three-pool layout needs n_per_block"},

@@ -3,7 +3,9 @@
 // which tensor is off and by which factor. --bite plants known bugs and proves each is caught.
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
+#include <unistd.h>
 
+#include <filesystem>
 #include <iostream>
 
 #include "checks/mutations.h"
@@ -24,6 +26,18 @@ struct Command {
   std::string launch = "spawn";
   bool list_mutations = false;
 };
+
+// A report path must be writable before any rank starts, not after the run.
+void check_writable(const std::string& flag, const std::string& path) {
+  if (path.empty()) return;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty() && !std::filesystem::is_directory(parent)) {
+    throw InputError(str_cat(flag, " ", path, ": directory ", parent.string(), " does not exist"));
+  }
+  if (access(parent.empty() ? "." : parent.c_str(), W_OK) != 0) {
+    throw InputError(str_cat(flag, " ", path, ": directory ", parent.empty() ? "." : parent.string(), " is not writable"));
+  }
+}
 
 void list_mutations(std::ostream& out) {
   out << "Mutations (--mutate NAME; --bite runs all that apply). Expected: first failing level, factor.\n";
@@ -111,6 +125,8 @@ Command parse(int argc, char** argv, int& early_exit) {
         str_cat("--bite: no mutation applies to ", s.topology.str(), " (each needs a pool of more than one rank)"));
   }
   s.validate();
+  check_writable("--json", c.json_path);
+  check_writable("--junit", c.junit_path);
   return c;
 }
 
