@@ -1,6 +1,8 @@
 #include "checks/run_check.h"
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
 
 #include "checks/lm_pipelines.h"
 #include "checks/mutations.h"
@@ -19,6 +21,18 @@ PipelineOutputs run_distributed(const CheckSettings& s, const dist::Runtime& run
 
 ReferenceRun run_reference(const CheckSettings& s) {
   return s.resolved_workload() == "lm" ? run_reference_lm(s) : run_reference_spd(s);
+}
+
+// Why the AVG convention failed, with the shard label counts that make it inexact ("" if equal).
+std::string avg_convention_note(const CheckSettings& s) {
+  const auto counts = shard_label_counts(s, 0);
+  if (std::adjacent_find(counts.begin(), counts.end(), std::not_equal_to<>()) == counts.end()) return "";
+  std::vector<std::string> shown;
+  for (int64_t c : counts) shown.push_back(std::to_string(c));
+  return str_cat("--convention avg (local mean, AVG reduction) is exact only when every shard holds the same number ",
+                 "of valid labels; at step 0 the ", counts.size(), " shards hold ", join(shown, ", "),
+                 " labels. Each shard's mean gets weight 1/dp instead of its share of the global count. ",
+                 "Use --convention sum.");
 }
 
 }  // namespace
@@ -54,17 +68,7 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime)
 
   report.rows = compare_outputs(runs.front(), reference.outputs, s);
   if (s.resolved_workload() == "lm" && s.convention == dist::Convention::kAvg && !report.rows_pass()) {
-    const auto counts = shard_label_counts(s, 0);
-    std::vector<std::string> shown;
-    for (int64_t c : counts) shown.push_back(std::to_string(c));
-    if (std::adjacent_find(counts.begin(), counts.end(), std::not_equal_to<>()) != counts.end()) {
-      report.notes.push_back(
-          str_cat("--convention avg (local mean, AVG reduction) is exact only when every shard "
-                  "holds the same number of valid labels; at step 0 the ",
-                  counts.size(), " shards hold ", join(shown, ", "),
-                  " labels. Each shard's mean gets weight 1/dp "
-                  "instead of its share of the global count. Use --convention sum."));
-    }
+    if (std::string note = avg_convention_note(s); !note.empty()) report.notes.push_back(note);
   }
   if (request.mode == CheckMode::kMutate) {
     report.mutation = mutations.front().name;
