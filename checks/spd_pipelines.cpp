@@ -29,9 +29,7 @@ TensorTree assemble(const TensorTree& own, bool leader, const TensorTree& shape,
       if (full.contains(e.name)) full.set(e.name, e.tensor.detach().to(full.at(e.name).scalar_type()));
     }
   }
-  at::Tensor flat = full.flatten().contiguous();
-  world.all_reduce_sum_(flat);
-  return shape.unflatten(flat);
+  return shape.unflatten(world.sum(full.flatten()));
 }
 
 // Per-step gradients by row name ("theta_ci", "V/U[faithfulness]", ...), steps concatenated.

@@ -14,9 +14,7 @@ int64_t saved_group(AutogradContext* ctx) {
 }
 
 at::Tensor summed(const at::Tensor& x, int64_t group) {
-  at::Tensor out = x.detach().contiguous().clone();
-  find_group(group)->all_reduce_sum_(out);
-  return out;
+  return find_group(group)->sum(x);
 }
 
 struct AllReduceSum : Function<AllReduceSum> {
@@ -109,8 +107,12 @@ at::Tensor reduce_scatter_sum(const at::Tensor& x, const Group& group, int64_t d
   return ReduceScatterSum::apply(x, group.id(), dim);
 }
 at::Tensor all_reduce_sum_detached(const at::Tensor& x, const Group& group) {
-  const at::Tensor local = x.detach();
-  return x + (summed(local, group.id()) - local);
+  return with_global_value(x, group);
+}
+
+at::Tensor with_global_value(const at::Tensor& local, const Group& group) {
+  const at::Tensor detached = local.detach();
+  return local + (group.sum(detached) - detached);
 }
 at::Tensor copy_to_group_allreduce_backward(const at::Tensor& x, const Group& group) {
   return CopyToGroupAllReduceBackward::apply(x, group.id());

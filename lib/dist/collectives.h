@@ -33,6 +33,12 @@ at::Tensor reduce_scatter_sum(const at::Tensor& x, const Group& group, int64_t d
 // collective whose backward is not itself differentiable, pytorch#160509). Planted by the
 // detached-collective mutation, never used otherwise.
 at::Tensor all_reduce_sum_detached(const at::Tensor& x, const Group& group);
+
+// Global value forward, local part backward, for a quantity that is a plain sum over ranks:
+//   local + (Σ_r local_r - local), the bracket detached. Exact at every derivative order only
+// when nothing nonlinear is applied to the sum (a nonlinear function of it needs the
+// differentiable all_reduce_sum; see three_pool_spd.h).
+at::Tensor with_global_value(const at::Tensor& local, const Group& group);
 // A copy_to_group whose backward reduces with all_reduce_sum: the replicated-allreduce-backward
 // mutation (second derivatives counted once per rank).
 at::Tensor copy_to_group_allreduce_backward(const at::Tensor& x, const Group& group);

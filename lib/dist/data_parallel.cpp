@@ -35,9 +35,7 @@ std::vector<int64_t> DataParallel::local_share(const std::vector<int64_t>& globa
 double DataParallel::mean_denominator(double local_valid_labels) const {
   // A local mean over an empty shard is taken as 0 (its sum is 0), not 0/0.
   if (averaging() || bug_ == PlantedBug::kLocalNormalizer) return std::max(local_valid_labels, 1.0);
-  at::Tensor count = at::scalar_tensor(local_valid_labels, at::kDouble);
-  group_->all_reduce_sum_(count);
-  return count.item<double>();
+  return group_->sum(at::scalar_tensor(local_valid_labels, at::kDouble)).item<double>();
 }
 
 TensorTree DataParallel::enter(const TensorTree& params) const {
@@ -66,9 +64,7 @@ TensorTree DataParallel::apply_convention(const TensorTree& grads) const {
 }
 
 at::Tensor DataParallel::sum_across_ranks(const at::Tensor& local) const {
-  at::Tensor total = local.detach().contiguous().clone();
-  group_->all_reduce_sum_(total);
-  return total;
+  return group_->sum(local);
 }
 
 at::Tensor DataParallel::assemble_weight_gradient(const at::Tensor& local) const {

@@ -142,6 +142,12 @@ void Group::all_reduce_sum_(at::Tensor& tensor) const {
   if (!buffers[0].is_same(tensor)) tensor.copy_(buffers[0]);
 }
 
+at::Tensor Group::sum(const at::Tensor& tensor) const {
+  at::Tensor total = tensor.detach().contiguous().clone();
+  all_reduce_sum_(total);
+  return total;
+}
+
 at::Tensor Group::all_gather(const at::Tensor& tensor, int64_t dim) const {
   std::vector<at::Tensor> inputs{tensor.contiguous()};
   std::vector<std::vector<at::Tensor>> outputs(1);
@@ -169,11 +175,6 @@ void Group::broadcast_(at::Tensor& tensor, int root) const {
   options.rootRank = root;
   wait(backend_->broadcast(buffers, options), "broadcast");
   if (!buffers[0].is_same(tensor)) tensor.copy_(buffers[0]);
-}
-
-void Group::send(const at::Tensor& tensor, int destination, int tag) const {
-  std::vector<at::Tensor> buffers{tensor.contiguous()};
-  wait(backend_->send(buffers, destination, tag), "send");
 }
 
 c10::intrusive_ptr<c10d::Work> Group::send_async(const at::Tensor& tensor, int destination, int tag) const {

@@ -40,12 +40,13 @@ class Group {
   int64_t id() const { return id_; }
 
   void all_reduce_sum_(at::Tensor& tensor) const;
+  // Σ over members of `tensor`, as a new tensor outside autograd (the input is untouched).
+  at::Tensor sum(const at::Tensor& tensor) const;
   // Concatenation of every member's tensor along `dim` (equal shapes).
   at::Tensor all_gather(const at::Tensor& tensor, int64_t dim) const;
   // This member's slice along `dim` of the sum over members (`dim` divisible by size()).
   at::Tensor reduce_scatter_sum(const at::Tensor& tensor, int64_t dim) const;
   void broadcast_(at::Tensor& tensor, int root) const;
-  void send(const at::Tensor& tensor, int destination, int tag) const;
   // Posts a send and returns without waiting: the work (which keeps the tensor alive) completes
   // once the peer receives it. wait_send() waits on it, naming the operation on failure.
   c10::intrusive_ptr<c10d::Work> send_async(const at::Tensor& tensor, int destination, int tag) const;

@@ -188,9 +188,7 @@ std::pair<at::Tensor, at::Tensor> ThreePoolSpd::local_loss(const TrainState& s, 
     at::Tensor total;
     double once = pool_leader() || bug == PlantedBug::kGlobalSumAllReduceBackward ? 1.0 : 0.0;
     if (bug == PlantedBug::kDetachedGlobalResidual) {
-      at::Tensor all = local.detach().contiguous().clone();
-      groups_.ci->all_reduce_sum_(all);
-      total = local + (all - local.detach());
+      total = with_global_value(local, *groups_.ci);
       once = 1.0;
     } else {
       total = all_reduce_sum(local, *groups_.ci);
@@ -326,9 +324,7 @@ StepOutput ThreePoolSpd::step(const TrainState& s, int64_t t, const at::Tensor& 
 
 at::Tensor ThreePoolSpd::assemble_weight_gradient(const at::Tensor& local) const {
   wait_portal_sends();
-  at::Tensor total = local.detach().contiguous().clone();
-  groups_.world->all_reduce_sum_(total);
-  return total;
+  return groups_.world->sum(local);
 }
 
 at::Tensor ThreePoolSpd::loss(const TensorTree& params, std::optional<int64_t> index) const {
@@ -361,9 +357,7 @@ at::Tensor ThreePoolSpd::loss(const TensorTree& params, std::optional<int64_t> i
     local = local + 0.0 * sync;
   }
   // The global Q on every rank, each rank's own part in backward (Q is a plain sum over ranks).
-  at::Tensor total = local.detach().contiguous().clone();
-  world.all_reduce_sum_(total);
-  return local + (total - local.detach());
+  return with_global_value(local, world);
 }
 
 }  // namespace magic::dist

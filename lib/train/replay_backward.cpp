@@ -19,13 +19,11 @@ void collect_outputs(const TensorTree& outputs, const TensorTree& cotangents, st
   }
 }
 
+// The next entries of `grads` as a tree of `shape`'s floating entries (the VJP's inputs order).
 TensorTree take(const TensorTree& shape, const std::vector<at::Tensor>& grads, size_t& index) {
-  TensorTree out;
-  for (const auto& e : shape) {
-    if (!e.tensor.is_floating_point()) continue;
-    const at::Tensor& g = grads[index++];
-    out.insert(e.name, g.defined() ? g.detach() : at::zeros_like(e.tensor));
-  }
+  const TensorTree floating = shape.floating();
+  TensorTree out = with_values(floating, grads, index).detach();
+  index += floating.size();
   return out;
 }
 
