@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "checks/lm_pipelines.h"
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "lib/dist/three_pool_layout.h"
@@ -66,7 +67,6 @@ int64_t CheckSettings::global_batch() const {
 }
 
 std::string CheckSettings::resolved_workload() const {
-  if (workload != "auto") return workload;
   return topology.family() == dist::TopologyFamily::kMesh ? "lm" : "spd";
 }
 
@@ -87,14 +87,6 @@ bool CheckSettings::wants(Level level) const {
 
 void CheckSettings::validate() const {
   const std::string w = resolved_workload();
-  const bool mesh = topology.family() == dist::TopologyFamily::kMesh;
-  if (w != "lm" && w != "spd") {
-    throw InputError(str_cat("--workload: unknown workload '", workload, "'; expected lm, spd or auto"));
-  }
-  if (w == "lm" && !mesh) throw InputError("--workload lm runs on mesh layouts (dp=N); three-pool layouts run spd");
-  if (w == "spd" && mesh) {
-    throw InputError("--workload spd runs on three-pool layouts (n_ci=..,n_per_block=..); mesh layouts run lm");
-  }
   if (steps < 1) throw InputError(str_cat("--steps: expected an integer >= 1, got ", steps));
   if (optimizer != "sgd" && optimizer != "adam" && optimizer != "adamw") {
     throw InputError(str_cat("--optimizer: unknown optimizer '", optimizer, "'; expected one of sgd, adam, adamw"));
@@ -108,6 +100,15 @@ void CheckSettings::validate() const {
   if (w == "spd") {
     const dist::ThreePoolLayout layout(topology, spd_sites());
     layout.check_batch(global_batch(), batch_size > 0 ? "--batch" : "the default batch");
+  }
+  if (w == "lm") {
+    const int64_t examples = lm_training_examples(*this);
+    if (global_batch() > examples) {
+      throw InputError(str_cat(batch_size > 0 ? "--batch " + std::to_string(batch_size)
+                                              : str_cat("the default batch (3 x dp + 1 = ", global_batch(), " rows)"),
+                               " exceeds the ", examples, " training examples of the lm workload: give --batch N with ",
+                               "N <= ", examples, " (ranks beyond N hold empty shards)"));
+    }
   }
   if (!dist::backend_available(backend)) {
     throw InputError("--backend nccl: this build has no NCCL (configure against a CUDA LibTorch)");

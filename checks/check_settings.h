@@ -27,7 +27,6 @@ int level_rank(const std::string& name);
 
 struct CheckSettings {
   dist::TopologySpec topology = dist::TopologySpec::parse("dp=1");
-  std::string workload = "auto";  // lm (mesh layouts) | spd (three-pool layouts) | auto
   int64_t steps = 4;
   c10::ScalarType dtype = c10::kDouble;
   dist::Convention convention = dist::Convention::kSum;
@@ -43,14 +42,16 @@ struct CheckSettings {
   std::chrono::milliseconds timeout = std::chrono::seconds(60);
 
   int64_t global_batch() const;
-  // The workload `auto` resolves to for the topology.
+  // The workload of the topology's family: lm (a small GPT) on mesh layouts, spd (a small
+  // decomposition) on three-pool layouts. Each family has exactly one, so there is no flag.
   std::string resolved_workload() const;
   // Decomposed sites of the three-pool workload's target MLP: every block owns at least one.
   int64_t spd_sites() const { return std::max<int64_t>(2, topology.n_blocks()); }
   // The optimizer both the distributed pipeline and the reference use (torchopt semantics).
   nlohmann::json optimizer_json() const;
   bool wants(Level level) const;
-  // Throws InputError for values out of range.
+  // Throws InputError for values out of range, and for a batch the workload's data cannot fill
+  // (naming the flag to change), before any rank starts.
   void validate() const;
 };
 

@@ -96,6 +96,12 @@ ReferenceRun run_reference_lm(const CheckSettings& settings) {
   return run;
 }
 
+int64_t lm_training_examples(const CheckSettings& settings) {
+  CheckSettings one_row = settings;
+  one_row.batch_size = 1;  // any batch the data can fill: only the dataset is wanted
+  return build_lm_problem(lm_check_config(one_row)).train->size();
+}
+
 std::vector<int64_t> shard_label_counts(const CheckSettings& settings, int64_t step) {
   const LmProblem problem = build_lm_problem(lm_check_config(settings));
   const std::vector<int64_t> rows = problem.stream->rows(step);

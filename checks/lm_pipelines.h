@@ -27,6 +27,9 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
                                    const std::vector<TrainState>& teacher);
 ReferenceRun run_reference_lm(const CheckSettings& settings);
 
+// The training examples (chunks of at most max_len tokens) the lm workload draws batches from.
+int64_t lm_training_examples(const CheckSettings& settings);
+
 // Valid labels in each data-parallel shard of step t's global batch.
 std::vector<int64_t> shard_label_counts(const CheckSettings& settings, int64_t step);
 

@@ -1,5 +1,8 @@
 #include "checks/mutations.h"
 
+#include <cmath>
+#include <optional>
+
 #include "checks/check_settings.h"
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
@@ -51,35 +54,87 @@ const std::vector<Mutation>& mutation_catalog() {
   return catalog;
 }
 
+namespace {
+
+int64_t pool_size(const Mutation& m, const dist::TopologySpec& topology) {
+  return m.needs == "dp"            ? topology.dp()
+         : m.needs == "n_ci"        ? topology.n_ci()
+         : m.needs == "n_per_block" ? topology.n_per_block()
+                                    : topology.n_ppgd();
+}
+
+bool checks_level(const std::vector<Level>& levels, const std::string& level) {
+  for (Level l : levels) {
+    if (level_name(l) == level) return true;
+  }
+  return false;
+}
+
+std::string level_list(const std::vector<Level>& levels) {
+  std::vector<std::string> names;
+  for (Level l : levels) names.push_back(level_name(l));
+  return join(names, ",");
+}
+
+std::string not_applicable(const Mutation& m, const dist::TopologySpec& topology) {
+  return str_cat("needs ", m.needs, " >= 2 (", m.needs, "=", pool_size(m, topology), " here)");
+}
+
+std::string level_unchecked(const Mutation& m, const std::vector<Level>& levels) {
+  return str_cat("it shows first at level ", m.expected_level, ", which --checks ", level_list(levels),
+                 " leaves out");
+}
+
+}  // namespace
+
 std::vector<Mutation> mutations_for(const dist::TopologySpec& topology) {
   std::vector<Mutation> out;
   for (const auto& m : mutation_catalog()) {
-    if (m.family != topology.family()) continue;
-    const int64_t size = m.needs == "dp"            ? topology.dp()
-                         : m.needs == "n_ci"        ? topology.n_ci()
-                         : m.needs == "n_per_block" ? topology.n_per_block()
-                                                    : topology.n_ppgd();
-    if (size > 1) out.push_back(m);
+    if (m.family == topology.family() && pool_size(m, topology) > 1) out.push_back(m);
   }
   return out;
 }
 
-const Mutation& find_mutation(const std::string& name, const dist::TopologySpec& topology) {
+BitePlan plan_bite(const dist::TopologySpec& topology, const std::vector<Level>& levels) {
+  BitePlan plan;
+  for (const auto& m : mutation_catalog()) {
+    if (m.family != topology.family()) continue;
+    if (pool_size(m, topology) < 2) {
+      plan.skipped.push_back({m.name, not_applicable(m, topology)});
+    } else if (!checks_level(levels, m.expected_level)) {
+      plan.skipped.push_back({m.name, level_unchecked(m, levels)});
+    } else {
+      plan.run.push_back(m);
+    }
+  }
+  return plan;
+}
+
+const Mutation& find_mutation(const std::string& name, const dist::TopologySpec& topology,
+                              const std::vector<Level>& levels) {
   std::vector<std::string> names;
   for (const auto& m : mutation_catalog()) names.push_back(m.name);
   for (const auto& m : mutation_catalog()) {
     if (m.name != name) continue;
-    for (const auto& applicable : mutations_for(topology)) {
-      if (applicable.name == name) return m;
+    if (m.family != topology.family()) {
+      throw InputError(str_cat("--mutate ", name, ": does not apply to ", topology.str(), "; it needs a ",
+                               m.family == dist::TopologyFamily::kMesh ? "mesh" : "three-pool", " layout"));
     }
-    throw InputError(str_cat("--mutate ", name, ": does not apply to ", topology.str(), "; it needs a ",
-                             m.family == dist::TopologyFamily::kMesh ? "mesh" : "three-pool", " layout with ", m.needs,
-                             " >= 2"));
+    if (pool_size(m, topology) < 2) {
+      throw InputError(str_cat("--mutate ", name, ": does not apply to ", topology.str(), "; it ",
+                               not_applicable(m, topology)));
+    }
+    if (!checks_level(levels, m.expected_level)) {
+      throw InputError(str_cat("--mutate ", name, ": ", level_unchecked(m, levels), "; add ", m.expected_level,
+                               " to --checks"));
+    }
+    return m;
   }
   throw InputError(str_cat("--mutate: unknown mutation '", name, "'; expected one of ", join(names, ", ")));
 }
 
-BiteOutcome judge_mutation(const Mutation& mutation, const std::vector<CheckRow>& rows) {
+BiteOutcome judge_mutation(const Mutation& mutation, const dist::TopologySpec& topology,
+                           const std::vector<CheckRow>& rows) {
   BiteOutcome v;
   v.mutation = mutation.name;
   v.description = mutation.description;
@@ -91,16 +146,28 @@ BiteOutcome judge_mutation(const Mutation& mutation, const std::vector<CheckRow>
   }
   const auto& levels = all_levels();
   v.observed_level = first < static_cast<int>(levels.size()) ? level_name(levels[first]) : "";
-  // The row to show: one naming the expected factor (exactly, if any row does), else the first
-  // failing row at the expected level.
+
+  // The numeric value the expected factor has on this topology ("1/n_ci" -> 0.25 at n_ci=4).
+  std::optional<double> expected_value;
+  for (const auto& f : candidate_factors(topology.named_sizes())) {
+    if (f.name == mutation.expected_factor) expected_value = f.value;
+  }
+  // A row shows the factor when its scale has the expected value (the diagnosis matched it
+  // exactly, or as ≈ where uneven shards blur it) and the expected name is among its names.
+  auto shows_factor = [&](const CheckRow& row) {
+    if (!expected_value || row.diagnosis.factors.empty()) return false;
+    const double tolerance = row.diagnosis.exact ? 1e-3 : 0.25;
+    const auto& names = row.diagnosis.factors;
+    return std::abs(row.stats.scale / *expected_value - 1.0) <= tolerance &&
+           std::find(names.begin(), names.end(), mutation.expected_factor) != names.end();
+  };
+  // The row to show: the first failing row at the expected level showing the factor (an exact
+  // match before an approximate one), else the first failing row at that level.
   const CheckRow* shown = nullptr;
   int shown_quality = -1;  // 2 exact match, 1 approximate match, 0 any failure
   for (const auto& row : rows) {
     if (row.passed || row.level != mutation.expected_level) continue;
-    const auto& names = row.diagnosis.factors;
-    const bool named = !mutation.expected_factor.empty() &&
-                       std::find(names.begin(), names.end(), mutation.expected_factor) != names.end();
-    const int quality = named ? (row.diagnosis.exact ? 2 : 1) : 0;
+    const int quality = shows_factor(row) ? (row.diagnosis.exact ? 2 : 1) : 0;
     if (quality > shown_quality) {
       shown = &row;
       shown_quality = quality;
@@ -108,7 +175,8 @@ BiteOutcome judge_mutation(const Mutation& mutation, const std::vector<CheckRow>
   }
   if (shown != nullptr) {
     v.observed_diagnosis = shown->tensor + ": " + shown->diagnosis.text;
-    v.observed_factor = shown_quality > 0 ? mutation.expected_factor : shown->diagnosis.factor;
+    v.observed_factor = join(shown->diagnosis.factors, " = ");
+    v.factor_distinct = mutation.expected_factor.empty() || shown->diagnosis.factors.size() <= 1;
   }
   const bool factor_seen = mutation.expected_factor.empty() || shown_quality > 0;
   v.caught = v.observed_level == mutation.expected_level && factor_seen;

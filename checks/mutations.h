@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "checks/check_settings.h"
 #include "lib/compare/check_row.h"
 #include "lib/dist/planted_bug.h"
 #include "lib/dist/topology.h"
@@ -27,12 +28,26 @@ struct Mutation {
 const std::vector<Mutation>& mutation_catalog();
 // The mutations that can show on this topology: its family, and more than one rank in `needs`.
 std::vector<Mutation> mutations_for(const dist::TopologySpec& topology);
-// InputError listing the catalog when `name` is unknown or does not apply.
-const Mutation& find_mutation(const std::string& name, const dist::TopologySpec& topology);
+
+// What --bite runs on a topology and checked levels, and what it leaves out and why: every
+// mutation of the topology's family is in one list or the other.
+struct BitePlan {
+  std::vector<Mutation> run;
+  std::vector<BiteSkip> skipped;
+};
+BitePlan plan_bite(const dist::TopologySpec& topology, const std::vector<Level>& levels);
+
+// InputError listing the catalog when `name` is unknown or does not apply to the topology, or
+// naming both levels when the level the mutation must fail at is not among `levels`.
+const Mutation& find_mutation(const std::string& name, const dist::TopologySpec& topology,
+                              const std::vector<Level>& levels = all_levels());
 
 // Caught when the first failing level is the expected one and, if a factor is expected, a
-// failing row at that level names it (exactly or as ≈). The observed level is the first that
-// failed ("" if none); the observed factor and diagnosis are those at the expected level.
-BiteOutcome judge_mutation(const Mutation& mutation, const std::vector<CheckRow>& rows);
+// failing row at that level has a scale equal to that factor's value on `topology` (exactly, or
+// as ≈ on uneven shards) and the expected name is among the names of that value. The observed
+// level is the first that failed ("" if none); the observed factor lists every name the row's
+// scale matches ("x n_per_block = x n_ppgd" where sizes coincide: then factor_distinct is false).
+BiteOutcome judge_mutation(const Mutation& mutation, const dist::TopologySpec& topology,
+                           const std::vector<CheckRow>& rows);
 
 }  // namespace magic::checks

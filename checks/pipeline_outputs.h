@@ -26,8 +26,9 @@ struct ReferenceRun {
   std::vector<TrainState> states;  // params, and persistent state where the workload has one
 };
 
-// One row per distributed tensor of a wanted level, against the reference tensor of the same
-// level and name (which must exist).
+// One row per reference tensor of a wanted level, against the distributed tensor of the same
+// level and name. A reference tensor with no distributed partner, a partner of another shape, and
+// a distributed tensor with no reference partner are failing rows that say so.
 std::vector<CheckRow> compare_outputs(const PipelineOutputs& distributed, const PipelineOutputs& reference,
                                       const CheckSettings& settings);
 

@@ -9,6 +9,7 @@
 #include "checks/spd_pipelines.h"
 #include "lib/core/dtype.h"
 #include "lib/core/strings.h"
+#include "lib/dist/progress.h"
 
 namespace magic::checks {
 namespace {
@@ -41,13 +42,19 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime)
   const auto start = std::chrono::steady_clock::now();
   const CheckSettings& s = request.settings;
   std::vector<Mutation> mutations;
-  if (request.mode == CheckMode::kMutate) mutations.push_back(find_mutation(request.mutation, s.topology));
-  if (request.mode == CheckMode::kBite) mutations = mutations_for(s.topology);
+  BitePlan plan;
+  if (request.mode == CheckMode::kMutate) mutations.push_back(find_mutation(request.mutation, s.topology, s.levels));
+  if (request.mode == CheckMode::kBite) {
+    plan = plan_bite(s.topology, s.levels);
+    mutations = plan.run;
+  }
 
   // The reference on every rank (cheap here, and it needs no communication: every rank gets the
   // states the grad level is evaluated at); then the distributed runs, clean first (unless
   // --mutate), then each mutation.
+  dist::set_phase("reference");
   const ReferenceRun reference = run_reference(s);
+  dist::set_phase("distributed pipeline");
   std::vector<PipelineOutputs> runs;
   if (request.mode != CheckMode::kMutate) {
     runs.push_back(run_distributed(s, runtime, dist::PlantedBug::kNone, reference));
@@ -66,17 +73,20 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime)
   report.bite_mode = request.mode == CheckMode::kBite;
   if (runtime.rank() != 0) return report;
 
+  dist::set_phase("comparison");
   report.rows = compare_outputs(runs.front(), reference.outputs, s);
   if (s.resolved_workload() == "lm" && s.convention == dist::Convention::kAvg && !report.rows_pass()) {
     if (std::string note = avg_convention_note(s); !note.empty()) report.notes.push_back(note);
   }
   if (request.mode == CheckMode::kMutate) {
     report.mutation = mutations.front().name;
-    report.bite.push_back(judge_mutation(mutations.front(), report.rows));
+    report.bite.push_back(judge_mutation(mutations.front(), s.topology, report.rows));
   }
   for (size_t i = 0; request.mode == CheckMode::kBite && i < mutations.size(); ++i) {
-    report.bite.push_back(judge_mutation(mutations[i], compare_outputs(runs[i + 1], reference.outputs, s)));
+    report.bite.push_back(
+        judge_mutation(mutations[i], s.topology, compare_outputs(runs[i + 1], reference.outputs, s)));
   }
+  report.bite_skipped = plan.skipped;
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }

@@ -62,7 +62,7 @@ TensorTree next_sources(const UnrolledSpdSetup& setup, const TensorTree& params,
   at::Tensor ppgd_term = plain_loss(setup, params.detach(), a, b, t, SpdTermWeights::only(SpdTerm::kPpgd));
   TensorTree g = grads_of(ppgd_term, a, false);
   return zip(sources, g, [&](const at::Tensor& x, const at::Tensor& gx) {
-    return (x + setup.config.ppgd_step * gx.sign()).clamp(0.0, 1.0).detach();
+    return spd_sources_ascent(x, gx, setup.config.ppgd_step).detach();
   });
 }
 

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "checks/run_check.h"
+#include "lib/dist/portal.h"
 #include "lib/train/run_config.h"
 #include "reference/unrolled_lm.h"
 
@@ -50,6 +51,18 @@ std::string read_file(const std::string& path);
 
 // The message of the InputError `fn` throws, or "" if it throws none.
 std::string input_error_of(const std::function<void()>& fn);
+
+// Sets the process-wide portal wire-tag mode for one scope (a test).
+class PortalTagsGuard {
+ public:
+  explicit PortalTagsGuard(dist::PortalTags mode) : saved_(dist::portal_tags()) { dist::set_portal_tags(mode); }
+  ~PortalTagsGuard() { dist::set_portal_tags(saved_); }
+  PortalTagsGuard(const PortalTagsGuard&) = delete;
+  PortalTagsGuard& operator=(const PortalTagsGuard&) = delete;
+
+ private:
+  dist::PortalTags saved_;
+};
 
 // A magic-check run with the request's topology as ranks on threads of this process; rank 0's report.
 CheckReport run_check_in_threads(const checks::CheckRequest& request);

@@ -1,7 +1,8 @@
 // The checks with ranks as threads of this process: each mutation, planted alone, is caught at
-// its expected level with its expected factor, on a layout of its family other than the ones the
-// end-to-end runs use (dp=3; the non-square three-pool n_ci=2,n_per_block=4,n_blocks=1,n_ppgd=2,
-// where x n_ci and x n_per_block differ); fp32 passes at its tolerance; empty shards are fine.
+// its expected level with its expected factor, on a layout of its family whose sizes all differ
+// (dp=3; the three-pool n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3, 12 ranks), so that the factor
+// the diagnosis observes names exactly one size; fp32 passes at its tolerance; empty shards are
+// fine.
 #include <gtest/gtest.h>
 
 #include "checks/mutations.h"
@@ -16,7 +17,7 @@ class EachMutation : public ::testing::TestWithParam<checks::Mutation> {};
 TEST_P(EachMutation, IsCaughtAtItsLevelWithItsFactor) {
   checks::CheckRequest request;
   request.settings.topology = dist::TopologySpec::parse(
-      GetParam().family == dist::TopologyFamily::kMesh ? "dp=3" : "n_ci=2,n_per_block=4,n_blocks=1,n_ppgd=2");
+      GetParam().family == dist::TopologyFamily::kMesh ? "dp=3" : "n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3");
   request.mode = checks::CheckMode::kMutate;
   request.mutation = GetParam().name;
   const CheckReport report = testing::run_check_in_threads(request);
@@ -25,7 +26,9 @@ TEST_P(EachMutation, IsCaughtAtItsLevelWithItsFactor) {
   EXPECT_TRUE(b.caught) << b.mutation << ": observed " << b.observed_level << ": " << b.observed_diagnosis;
   EXPECT_EQ(b.observed_level, GetParam().expected_level);
   if (!GetParam().expected_factor.empty()) {
-    EXPECT_EQ(b.observed_factor, GetParam().expected_factor);
+    // The names the observed scale matches, from the diagnosis: exactly the expected one.
+    EXPECT_EQ(b.observed_factor, GetParam().expected_factor) << b.observed_diagnosis;
+    EXPECT_TRUE(b.factor_distinct);
   }
   EXPECT_EQ(report.exit_code(), 1) << "a planted bug fails the run";
 }

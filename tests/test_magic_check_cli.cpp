@@ -88,23 +88,44 @@ TEST(MagicCheckCli, ThreePoolTenRanksPassAtFp64Precision) {
   EXPECT_EQ(levels, (std::set<std::string>{"grad", "query_grad", "hvp", "final_params", "scores"}));
 }
 
-TEST(MagicCheckCli, ThreePoolBiteShowsTheExpectedFactors) {
+// Four pool sizes that all differ (6, 2, 1, 3; world 12): each caught factor names one size.
+TEST(MagicCheckCli, ThreePoolBiteOnDistinctSizesNamesExactlyTheExpectedFactor) {
   const std::string json = temp_path("three_pool_bite.json");
-  auto o = magic_check("--topology n_ci=4,n_per_block=2 --bite --json " + json);
+  auto o = magic_check("--topology n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3 --bite --json " + json);
   ASSERT_EQ(o.exit_code, 0) << o.output;
   auto report = nlohmann::json::parse(testing::read_file(json));
   std::map<std::string, nlohmann::json> bite;
   for (const auto& b : report["bite"]) {
     EXPECT_TRUE(b["caught"].get<bool>()) << b.dump();
+    EXPECT_TRUE(b["factor_distinct"].get<bool>()) << b.dump();
+    EXPECT_EQ(b["observed"]["factor"], b["expected"]["factor"]) << b.dump();
     bite[b["mutation"].get<std::string>()] = b;
   }
   EXPECT_EQ(bite.size(), 7u);
-  EXPECT_NE(bite["avg-ci-reduce"]["observed"]["diagnosis"].get<std::string>().find("1/n_ci (scale 0.250000)"),
+  EXPECT_TRUE(report["bite_skipped"].empty());
+  EXPECT_NE(bite["avg-ci-reduce"]["observed"]["diagnosis"].get<std::string>().find("1/n_ci (scale 0.166667)"),
             std::string::npos)
       << bite["avg-ci-reduce"].dump();
-  EXPECT_NE(bite["faith-on-all-ranks"]["observed"]["diagnosis"].get<std::string>().find("(scale 2.000000)"),
+  EXPECT_NE(bite["ppgd-broadcast-all-ranks"]["observed"]["diagnosis"].get<std::string>().find(
+                "x n_ppgd (scale 3.000000)"),
             std::string::npos)
-      << bite["faith-on-all-ranks"].dump();
+      << bite["ppgd-broadcast-all-ranks"].dump();
+  EXPECT_NE(o.output.find("BITE PASS: 7 of 7 applicable mutations caught"), std::string::npos) << o.output;
+}
+
+TEST(MagicCheckCli, BiteSaysWhichMutationsItSkippedAndWhy) {
+  const std::string json = temp_path("skipped_bite.json");
+  auto o = magic_check("--topology n_ci=2,n_per_block=1 --bite --steps 2 --json " + json);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("BITE PASS: 5 of 5 applicable mutations caught with their expected level and factor "
+                          "(2 skipped: faith-on-all-ranks, avg-block-reduce)"),
+            std::string::npos)
+      << o.output;
+  auto report = nlohmann::json::parse(testing::read_file(json));
+  ASSERT_EQ(report["bite_skipped"].size(), 2u);
+  EXPECT_EQ(report["bite_skipped"][0]["reason"], "needs n_per_block >= 2 (n_per_block=1 here)");
+  // On this layout n_ci = n_ppgd = n_blocks = 2: the catches hold, but their factors are flagged.
+  EXPECT_NE(o.output.find("cannot be told apart"), std::string::npos) << o.output;
 }
 
 TEST(MagicCheckCli, BadInputExitsTwoNamingTheInput) {
@@ -125,7 +146,12 @@ TEST(MagicCheckCli, BadInputExitsTwoNamingTheInput) {
            {"--steps 3", "--topology is required"},
            {"--topology n_ci=3,n_per_block=2 --batch 12", "batch splits between pools must divide each other"},
            {"--topology n_ci=4 --batch 12", "a three-pool layout needs n_per_block"},
-           {"--topology n_ci=2,n_per_block=2 --mutate local-normalizer", "needs a mesh layout with dp >= 2"},
+           {"--topology n_ci=2,n_per_block=2 --mutate local-normalizer", "it needs a mesh layout"},
+           {"--topology dp=4 --checks hvp --mutate extra-divide-scores",
+            "it shows first at level scores, which --checks hvp leaves out"},
+           {"--topology dp=30", "the default batch (3 x dp + 1 = 91 rows) exceeds the 69 training examples"},
+           {"--topology dp=3 --batch 70", "--batch 70 exceeds the 69 training examples"},
+           {"--topology dp=2 --workload lm", "--workload"},
        }) {
     auto o = magic_check(c.args);
     EXPECT_EQ(o.exit_code, 2) << c.args << "\n" << o.output;

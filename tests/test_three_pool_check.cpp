@@ -4,7 +4,9 @@
 // input error naming the constraint.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <set>
+#include <tuple>
 
 #include "checks/run_check.h"
 #include "tests/support.h"
@@ -13,11 +15,13 @@
 namespace magic {
 namespace {
 
-class ThreePoolLayouts : public ::testing::TestWithParam<std::string> {};
+// A layout, and whether every portal's wire tag is 0 (matching by order alone, as on NCCL).
+class ThreePoolLayouts : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
 
 TEST_P(ThreePoolLayouts, MatchTheReferenceAtEveryLevel) {
+  testing::PortalTagsGuard tags(std::get<1>(GetParam()) ? dist::PortalTags::kZero : dist::PortalTags::kPerTransfer);
   checks::CheckRequest request;
-  request.settings.topology = dist::TopologySpec::parse(GetParam());
+  request.settings.topology = dist::TopologySpec::parse(std::get<0>(GetParam()));
   request.settings.steps = 3;
   const CheckReport report = testing::run_check_in_threads(request);
   EXPECT_EQ(report.workload, "spd");
@@ -34,10 +38,18 @@ TEST_P(ThreePoolLayouts, MatchTheReferenceAtEveryLevel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ThreePoolLayouts,
-                         ::testing::Values("n_ci=1,n_per_block=1,n_blocks=1,n_ppgd=1",
-                                           "n_ci=2,n_per_block=1,n_blocks=3,n_ppgd=2",
-                                           "n_ci=1,n_per_block=3,n_blocks=2,n_ppgd=1",
-                                           "n_ci=2,n_per_block=4,n_blocks=1,n_ppgd=2"));
+                         ::testing::Combine(::testing::Values("n_ci=1,n_per_block=1,n_blocks=1,n_ppgd=1",
+                                                              "n_ci=2,n_per_block=1,n_blocks=3,n_ppgd=2",
+                                                              "n_ci=1,n_per_block=3,n_blocks=2,n_ppgd=1",
+                                                              "n_ci=2,n_per_block=4,n_blocks=1,n_ppgd=2"),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           std::string name = std::get<0>(info.param);
+                           for (char& c : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return name + (std::get<1>(info.param) ? "_tags_zero" : "_tagged");
+                         });
 
 TEST(ThreePoolCheck, SgdAndAdamToo) {
   for (std::string optimizer : {"sgd", "adam"}) {

@@ -1,5 +1,7 @@
 #include "lib/compare/check_row.h"
 
+#include <limits>
+
 namespace magic {
 
 CheckRow make_check_row(const std::string& level, const std::string& tensor, const at::Tensor& distributed,
@@ -11,6 +13,19 @@ CheckRow make_check_row(const std::string& level, const std::string& tensor, con
   row.tolerance = tolerance;
   row.passed = row.stats.worst_rel_err <= tolerance;
   row.diagnosis = diagnose(row.stats, row.passed, factors);
+  return row;
+}
+
+CheckRow make_unmatched_row(const std::string& level, const std::string& tensor, double tolerance,
+                            const std::string& why) {
+  constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+  CheckRow row;
+  row.level = level;
+  row.tensor = tensor;
+  row.stats.scale = row.stats.mean_ratio = row.stats.worst_rel_err = row.stats.cosine = kNan;
+  row.tolerance = tolerance;
+  row.passed = false;
+  row.diagnosis.text = why;
   return row;
 }
 

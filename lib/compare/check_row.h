@@ -23,4 +23,9 @@ struct CheckRow {
 CheckRow make_check_row(const std::string& level, const std::string& tensor, const at::Tensor& distributed,
                         const at::Tensor& reference, double tolerance, const std::vector<NamedFactor>& factors);
 
+// A failing row for a tensor that could not be compared (missing on one side, or of another
+// shape); its statistics are NaN (null in JSON, "-" in the table) and `why` is its diagnosis.
+CheckRow make_unmatched_row(const std::string& level, const std::string& tensor, double tolerance,
+                            const std::string& why);
+
 }  // namespace magic

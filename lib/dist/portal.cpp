@@ -2,8 +2,16 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <utility>
+
+#include "lib/core/error.h"
+#include "lib/core/strings.h"
+#include "lib/dist/progress.h"
 
 namespace magic::dist {
 namespace {
@@ -12,34 +20,71 @@ using torch::autograd::AutogradContext;
 using torch::autograd::Function;
 using torch::autograd::variable_list;
 
+PortalTags tags_from_env() {
+  const char* mode = std::getenv("MAGIC_PORTAL_TAGS");
+  return mode != nullptr && std::string(mode) == "zero" ? PortalTags::kZero : PortalTags::kPerTransfer;
+}
+std::atomic<PortalTags> tag_mode{tags_from_env()};
+
+int wire_tag(const Group& group, int64_t tag) {
+  const bool zero = tag_mode.load() == PortalTags::kZero || group.backend_kind() == BackendKind::kNccl;
+  return zero ? 0 : static_cast<int>(tag);
+}
+
 struct PendingSend {
   std::shared_ptr<const Group> group;
   c10::intrusive_ptr<c10d::Work> work;
+  std::string what;  // for the error: "portal 'gates' ... to rank 3"
 };
-thread_local std::vector<PendingSend> pending;
+std::mutex pending_mutex;
+std::map<int, std::vector<PendingSend>> pending;  // by the sender's global rank
 
-void post_send(const at::Tensor& x, int64_t group_id, int64_t peer, int64_t tag) {
+// "portal 'gates' (REPLAY step 2, derivative order 1)": where a transfer belongs.
+std::string portal_text(const std::string& name, int64_t tag) {
+  std::string phase = current_phase();
+  return str_cat("portal '", name, "' (", phase.empty() ? "" : phase + ", ", "derivative order ", tag % 8, ")");
+}
+
+// The base tag of a portal is a multiple of 8; its derivative orders count up from it.
+void post_send(const at::Tensor& x, int64_t group_id, int64_t peer, int64_t tag, const std::string& name) {
   std::shared_ptr<const Group> group = find_group(group_id);
-  pending.push_back(
-      {group, group->send_async(x.detach().contiguous().clone(), static_cast<int>(peer), static_cast<int>(tag))});
+  auto work = group->send_async(x.detach().contiguous().clone(), static_cast<int>(peer), wire_tag(*group, tag));
+  const int me = group->global_rank(), to = group->ranks()[peer];
+  std::string what = str_cat(portal_text(name, tag), ": rank ", me, " sent to rank ", to,
+                             ", which never received it (it did not reach this portal)");
+  std::lock_guard<std::mutex> lock(pending_mutex);
+  pending[me].push_back({std::move(group), std::move(work), std::move(what)});
 }
 
 at::Tensor receive(const std::vector<int64_t>& shape, const at::TensorOptions& options, int64_t group_id, int64_t peer,
-                   int64_t tag) {
+                   int64_t tag, const std::string& name) {
   at::Tensor y = at::empty(shape, options);
-  find_group(group_id)->recv_(y, static_cast<int>(peer), static_cast<int>(tag));
+  const std::shared_ptr<const Group> group = find_group(group_id);
+  try {
+    group->recv_(y, static_cast<int>(peer), wire_tag(*group, tag));
+  } catch (const DistributedError& e) {
+    throw DistributedError(str_cat(portal_text(name, tag), ": rank ", group->global_rank(), " waited for rank ",
+                                   group->ranks()[peer], ", which never sent (it did not reach this portal or died); ",
+                                   e.what()));
+  }
   return y;
+}
+
+void save_address(AutogradContext* ctx, int64_t group, int64_t peer, int64_t tag, const std::string& name) {
+  ctx->saved_data["group"] = group;
+  ctx->saved_data["peer"] = peer;
+  ctx->saved_data["tag"] = tag;
+  ctx->saved_data["name"] = name;
 }
 
 struct PortalRecv;
 
 struct PortalSend : Function<PortalSend> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group, int64_t peer, int64_t tag) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group, int64_t peer, int64_t tag,
+                            std::string name) {
     ctx->save_for_backward({x});
-    ctx->saved_data["group"] = group;
-    ctx->saved_data["peer"] = peer;
-    ctx->saved_data["tag"] = tag;
-    post_send(x, group, peer, tag);
+    save_address(ctx, group, peer, tag, name);
+    post_send(x, group, peer, tag, name);
     return at::zeros({}, x.options());
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad);
@@ -47,46 +92,63 @@ struct PortalSend : Function<PortalSend> {
 
 struct PortalRecv : Function<PortalRecv> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& anchor, std::vector<int64_t> shape, int64_t group,
-                            int64_t peer, int64_t tag) {
-    ctx->saved_data["group"] = group;
-    ctx->saved_data["peer"] = peer;
-    ctx->saved_data["tag"] = tag;
+                            int64_t peer, int64_t tag, std::string name) {
+    save_address(ctx, group, peer, tag, name);
     ctx->saved_data["anchor_shape"] = anchor.sizes().vec();
-    return receive(shape, anchor.options(), group, peer, tag);
+    return receive(shape, anchor.options(), group, peer, tag, name);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     // Send the cotangent back; the token is the anchor's gradient, so a higher-order pass that
     // reaches the anchor's gradient reaches this send's own backward.
-    const at::Tensor token = PortalSend::apply(grad[0], ctx->saved_data["group"].toInt(),
-                                               ctx->saved_data["peer"].toInt(), ctx->saved_data["tag"].toInt() + 1);
+    const at::Tensor token =
+        PortalSend::apply(grad[0], ctx->saved_data["group"].toInt(), ctx->saved_data["peer"].toInt(),
+                          ctx->saved_data["tag"].toInt() + 1, ctx->saved_data["name"].toStringRef());
     const auto anchor_shape = ctx->saved_data["anchor_shape"].toIntVector();
-    return {token.expand(anchor_shape), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {token.expand(anchor_shape), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 variable_list PortalSend::backward(AutogradContext* ctx, variable_list) {
   // The cotangent of x, from the destination; anchored on x so that it can be differentiated.
   const at::Tensor x = ctx->get_saved_variables()[0];
-  const at::Tensor cotangent = PortalRecv::apply(x, x.sizes().vec(), ctx->saved_data["group"].toInt(),
-                                                 ctx->saved_data["peer"].toInt(), ctx->saved_data["tag"].toInt() + 1);
-  return {cotangent, at::Tensor(), at::Tensor(), at::Tensor()};
+  const at::Tensor cotangent =
+      PortalRecv::apply(x, x.sizes().vec(), ctx->saved_data["group"].toInt(), ctx->saved_data["peer"].toInt(),
+                        ctx->saved_data["tag"].toInt() + 1, ctx->saved_data["name"].toStringRef());
+  return {cotangent, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
 }
 
 }  // namespace
 
-at::Tensor portal_send(const at::Tensor& x, const Group& group, int peer, int64_t tag) {
-  return PortalSend::apply(x, group.id(), static_cast<int64_t>(peer), tag);
+void set_portal_tags(PortalTags mode) {
+  tag_mode.store(mode);
+}
+
+PortalTags portal_tags() {
+  return tag_mode.load();
+}
+
+at::Tensor portal_send(const at::Tensor& x, const Group& group, int peer, const PortalId& id) {
+  return PortalSend::apply(x, group.id(), static_cast<int64_t>(peer), id.tag, id.name);
 }
 
 at::Tensor portal_recv(const at::Tensor& anchor, const std::vector<int64_t>& shape, const Group& group, int peer,
-                       int64_t tag) {
-  return PortalRecv::apply(anchor, shape, group.id(), static_cast<int64_t>(peer), tag);
+                       const PortalId& id) {
+  return PortalRecv::apply(anchor, shape, group.id(), static_cast<int64_t>(peer), id.tag, id.name);
 }
 
-void wait_portal_sends() {
+void wait_portal_sends(const Group& group) {
   std::vector<PendingSend> sends;
-  sends.swap(pending);
-  for (const auto& s : sends) s.group->wait_send(s.work);
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex);
+    sends.swap(pending[group.global_rank()]);
+  }
+  for (const auto& s : sends) {
+    try {
+      s.group->wait_send(s.work);
+    } catch (const DistributedError& e) {
+      throw DistributedError(str_cat(s.what, "; ", e.what()));
+    }
+  }
 }
 
 }  // namespace magic::dist

@@ -44,10 +44,12 @@ TensorTree entered(const TensorTree& params, const Group& group) {
   return without_sync(params).map([&](const at::Tensor& p) { return copy_to_group(p, group); });
 }
 
-// Portal tags: one block of 8 (forward and derivative orders) per transfer kind and phase.
+// Portals: one block of 8 logical tags (forward and derivative orders) per transfer kind and
+// phase (training step t, or the query after the last step).
 enum PortalKind : int64_t { kTrainGates = 0, kTrainComponents = 1, kQueryGates = 2 };
-int64_t portal_tag(int64_t phase, PortalKind kind) {
-  return (phase * 4 + kind) * 8;
+PortalId portal_id(int64_t phase, PortalKind kind) {
+  static const char* const names[] = {"gates", "components", "query gates"};
+  return {names[kind], (phase * 4 + kind) * 8};
 }
 
 struct RowRange {
@@ -102,26 +104,26 @@ RowRange overlap(RowRange a, RowRange b) {
 // The gates portal. CI ranks send each consumer the gates of the rows they share and return the
 // tokens; consumers receive their rows' gates from the CI ranks holding them, in row order.
 at::Tensor send_gates(const ThreePoolLayout& layout, const Group& world, int rank, const std::vector<int>& consumers,
-                      const at::Tensor& gates, int64_t batch, int64_t tag) {
+                      const at::Tensor& gates, int64_t batch, const PortalId& id) {
   const RowRange mine = rows_of(layout, rank, batch);
   at::Tensor tokens = at::zeros({}, gates.options());
   for (int consumer : consumers) {
     const RowRange shared = overlap(mine, rows_of(layout, consumer, batch));
     if (shared.begin >= shared.end) continue;
     tokens = tokens +
-             portal_send(gates.narrow(0, shared.begin - mine.begin, shared.end - shared.begin), world, consumer, tag);
+             portal_send(gates.narrow(0, shared.begin - mine.begin, shared.end - shared.begin), world, consumer, id);
   }
   return tokens;
 }
 
 at::Tensor receive_gates(const ThreePoolLayout& layout, const Group& world, int rank, const at::Tensor& anchor,
-                         int64_t batch, int64_t sites, int64_t components, int64_t tag) {
+                         int64_t batch, int64_t sites, int64_t components, const PortalId& id) {
   const RowRange mine = rows_of(layout, rank, batch);
   std::vector<at::Tensor> pieces;
   for (int source : layout.ci_ranks()) {
     const RowRange shared = overlap(mine, rows_of(layout, source, batch));
     if (shared.begin >= shared.end) continue;
-    pieces.push_back(portal_recv(anchor, {shared.end - shared.begin, sites, components}, world, source, tag));
+    pieces.push_back(portal_recv(anchor, {shared.end - shared.begin, sites, components}, world, source, id));
   }
   return at::cat(pieces);
 }
@@ -195,11 +197,11 @@ std::pair<at::Tensor, at::Tensor> ThreePoolSpd::local_loss(const TrainState& s, 
     }
     loss = loss + once * terms.importance * c.importance_coeff * spd_importance_penalty(total, c.importance_beta);
     tokens = send_gates(layout_, world, rank_, consumers_of_gates(layout_, true), at::stack(gates, 1), B,
-                        portal_tag(t, kTrainGates));
+                        portal_id(t, kTrainGates));
     return {loss + tokens, tokens};
   }
 
-  at::Tensor gates = receive_gates(layout_, world, rank_, sync, B, S, C, portal_tag(t, kTrainGates));
+  at::Tensor gates = receive_gates(layout_, world, rank_, sync, B, S, C, portal_id(t, kTrainGates));
   if (bug == PlantedBug::kPrescaleCi) gates = scale_backward(gates, static_cast<double>(layout_.n_ci()));
 
   if (role() == PoolRole::kBlock) {
@@ -219,7 +221,7 @@ std::pair<at::Tensor, at::Tensor> ThreePoolSpd::local_loss(const TrainState& s, 
     // The components portal: every block rank sends (the leader its V/U, the others zeros), so
     // all ranks of a block build the same graph.
     const at::Tensor flat = vu.flatten() * (pool_leader() ? 1.0 : 0.0);
-    for (int p : layout_.ppgd_ranks()) tokens = tokens + portal_send(flat, world, p, portal_tag(t, kTrainComponents));
+    for (int p : layout_.ppgd_ranks()) tokens = tokens + portal_send(flat, world, p, portal_id(t, kTrainComponents));
     return {loss + tokens, tokens};
   }
 
@@ -230,7 +232,7 @@ std::pair<at::Tensor, at::Tensor> ThreePoolSpd::local_loss(const TrainState& s, 
     const int64_t numel = 2 * c.width * C * static_cast<int64_t>(sites.size());
     at::Tensor flat;
     for (int r : layout_.block_ranks(k)) {
-      const at::Tensor part = portal_recv(sync, {numel}, world, r, portal_tag(t, kTrainComponents));
+      const at::Tensor part = portal_recv(sync, {numel}, world, r, portal_id(t, kTrainComponents));
       flat = flat.defined() ? flat + part : part;
     }
     int64_t offset = 0;
@@ -256,7 +258,7 @@ std::pair<at::Tensor, at::Tensor> ThreePoolSpd::local_loss(const TrainState& s, 
 
 TensorTree ThreePoolSpd::differentiate(const TrainState& s, int64_t t, const at::Tensor& w, const SpdTermWeights& terms,
                                        bool create_graph, at::Tensor* sources_grad) const {
-  wait_portal_sends();  // those of earlier passes (REPLAY's vector-Jacobian products included)
+  wait_portal_sends(*groups_.world);  // those of earlier passes (REPLAY's vector-Jacobian products included)
   const auto [loss, tokens] = local_loss(s, t, w, terms);
   std::vector<at::Tensor> inputs = s.params.tensors();
   const bool with_sources = sources_grad != nullptr && !s.persistent.empty();
@@ -304,12 +306,11 @@ StepOutput ThreePoolSpd::step(const TrainState& s, int64_t t, const at::Tensor& 
   if (role() == PoolRole::kPpgd) {
     // Sign-gradient ascent on the PPGD pool's summed gradient; sign() has no derivative.
     groups_.ppgd->all_reduce_sum_(sources_grad);
-    const at::Tensor direction = sources_grad.sign();
     TensorTree sources;
     int64_t offset = 0;
     for (const auto& e : in.persistent) {
-      const at::Tensor step = direction.narrow(0, offset, e.tensor.numel()).view(e.tensor.sizes());
-      sources.insert(e.name, (e.tensor + setup_.config.ppgd_step * step).clamp(0.0, 1.0));
+      const at::Tensor g = sources_grad.narrow(0, offset, e.tensor.numel()).view(e.tensor.sizes());
+      sources.insert(e.name, spd_sources_ascent(e.tensor, g, setup_.config.ppgd_step));
       offset += e.tensor.numel();
     }
     next.persistent = sources;
@@ -323,19 +324,19 @@ StepOutput ThreePoolSpd::step(const TrainState& s, int64_t t, const at::Tensor& 
 }
 
 at::Tensor ThreePoolSpd::assemble_weight_gradient(const at::Tensor& local) const {
-  wait_portal_sends();
+  wait_portal_sends(*groups_.world);
   return groups_.world->sum(local);
 }
 
 at::Tensor ThreePoolSpd::loss(const TensorTree& params, std::optional<int64_t> index) const {
   if (index) throw std::invalid_argument("per-query scores are not implemented for the decomposition workload");
-  wait_portal_sends();
+  wait_portal_sends(*groups_.world);
   const SpdConfig& c = setup_.config;
   const at::Tensor& queries = setup_.data.queries;
   const int64_t Q = queries.size(0), S = c.n_sites, C = c.components;
   const at::Tensor& sync = params.at(kSync);
   const Group& world = *groups_.world;
-  const int64_t tag = portal_tag(num_steps() + 1, kQueryGates);
+  const PortalId id = portal_id(num_steps() + 1, kQueryGates);
   const RowRange mine = rows_of(layout_, rank_, Q);
   at::Tensor local = at::zeros({}, sync.options());
   if (role() == PoolRole::kCi) {
@@ -343,9 +344,9 @@ at::Tensor ThreePoolSpd::loss(const TensorTree& params, std::optional<int64_t> i
     const TensorTree ci = entered(params, *groups_.ci);
     std::vector<at::Tensor> gates;
     for (int64_t site = 0; site < S; ++site) gates.push_back(spd_gates(ci, site, xs[site]));
-    local = local + send_gates(layout_, world, rank_, consumers_of_gates(layout_, false), at::stack(gates, 1), Q, tag);
+    local = local + send_gates(layout_, world, rank_, consumers_of_gates(layout_, false), at::stack(gates, 1), Q, id);
   } else if (role() == PoolRole::kBlock) {
-    const at::Tensor gates = receive_gates(layout_, world, rank_, sync, Q, S, C, tag);
+    const at::Tensor gates = receive_gates(layout_, world, rank_, sync, Q, S, C, id);
     const TensorTree vu = entered(params, *groups_.block);
     const auto xs = spd_site_inputs(setup_.data.target, queries.narrow(0, mine.begin, mine.end - mine.begin));
     for (int64_t site : layout_.sites_of_block(layout_.block_of(rank_))) {

@@ -47,11 +47,18 @@ std::string pad(const std::string& text, size_t width) {
   return columns >= width ? text + " " : text + std::string(width - columns, ' ');
 }
 
+// NaN marks a row that could not be compared (a tensor missing on one side).
 std::string fixed6(double v) {
-  return std::isfinite(v) ? format_fixed(v, 6) : "inf";
+  return std::isnan(v) ? "-" : std::isfinite(v) ? format_fixed(v, 6) : "inf";
 }
 std::string sci(double v) {
-  return std::isfinite(v) ? format_sci(v, 1) : "inf";
+  return std::isnan(v) ? "-" : std::isfinite(v) ? format_sci(v, 1) : "inf";
+}
+
+std::string skipped_names(const std::vector<BiteSkip>& skipped) {
+  std::vector<std::string> names;
+  for (const auto& k : skipped) names.push_back(k.mutation);
+  return join(names, ", ");
 }
 
 std::string expected_text(const BiteOutcome& b) {
@@ -61,6 +68,7 @@ std::string expected_text(const BiteOutcome& b) {
 }  // namespace
 
 bool CheckReport::rows_pass() const {
+  if (rows.empty()) return false;
   for (const auto& r : rows) {
     if (!r.passed) return false;
   }
@@ -93,23 +101,38 @@ void print_report(const CheckReport& r, std::ostream& out) {
         << pad(fixed6(row.stats.mean_ratio), 16) << pad(sci(row.stats.worst_rel_err), 15)
         << pad(fixed6(row.stats.cosine), 11) << pad(row.passed ? "pass" : "FAIL", 9) << row.diagnosis.text << "\n";
   }
-  const double tolerance = r.rows.empty() ? 0.0 : r.rows.front().tolerance;
-  out << "\n"
-      << (failed == 0 ? "PASS" : "FAIL") << ": " << r.rows.size() - failed << " of " << r.rows.size()
-      << " checks within tolerance (" << r.dtype << ": worst relative error <= " << format_sci(tolerance, 0) << ")\n";
+  if (r.rows.empty()) {
+    out << "\nFAIL: no tensor was compared\n";
+  } else {
+    out << "\n"
+        << (failed == 0 ? "PASS" : "FAIL") << ": " << r.rows.size() - failed << " of " << r.rows.size()
+        << " checks within tolerance (" << r.dtype << ": worst relative error <= "
+        << format_sci(r.rows.front().tolerance, 0) << ")\n";
+  }
   for (const auto& note : r.notes) out << "note: " << note << "\n";
   if (r.bite_mode) {
     out << "\nbite: does every check still catch the bugs it exists for?\n"
         << pad("mutation", 31) << pad("expected", 21) << pad("observed", 64) << "caught\n";
     int caught = 0;
+    std::vector<std::string> blurred;
     for (const auto& b : r.bite) {
       caught += b.caught;
       std::string observed =
           b.observed_level.empty() ? "nothing failed" : b.observed_level + ": " + b.observed_diagnosis;
       out << pad(b.mutation, 31) << pad(expected_text(b), 21) << pad(observed, 64) << (b.caught ? "yes" : "NO") << "\n";
+      if (b.caught && !b.factor_distinct) blurred.push_back(b.mutation + " (" + b.observed_factor + ")");
     }
+    for (const auto& k : r.bite_skipped) out << pad(k.mutation, 31) << "skipped: " << k.reason << "\n";
     out << (caught == static_cast<int>(r.bite.size()) ? "BITE PASS" : "BITE FAIL") << ": " << caught << " of "
-        << r.bite.size() << " mutations caught with their expected level and factor\n";
+        << r.bite.size() << " applicable mutations caught with their expected level and factor";
+    if (!r.bite_skipped.empty()) {
+      out << " (" << r.bite_skipped.size() << " skipped: " << skipped_names(r.bite_skipped) << ")";
+    }
+    out << "\n";
+    if (!blurred.empty()) {
+      out << "note: on this layout some sizes are equal, so these factors cannot be told apart: " << join(blurred, "; ")
+          << ". Judge factors on a layout whose sizes all differ.\n";
+    }
   }
   out << "(" << format_fixed(r.seconds, 1) << " s)\n";
 }
@@ -137,8 +160,11 @@ nlohmann::ordered_json report_json(const CheckReport& r) {
                     {"expected", {{"level", b.expected_level}, {"factor", b.expected_factor}}},
                     {"observed",
                      {{"level", b.observed_level}, {"factor", b.observed_factor}, {"diagnosis", b.observed_diagnosis}}},
-                    {"caught", b.caught}});
+                    {"caught", b.caught},
+                    {"factor_distinct", b.factor_distinct}});
   }
+  json skipped = json::array();
+  for (const auto& k : r.bite_skipped) skipped.push_back({{"mutation", k.mutation}, {"reason", k.reason}});
   return json{{"tool", "magic-check"},
               {"topology", r.topology},
               {"world_size", r.world_size},
@@ -153,7 +179,8 @@ nlohmann::ordered_json report_json(const CheckReport& r) {
               {"seconds", r.seconds},
               {"checks", checks},
               {"notes", r.notes},
-              {"bite", r.bite_mode ? bite : json(nullptr)}};
+              {"bite", r.bite_mode ? bite : json(nullptr)},
+              {"bite_skipped", r.bite_mode ? skipped : json(nullptr)}};
 }
 
 void write_json_report(const std::string& path, const CheckReport& report) {
@@ -162,16 +189,23 @@ void write_json_report(const std::string& path, const CheckReport& report) {
 
 std::string junit_xml(const CheckReport& r) {
   std::ostringstream x;
-  int failures = 0;
+  // A report with no rows checked nothing: it gets one failing test case saying so.
+  const bool empty = r.rows.empty();
+  int failures = empty ? 1 : 0;
   for (const auto& row : r.rows) failures += !row.passed;
   int bite_failures = 0;
   for (const auto& b : r.bite) bite_failures += !b.caught;
-  const size_t tests = r.rows.size() + r.bite.size();
+  const size_t row_tests = r.rows.size() + (empty ? 1 : 0);
+  const size_t tests = row_tests + r.bite.size() + r.bite_skipped.size();
   x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
     << "<testsuites name=\"magic-check\" tests=\"" << tests << "\" failures=\"" << failures + bite_failures
     << "\" time=\"" << r.seconds << "\">\n";
-  x << "  <testsuite name=\"" << xml_escape("magic-check " + r.topology) << "\" tests=\"" << r.rows.size()
+  x << "  <testsuite name=\"" << xml_escape("magic-check " + r.topology) << "\" tests=\"" << row_tests
     << "\" failures=\"" << failures << "\">\n";
+  if (empty) {
+    x << "    <testcase classname=\"report\" name=\"rows\">\n      <failure message=\"no tensor was compared\"/>\n"
+      << "    </testcase>\n";
+  }
   for (const auto& row : r.rows) {
     x << "    <testcase classname=\"" << xml_escape(row.level) << "\" name=\"" << xml_escape(row.tensor) << "\"";
     if (row.passed) {
@@ -185,8 +219,13 @@ std::string junit_xml(const CheckReport& r) {
   }
   x << "  </testsuite>\n";
   if (r.bite_mode) {
-    x << "  <testsuite name=\"" << xml_escape("bite " + r.topology) << "\" tests=\"" << r.bite.size()
-      << "\" failures=\"" << bite_failures << "\">\n";
+    x << "  <testsuite name=\"" << xml_escape("bite " + r.topology) << "\" tests=\""
+      << r.bite.size() + r.bite_skipped.size() << "\" failures=\"" << bite_failures << "\" skipped=\""
+      << r.bite_skipped.size() << "\">\n";
+    for (const auto& k : r.bite_skipped) {
+      x << "    <testcase classname=\"bite\" name=\"" << xml_escape(k.mutation) << "\">\n      <skipped message=\""
+        << xml_escape(k.reason) << "\"/>\n    </testcase>\n";
+    }
     for (const auto& b : r.bite) {
       x << "    <testcase classname=\"bite\" name=\"" << xml_escape(b.mutation) << "\"";
       if (b.caught) {

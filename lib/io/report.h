@@ -18,6 +18,14 @@ struct BiteOutcome {
   std::string expected_level, expected_factor;
   std::string observed_level, observed_factor, observed_diagnosis;
   bool caught = false;
+  // False when the observed scale is also the value of another named size ("x n_per_block =
+  // x n_ppgd"): the catch does not prove which factor it was.
+  bool factor_distinct = true;
+};
+
+// A mutation of the topology's family that --bite did not run, and why.
+struct BiteSkip {
+  std::string mutation, reason;
 };
 
 struct CheckReport {
@@ -31,8 +39,10 @@ struct CheckReport {
   std::vector<std::string> notes;  // run-level explanations printed under the table
   bool bite_mode = false;
   std::vector<BiteOutcome> bite;
+  std::vector<BiteSkip> bite_skipped;
   double seconds = 0.0;
 
+  // False when a row failed, and when there are no rows at all (nothing was checked).
   bool rows_pass() const;
   bool all_caught() const;
   // 0 when everything that should pass passed: the rows of a clean run, and under --bite every

@@ -23,7 +23,8 @@ at::Tensor causal_self_attention(const GptConfig& c, const at::Tensor& x, const 
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
   auto parts = qkv.split(c.d_model, -1);
   at::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
-  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(D));
+  at::Tensor qk = at::matmul(q, k.transpose(-2, -1));
+  at::Tensor scores = c.attention_scale == 0.0 ? qk / std::sqrt(static_cast<double>(D)) : qk * c.attention_scale;
   at::Tensor future = at::ones({T, T}, at::TensorOptions().dtype(at::kBool)).triu(1);
   scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
   at::Tensor y = at::matmul(at::softmax(scores, -1), v).transpose(1, 2).reshape({B, T, c.d_model});
@@ -59,6 +60,10 @@ void GptConfig::validate(const std::string& where) const {
   positive("n_heads", n_heads);
   if (max_len < 2) {
     throw InputError(str_cat(where, ".max_len: expected >= 2 (a sequence needs a token and its next), got ", max_len));
+  }
+  if (!(std::isfinite(attention_scale) && attention_scale >= 0.0)) {
+    throw InputError(
+        str_cat(where, ".attention_scale: expected a finite number >= 0 (0: 1/sqrt(head_dim)), got ", attention_scale));
   }
   if (d_model % n_heads != 0) {
     throw InputError(str_cat(where, ": d_model ", d_model, " must be divisible by n_heads ", n_heads));

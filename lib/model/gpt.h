@@ -18,6 +18,9 @@ struct GptConfig {
   int64_t n_layers = 2;
   int64_t n_heads = 2;
   int64_t max_len = 64;
+  // Attention logits are q·k times this; 0 means the standard 1/sqrt(head_dim). Set in code only
+  // (not read from JSON): muP-style 1/head_dim, or a planted wrong scale in tests. Finite, >= 0.
+  double attention_scale = 0.0;
 
   // Reads {"vocab", "d_model", "n_layers", "n_heads", "max_len"}; validates every field.
   static GptConfig from_json(const JsonFields& fields);

@@ -146,6 +146,13 @@ at::Tensor spd_importance_penalty(const at::Tensor& total, double beta) {
   return total + beta * total * at::log2(1.0 + total);
 }
 
+at::Tensor spd_sources_ascent(const at::Tensor& sources, const at::Tensor& grad, double step) {
+  constexpr double kTie = 1e-9;
+  const at::Tensor g = grad.detach();
+  const at::Tensor decided = g.abs() > kTie * g.abs().max();
+  return (sources + step * at::where(decided, g.sign(), at::zeros_like(g))).clamp(0.0, 1.0);
+}
+
 at::Tensor spd_stochastic_sources(uint64_t seed, int64_t step, const std::vector<int64_t>& rows, int64_t site,
                                   int64_t components, c10::ScalarType dtype) {
   at::Tensor u = at::empty({static_cast<int64_t>(rows.size()), components}, at::TensorOptions().dtype(at::kDouble));

@@ -77,6 +77,12 @@ at::Tensor spd_masked_output(const TensorTree& params, int64_t site, const at::T
 at::Tensor spd_site_error(const at::Tensor& output, const at::Tensor& target);
 at::Tensor spd_faithfulness(const TensorTree& params, int64_t site, const at::Tensor& weight);
 at::Tensor spd_importance_penalty(const at::Tensor& total, double beta);
+// One sign-gradient ascent step of a site's sources: a' = clamp(a + η tie_sign(g), 0, 1), where
+// tie_sign(g) is sign(g) except that |g| <= 1e-9 max|g| (over the site) is a tie and gives 0.
+// Why: g is a sum over the batch, which a pool adds in shards and one process adds at once; the
+// two differ by ~1e-16 of the terms' size, so a component whose true value is near 0 would take
+// its sign from the summation order. Inside the dead zone both sides make the same no-move.
+at::Tensor spd_sources_ascent(const at::Tensor& sources, const at::Tensor& grad, double step);
 
 // u [rows, C] in [0, 1), a pure function of (seed, step, example row, site, component): the same
 // on every rank and in the reference, whatever the layout.
