@@ -1,9 +1,12 @@
 #include "checks/lm_pipelines.h"
 
+#include "checks/planted_variants.h"
+
 #include "lib/core/dtype.h"
 #include "lib/core/seed.h"
 #include "lib/core/strings.h"
 #include "lib/dist/data_parallel.h"
+#include "lib/dist/progress.h"
 #include "lib/train/magic_pipeline.h"
 #include "reference/unrolled_lm.h"
 
@@ -56,13 +59,14 @@ PipelineOutputs lm_outputs(const std::vector<TensorTree>& step_grads, const Tens
 
 }  // namespace
 
-PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Runtime& runtime, dist::PlantedBug bug,
-                                   const std::vector<TrainState>& teacher) {
+PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Runtime& runtime,
+                                   const std::string& mutation, const std::vector<TrainState>& teacher) {
   const RunConfig config = lm_check_config(settings);
-  auto parallel = std::make_shared<dist::DataParallel>(runtime.world(), settings.convention, bug);
+  auto parallel = planted_data_parallel(mutation, runtime.world(), settings.convention);
   const LmProblem problem = build_lm_problem(config, parallel);
   std::vector<TensorTree> step_grads;
   for (size_t t = 0; t < teacher.size(); ++t) {
+    dist::set_phase(str_cat("step gradients at step ", t));
     const TrainState at_reference{teacher[t].params.requires_grad(), problem.initial.opt, {}};
     step_grads.push_back(
         problem.step->gradient(at_reference, static_cast<int64_t>(t), problem.weights, false).detach());

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "checks/pipeline_outputs.h"
-#include "lib/dist/planted_bug.h"
 #include "lib/dist/runtime.h"
 #include "lib/train/run_config.h"
 
@@ -23,8 +22,9 @@ RunConfig lm_check_config(const CheckSettings& settings);
 TensorTree hvp_direction(const TensorTree& params, uint64_t seed);
 
 // Every rank calls it; the outputs are replicated. The grad level is evaluated at `teacher`.
-PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Runtime& runtime, dist::PlantedBug bug,
-                                   const std::vector<TrainState>& teacher);
+// `mutation` names the planted variant of the data parallelism ("" for none).
+PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Runtime& runtime,
+                                   const std::string& mutation, const std::vector<TrainState>& teacher);
 ReferenceRun run_reference_lm(const CheckSettings& settings);
 
 // The training examples (chunks of at most max_len tokens) the lm workload draws batches from.

@@ -10,46 +10,39 @@
 namespace magic::checks {
 
 const std::vector<Mutation>& mutation_catalog() {
-  using dist::PlantedBug;
   constexpr auto kMesh = dist::TopologyFamily::kMesh;
   constexpr auto kThreePool = dist::TopologyFamily::kThreePool;
   static const std::vector<Mutation> catalog{
-      {"avg-on-uneven-shards", PlantedBug::kAvgReduce,
+      {"avg-on-uneven-shards",
        "local mean and AVG reduction on shards of unequal size (the AVG convention's blind spot)", "grad", "", kMesh,
        "dp"},
-      {"local-normalizer", PlantedBug::kLocalNormalizer,
-       "SUM reduction of losses normalized by each rank's own count instead of the global one", "grad", "x dp", kMesh,
-       "dp"},
-      {"missing-reduce", PlantedBug::kMissingReduce, "the gradient is never reduced across data-parallel ranks", "grad",
-       "", kMesh, "dp"},
-      {"replicated-allreduce-backward", PlantedBug::kReplicatedAllReduceBackward,
+      {"local-normalizer", "SUM reduction of losses normalized by each rank's own count instead of the global one",
+       "grad", "x dp", kMesh, "dp"},
+      {"missing-reduce", "the gradient is never reduced across data-parallel ranks", "grad", "", kMesh, "dp"},
+      {"replicated-allreduce-backward",
        "the replicated gradient comes out of all_reduce_sum, whose backward sums the cotangent once per rank", "hvp",
        "x dp", kMesh, "dp"},
-      {"detached-collective", PlantedBug::kDetachedCollective,
+      {"detached-collective",
        "the gradient is summed outside autograd (DDP-hook style): second-order cross-rank terms are lost", "hvp", "",
        kMesh, "dp"},
-      {"extra-divide-scores", PlantedBug::kExtraDivideScores, "the assembled scores are divided by dp once more",
-       "scores", "1/dp", kMesh, "dp"},
-      {"avg-ci-reduce", PlantedBug::kAvgCiReduce, "the CI pool averages its gradient reduction instead of summing",
-       "grad", "1/n_ci", kThreePool, "n_ci"},
-      {"prescale-ci", PlantedBug::kPrescaleCi,
-       "the gates' consumers pre-scale their cotangent by n_ci, for an AVG the CI pool does not do", "grad", "x n_ci",
-       kThreePool, "n_ci"},
-      {"faith-on-all-ranks", PlantedBug::kFaithOnAllRanks,
-       "every block rank adds the replicated faithfulness term, not only the block leader", "grad", "x n_per_block",
+      {"extra-divide-scores", "the assembled scores are divided by dp once more", "scores", "1/dp", kMesh, "dp"},
+      {"avg-ci-reduce", "the CI pool averages its gradient reduction instead of summing", "grad", "1/n_ci", kThreePool,
+       "n_ci"},
+      {"prescale-ci", "the gates' consumers pre-scale their cotangent by n_ci, for an AVG the CI pool does not do",
+       "grad", "x n_ci", kThreePool, "n_ci"},
+      {"faith-on-all-ranks", "every block rank adds the replicated faithfulness term, not only the block leader",
+       "grad", "x n_per_block", kThreePool, "n_per_block"},
+      {"avg-block-reduce", "each block averages its gradient reduction instead of summing", "grad", "1/n_per_block",
        kThreePool, "n_per_block"},
-      {"avg-block-reduce", PlantedBug::kAvgBlockReduce, "each block averages its gradient reduction instead of summing",
-       "grad", "1/n_per_block", kThreePool, "n_per_block"},
-      {"global-sum-allreduce-backward", PlantedBug::kGlobalSumAllReduceBackward,
+      {"global-sum-allreduce-backward",
        "every CI rank adds the importance term of the all-reduced global sum: its backward counts it n_ci times",
        "grad", "x n_ci", kThreePool, "n_ci"},
-      {"detached-global-residual", PlantedBug::kDetachedGlobalResidual,
+      {"detached-global-residual",
        "the importance term's global sum as local + detached residual: exact first derivatives, second-order "
        "cross-rank terms lost",
        "hvp", "", kThreePool, "n_ci"},
-      {"ppgd-broadcast-all-ranks", PlantedBug::kPpgdBroadcastAllRanks,
-       "each PPGD rank returns the pool's summed V/U cotangent instead of its own", "grad", "x n_ppgd", kThreePool,
-       "n_ppgd"},
+      {"ppgd-broadcast-all-ranks", "each PPGD rank returns the pool's summed V/U cotangent instead of its own", "grad",
+       "x n_ppgd", kThreePool, "n_ppgd"},
   };
   return catalog;
 }
@@ -81,8 +74,7 @@ std::string not_applicable(const Mutation& m, const dist::TopologySpec& topology
 }
 
 std::string level_unchecked(const Mutation& m, const std::vector<Level>& levels) {
-  return str_cat("it shows first at level ", m.expected_level, ", which --checks ", level_list(levels),
-                 " leaves out");
+  return str_cat("it shows first at level ", m.expected_level, ", which --checks ", level_list(levels), " leaves out");
 }
 
 }  // namespace
@@ -121,12 +113,12 @@ const Mutation& find_mutation(const std::string& name, const dist::TopologySpec&
                                m.family == dist::TopologyFamily::kMesh ? "mesh" : "three-pool", " layout"));
     }
     if (pool_size(m, topology) < 2) {
-      throw InputError(str_cat("--mutate ", name, ": does not apply to ", topology.str(), "; it ",
-                               not_applicable(m, topology)));
+      throw InputError(
+          str_cat("--mutate ", name, ": does not apply to ", topology.str(), "; it ", not_applicable(m, topology)));
     }
     if (!checks_level(levels, m.expected_level)) {
-      throw InputError(str_cat("--mutate ", name, ": ", level_unchecked(m, levels), "; add ", m.expected_level,
-                               " to --checks"));
+      throw InputError(
+          str_cat("--mutate ", name, ": ", level_unchecked(m, levels), "; add ", m.expected_level, " to --checks"));
     }
     return m;
   }

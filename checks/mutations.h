@@ -9,15 +9,13 @@
 
 #include "checks/check_settings.h"
 #include "lib/compare/check_row.h"
-#include "lib/dist/planted_bug.h"
 #include "lib/dist/topology.h"
 #include "lib/io/report.h"
 
 namespace magic::checks {
 
 struct Mutation {
-  std::string name;
-  dist::PlantedBug bug;
+  std::string name;  // also selects its planted variant (planted_variants.h)
   std::string description;
   std::string expected_level;
   std::string expected_factor;

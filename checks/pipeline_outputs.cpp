@@ -33,8 +33,8 @@ std::vector<CheckRow> compare_outputs(const PipelineOutputs& distributed, const 
       if (!used[i] && distributed[i].level == r.level && distributed[i].name == r.name) match = i;
     }
     if (match == distributed.size()) {
-      rows.push_back(make_unmatched_row(r.level, r.name, tolerance,
-                                        "missing: the distributed pipeline produced no such tensor"));
+      rows.push_back(
+          make_unmatched_row(r.level, r.name, tolerance, "missing: the distributed pipeline produced no such tensor"));
       continue;
     }
     used[match] = true;

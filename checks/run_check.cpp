@@ -14,10 +14,10 @@
 namespace magic::checks {
 namespace {
 
-PipelineOutputs run_distributed(const CheckSettings& s, const dist::Runtime& runtime, dist::PlantedBug bug,
+PipelineOutputs run_distributed(const CheckSettings& s, const dist::Runtime& runtime, const std::string& mutation,
                                 const ReferenceRun& reference) {
-  return s.resolved_workload() == "lm" ? run_distributed_lm(s, runtime, bug, reference.states)
-                                       : run_distributed_spd(s, runtime, bug, reference.states);
+  return s.resolved_workload() == "lm" ? run_distributed_lm(s, runtime, mutation, reference.states)
+                                       : run_distributed_spd(s, runtime, mutation, reference.states);
 }
 
 ReferenceRun run_reference(const CheckSettings& s) {
@@ -57,9 +57,9 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime)
   dist::set_phase("distributed pipeline");
   std::vector<PipelineOutputs> runs;
   if (request.mode != CheckMode::kMutate) {
-    runs.push_back(run_distributed(s, runtime, dist::PlantedBug::kNone, reference));
+    runs.push_back(run_distributed(s, runtime, "", reference));
   }
-  for (const auto& m : mutations) runs.push_back(run_distributed(s, runtime, m.bug, reference));
+  for (const auto& m : mutations) runs.push_back(run_distributed(s, runtime, m.name, reference));
 
   CheckReport report;
   report.topology = s.topology.str();
@@ -83,8 +83,7 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime)
     report.bite.push_back(judge_mutation(mutations.front(), s.topology, report.rows));
   }
   for (size_t i = 0; request.mode == CheckMode::kBite && i < mutations.size(); ++i) {
-    report.bite.push_back(
-        judge_mutation(mutations[i], s.topology, compare_outputs(runs[i + 1], reference.outputs, s)));
+    report.bite.push_back(judge_mutation(mutations[i], s.topology, compare_outputs(runs[i + 1], reference.outputs, s)));
   }
   report.bite_skipped = plan.skipped;
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,8 +1,12 @@
 #include "checks/spd_pipelines.h"
 
+#include "checks/planted_variants.h"
+
 #include "checks/lm_pipelines.h"
 #include "lib/core/json_fields.h"
 #include "lib/core/seed.h"
+#include "lib/core/strings.h"
+#include "lib/dist/progress.h"
 #include "lib/dist/three_pool_spd.h"
 #include "lib/train/magic_pipeline.h"
 #include "reference/unrolled_spd.h"
@@ -80,14 +84,15 @@ SpdProblem spd_problem(const CheckSettings& s) {
   return p;
 }
 
-PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::Runtime& runtime, dist::PlantedBug bug,
-                                    const std::vector<TrainState>& teacher) {
+PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::Runtime& runtime,
+                                    const std::string& mutation, const std::vector<TrainState>& teacher) {
   const SpdProblem p = spd_problem(settings);
   const dist::ThreePoolLayout layout(settings.topology, p.config.n_sites);
   layout.check_batch(settings.global_batch(), "--batch");
   const dist::ThreePoolGroups groups = dist::make_three_pool_groups(runtime, layout);
-  const dist::ThreePoolSpd spd({p.config, p.data, p.stream, p.optimizer, p.source_seed, bug}, layout, groups,
-                               runtime.rank());
+  const dist::ThreePoolSpd spd(
+      {p.config, p.data, p.stream, p.optimizer, p.source_seed, planted_three_pool_conventions(mutation)}, layout,
+      groups, runtime.rank());
   const dist::Group& world = *runtime.world();
   const bool leader = spd.pool_leader();
   const TrainState initial = spd.initial_state(p.initial_params, p.initial_sources);
@@ -95,6 +100,7 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
 
   StepGradRows grads;
   for (size_t t = 0; t < teacher.size(); ++t) {
+    dist::set_phase(str_cat("step gradients at step ", t));
     const auto step = static_cast<int64_t>(t);
     const TrainState share = spd.initial_state(teacher[t].params, teacher[t].persistent);
     const TrainState leaves{share.params.requires_grad(), share.opt, share.persistent};

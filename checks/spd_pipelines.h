@@ -12,7 +12,6 @@
 
 #include "checks/pipeline_outputs.h"
 #include "lib/data/data_stream.h"
-#include "lib/dist/planted_bug.h"
 #include "lib/dist/runtime.h"
 #include "lib/model/spd.h"
 #include "lib/optim/optimizer.h"
@@ -31,8 +30,9 @@ struct SpdProblem {
 SpdProblem spd_problem(const CheckSettings& settings);
 
 // Every rank calls it; the grad level is evaluated at `teacher` (the reference's states).
-PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::Runtime& runtime, dist::PlantedBug bug,
-                                    const std::vector<TrainState>& teacher);
+// `mutation` names the planted variant of the three-pool conventions ("" for none).
+PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::Runtime& runtime,
+                                    const std::string& mutation, const std::vector<TrainState>& teacher);
 ReferenceRun run_reference_spd(const CheckSettings& settings);
 
 }  // namespace magic::checks

@@ -106,9 +106,9 @@ TEST(MagicCheckCli, ThreePoolBiteOnDistinctSizesNamesExactlyTheExpectedFactor) {
   EXPECT_NE(bite["avg-ci-reduce"]["observed"]["diagnosis"].get<std::string>().find("1/n_ci (scale 0.166667)"),
             std::string::npos)
       << bite["avg-ci-reduce"].dump();
-  EXPECT_NE(bite["ppgd-broadcast-all-ranks"]["observed"]["diagnosis"].get<std::string>().find(
-                "x n_ppgd (scale 3.000000)"),
-            std::string::npos)
+  EXPECT_NE(
+      bite["ppgd-broadcast-all-ranks"]["observed"]["diagnosis"].get<std::string>().find("x n_ppgd (scale 3.000000)"),
+      std::string::npos)
       << bite["ppgd-broadcast-all-ranks"].dump();
   EXPECT_NE(o.output.find("BITE PASS: 7 of 7 applicable mutations caught"), std::string::npos) << o.output;
 }

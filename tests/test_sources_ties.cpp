@@ -12,13 +12,12 @@ namespace {
 // (0.1 + 0.7 + 0.3 - 1.1), column 1 is clearly positive, column 2 clearly negative.
 at::Tensor contributions() {
   const double d = -((0.1 + 0.7) + 0.3);  // the exact negative of the first three, as summed in order
-  return at::tensor({0.1, 0.5, -0.25, 0.7, 0.25, -0.5, 0.3, 0.125, -0.125, d, 0.125, -0.125}, at::kDouble)
-      .view({4, 3});
+  return at::tensor({0.1, 0.5, -0.25, 0.7, 0.25, -0.5, 0.3, 0.125, -0.125, d, 0.125, -0.125}, at::kDouble).view({4, 3});
 }
 
 TEST(SourcesTies, TheSummationOrderAloneFlipsThePlainSign) {
   const at::Tensor h = contributions();
-  const at::Tensor at_once = ((h[0] + h[1]) + h[2]) + h[3];     // one process, row by row
+  const at::Tensor at_once = ((h[0] + h[1]) + h[2]) + h[3];    // one process, row by row
   const at::Tensor in_shards = (h[0] + h[1]) + (h[2] + h[3]);  // two ranks' partial sums, then SUM
   EXPECT_EQ(at_once[0].item<double>(), 0.0);
   EXPECT_GT(in_shards[0].item<double>(), 0.0);  // 1.1e-16: the premise of the bug

@@ -9,8 +9,8 @@
 #include <tuple>
 
 #include "checks/run_check.h"
-#include "tests/support.h"
 #include "lib/core/error.h"
+#include "tests/support.h"
 
 namespace magic {
 namespace {

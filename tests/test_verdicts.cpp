@@ -156,9 +156,8 @@ TEST(BitePlan, SkipsTheMutationsWhoseLevelIsNotChecked) {
 }
 
 TEST(FindMutation, RefusesAMutationWhoseLevelIsNotChecked) {
-  const std::string error = testing::input_error_of([] {
-    checks::find_mutation("extra-divide-scores", dist::TopologySpec::parse("dp=4"), {checks::Level::kHvp});
-  });
+  const std::string error = testing::input_error_of(
+      [] { checks::find_mutation("extra-divide-scores", dist::TopologySpec::parse("dp=4"), {checks::Level::kHvp}); });
   EXPECT_NE(error.find("--mutate extra-divide-scores: it shows first at level scores, which --checks hvp leaves out"),
             std::string::npos)
       << error;

@@ -2,8 +2,8 @@
 // reference, compares gradients, Hessian-vector products, final parameters and scores, and says
 // which tensor is off and by which factor. --bite plants known bugs and proves each is caught.
 #include <ATen/Parallel.h>
-#include <CLI/CLI.hpp>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <filesystem>
 #include <iostream>
@@ -14,6 +14,7 @@
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "lib/dist/launcher.h"
+#include "lib/dist/progress.h"
 #include "lib/io/report.h"
 
 namespace {
@@ -35,7 +36,8 @@ void check_writable(const std::string& flag, const std::string& path) {
     throw InputError(str_cat(flag, " ", path, ": directory ", parent.string(), " does not exist"));
   }
   if (access(parent.empty() ? "." : parent.c_str(), W_OK) != 0) {
-    throw InputError(str_cat(flag, " ", path, ": directory ", parent.empty() ? "." : parent.string(), " is not writable"));
+    throw InputError(
+        str_cat(flag, " ", path, ": directory ", parent.empty() ? "." : parent.string(), " is not writable"));
   }
 }
 
@@ -57,13 +59,10 @@ Command parse(int argc, char** argv, int& early_exit) {
   bool bite = false;
   CLI::App app{
       "magic-check: check a distributed MAGIC pipeline against a single-process reference.\n"
-      "Example: magic-check --topology dp=4 --bite --json report.json"};
+      "Example: magic-check --topology dp=4 --bite --json report.json\n"
+      "Mesh layouts check a small GPT on the KJV fixture; three-pool layouts a small decomposition."};
   app.add_option("--topology", topology,
                  "layout, key=value[,...]: dp=N (mesh), or n_ci=A,n_per_block=B[,n_blocks=2][,n_ppgd=2] (three-pool)");
-  app.add_option("--workload", s.workload,
-                 "lm: a small GPT on the KJV fixture (mesh); spd: a decomposition of a small MLP (three-pool); "
-                 "auto: by topology")
-      ->capture_default_str();
   app.add_option("--steps", s.steps, "training steps")->capture_default_str();
   app.add_option("--dtype", dtype, "fp64 | fp32 (tolerance 1e-9 | 1e-4)")->capture_default_str();
   app.add_option("--convention", convention,
@@ -116,13 +115,14 @@ Command parse(int argc, char** argv, int& early_exit) {
   if (bite && !mutate.empty()) throw InputError("--bite and --mutate: give one or the other");
   if (bite) c.request.mode = checks::CheckMode::kBite;
   if (!mutate.empty()) {
-    checks::find_mutation(mutate, s.topology);
+    checks::find_mutation(mutate, s.topology, s.levels);
     c.request.mode = checks::CheckMode::kMutate;
     c.request.mutation = mutate;
   }
-  if (bite && checks::mutations_for(s.topology).empty()) {
-    throw InputError(
-        str_cat("--bite: no mutation applies to ", s.topology.str(), " (each needs a pool of more than one rank)"));
+  if (const auto plan = checks::plan_bite(s.topology, s.levels); bite && plan.run.empty()) {
+    std::vector<std::string> why;
+    for (const auto& skip : plan.skipped) why.push_back(skip.mutation + ": " + skip.reason);
+    throw InputError(str_cat("--bite: no mutation can run on ", s.topology.str(), " (", join(why, "; "), ")"));
   }
   s.validate();
   check_writable("--json", c.json_path);
@@ -142,6 +142,7 @@ int run_rank(const Command& c) {
   auto runtime = dist::Runtime::connect(rendezvous, s.backend, s.timeout);
   const CheckReport report = checks::run_check(c.request, *runtime);
   if (runtime->rank() != 0) return kExitOk;
+  dist::set_phase("writing the report");
   print_report(report, std::cout);
   if (!c.json_path.empty()) write_json_report(c.json_path, report);
   if (!c.junit_path.empty()) write_junit_report(c.junit_path, report);
@@ -152,6 +153,14 @@ int run_rank(const Command& c) {
 
 int main(int argc, char** argv) {
   const std::string who = dist::running_as_rank() ? str_cat("magic-check: rank ", std::getenv("RANK")) : "magic-check";
+  // One line for the user (the launcher relays a rank's last such line); a backtrace goes to the
+  // rank's log only.
+  const auto fail = [&](const char* kind, const std::exception& e) {
+    const std::string line = dist::one_line_error(e);
+    if (line != e.what()) dist::note_in_rank_log(e.what());
+    std::cerr << who << ": " << kind << ": " << line << std::endl;
+    return static_cast<int>(kExitBadInput);
+  };
   try {
     int early_exit = -1;
     const Command command = parse(argc, argv, early_exit);
@@ -160,15 +169,16 @@ int main(int argc, char** argv) {
     if (command.launch == "env") {
       throw InputError("--launch env: RANK is not set; run under torchrun or srun, or use --launch spawn");
     }
-    return dist::spawn_ranks(argc, argv, static_cast<int>(command.request.settings.topology.world_size()), std::cerr);
+    dist::SpawnOptions spawn;
+    spawn.argv.assign(argv, argv + argc);
+    spawn.world_size = command.request.settings.topology.world_size();
+    spawn.timeout = command.request.settings.timeout;
+    return dist::spawn_ranks(spawn, std::cerr);
   } catch (const InputError& e) {
-    std::cerr << who << ": error: " << e.what() << "\n";
-    return kExitBadInput;
+    return fail("error", e);
   } catch (const DistributedError& e) {
-    std::cerr << who << ": distributed failure: " << e.what() << "\n";
-    return kExitBadInput;
+    return fail("distributed failure", e);
   } catch (const std::exception& e) {
-    std::cerr << who << ": failed: " << e.what() << "\n";
-    return kExitBadInput;
+    return fail("failed", e);
   }
 }

@@ -24,8 +24,8 @@ std::pair<int64_t, int64_t> shard_range(int64_t total, int rank, int size) {
   return {begin, begin + base + (rank < extra ? 1 : 0)};
 }
 
-DataParallel::DataParallel(std::shared_ptr<const Group> group, Convention convention, PlantedBug bug)
-    : group_(std::move(group)), convention_(convention), bug_(bug) {}
+DataParallel::DataParallel(std::shared_ptr<const Group> group, Convention convention)
+    : group_(std::move(group)), convention_(convention) {}
 
 std::vector<int64_t> DataParallel::local_share(const std::vector<int64_t>& global) const {
   auto [begin, end] = shard_range(static_cast<int64_t>(global.size()), group_->rank(), group_->size());
@@ -34,32 +34,20 @@ std::vector<int64_t> DataParallel::local_share(const std::vector<int64_t>& globa
 
 double DataParallel::mean_denominator(double local_valid_labels) const {
   // A local mean over an empty shard is taken as 0 (its sum is 0), not 0/0.
-  if (averaging() || bug_ == PlantedBug::kLocalNormalizer) return std::max(local_valid_labels, 1.0);
+  if (convention_ == Convention::kAvg) return std::max(local_valid_labels, 1.0);
   return group_->sum(at::scalar_tensor(local_valid_labels, at::kDouble)).item<double>();
 }
 
 TensorTree DataParallel::enter(const TensorTree& params) const {
-  return params.map([this](const at::Tensor& p) {
-    switch (bug_) {
-      case PlantedBug::kMissingReduce:
-        return p;
-      case PlantedBug::kDetachedCollective:
-        return p;  // reduced in reduce_gradient(), outside autograd
-      case PlantedBug::kReplicatedAllReduceBackward:
-        return copy_to_group_allreduce_backward(p, *group_);
-      default:
-        return copy_to_group(p, *group_);
-    }
-  });
+  return params.map([this](const at::Tensor& p) { return copy_to_group(p, *group_); });
 }
 
 TensorTree DataParallel::reduce_gradient(const TensorTree& grads) const {
-  if (bug_ != PlantedBug::kDetachedCollective) return grads;  // already reduced by enter()'s backward
-  return grads.map([this](const at::Tensor& g) { return all_reduce_sum_detached(g, *group_); });
+  return grads;  // already reduced by enter()'s backward
 }
 
 TensorTree DataParallel::apply_convention(const TensorTree& grads) const {
-  if (!averaging()) return grads;
+  if (convention_ != Convention::kAvg) return grads;
   return scale(grads, 1.0 / group_->size());
 }
 
@@ -68,9 +56,7 @@ at::Tensor DataParallel::sum_across_ranks(const at::Tensor& local) const {
 }
 
 at::Tensor DataParallel::assemble_weight_gradient(const at::Tensor& local) const {
-  at::Tensor scores = sum_across_ranks(local);
-  if (bug_ == PlantedBug::kExtraDivideScores) scores = scores / group_->size();
-  return scores;
+  return sum_across_ranks(local);
 }
 
 }  // namespace magic::dist

@@ -7,13 +7,13 @@
 // The reduction happens in autograd: the local loss is evaluated on copy_to_group(θ) and
 // differentiated with respect to the replicated θ, so the reduced gradient comes out of
 // copy_to_group's backward (reduce_from_group) and stays differentiable for REPLAY and HVPs.
+// checks/planted_variants.cpp derives the planted bugs of the mutation catalog from this class.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "lib/dist/group.h"
-#include "lib/dist/planted_bug.h"
 #include "lib/train/data_parallelism.h"
 
 namespace magic::dist {
@@ -27,7 +27,7 @@ std::pair<int64_t, int64_t> shard_range(int64_t total, int rank, int size);
 
 class DataParallel : public DataParallelism {
  public:
-  DataParallel(std::shared_ptr<const Group> group, Convention convention, PlantedBug bug = PlantedBug::kNone);
+  DataParallel(std::shared_ptr<const Group> group, Convention convention);
 
   std::vector<int64_t> local_share(const std::vector<int64_t>& global) const override;
   double mean_denominator(double local_valid_labels) const override;
@@ -38,13 +38,11 @@ class DataParallel : public DataParallelism {
   at::Tensor assemble_weight_gradient(const at::Tensor& local) const override;
 
   const Group& group() const { return *group_; }
+  Convention convention() const { return convention_; }
 
  private:
-  bool averaging() const { return convention_ == Convention::kAvg || bug_ == PlantedBug::kAvgReduce; }
-
   std::shared_ptr<const Group> group_;
   Convention convention_;
-  PlantedBug bug_;
 };
 
 }  // namespace magic::dist

@@ -15,6 +15,7 @@
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
+#include "lib/dist/progress.h"
 
 namespace magic::dist {
 namespace {
@@ -75,6 +76,8 @@ std::shared_ptr<Group> Group::create(const std::string& name, std::vector<int> r
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("group/" + name, store);
   c10::intrusive_ptr<compat::CollectiveBackend> backend;
   try {
+    // The backend's rendezvous waits in the store for every member.
+    WaitingScope waiting("group creation", name);
     if (kind == BackendKind::kGloo) {
       auto options = c10d::ProcessGroupGloo::Options::create(timeout);
       options->devices.push_back(gloo_device());
@@ -92,8 +95,10 @@ std::shared_ptr<Group> Group::create(const std::string& name, std::vector<int> r
   } catch (const InputError&) {
     throw;
   } catch (const std::exception& e) {
-    throw DistributedError(str_cat("rank ", global_rank, ": creating ", backend_name(kind), " group '", name, "' of ",
-                                   size, " ranks failed: ", e.what()));
+    note_in_rank_log(e.what());
+    throw DistributedError(
+        str_cat("rank ", global_rank, ": creating ", backend_name(kind), " group '", name, "' of ", size,
+                " ranks failed (a member did not arrive within the timeout, or died): ", one_line_error(e)));
   }
   std::shared_ptr<Group> group(new Group(name, std::move(ranks), rank, backend, kind));
   std::lock_guard<std::mutex> lock(registry_mutex);
@@ -125,14 +130,15 @@ std::shared_ptr<Group> find_group(int64_t id) {
 
 void Group::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* operation) const {
   if (tracing()) std::fprintf(stderr, "[collective] rank %d %s on '%s'\n", global_rank(), operation, name_.c_str());
+  WaitingScope waiting(operation, name_);
   try {
     work->wait();
   } catch (const std::exception& e) {
-    std::string message = e.what();
-    if (const size_t cut = message.find("\nException raised from"); cut != std::string::npos) message.resize(cut);
+    note_in_rank_log(e.what());
+    const std::string phase = current_phase();
     throw DistributedError(str_cat("rank ", global_rank(), ": ", operation, " on group '", name_, "' (", size(),
-                                   " ranks, ", backend_name(kind_),
-                                   ") failed: a peer died or the timeout passed: ", message));
+                                   " ranks, ", backend_name(kind_), ")", phase.empty() ? "" : " during " + phase,
+                                   " failed: a peer died or the timeout passed: ", one_line_error(e)));
   }
 }
 

@@ -38,6 +38,7 @@ class Group {
   const std::vector<int>& ranks() const { return ranks_; }
   int global_rank() const { return ranks_[rank_]; }
   int64_t id() const { return id_; }
+  BackendKind backend_kind() const { return kind_; }
 
   void all_reduce_sum_(at::Tensor& tensor) const;
   // Σ over members of `tensor`, as a new tensor outside autograd (the input is untouched).

@@ -8,95 +8,228 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <fstream>
-#include <string>
+#include <map>
 #include <thread>
-#include <vector>
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
+#include "lib/dist/progress.h"
 
 extern char** environ;
 
 namespace magic::dist {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 struct RankProcess {
   int rank = 0;
   pid_t pid = -1;
   std::string log_path;
-  bool done = false;
-  int status = 0;
+  bool done = false;  // exited, or its status is lost
+  bool lost = false;  // waitpid could not report its status
+  int status = 0;     // the wait status, once done
+  bool stopped = false;
+  int stop_signal = 0;
+  Clock::time_point stopped_since;
 };
 
 volatile sig_atomic_t interrupted = 0;
-void on_interrupt(int) {
-  interrupted = 1;
+void on_interrupt(int sig) {
+  interrupted = sig;
 }
 
-std::string describe_status(int status) {
-  if (WIFSIGNALED(status)) {
-    const int sig = WTERMSIG(status);
-    return str_cat("was killed by signal ", sig, " (", strsignal(sig), ")");
-  }
-  return str_cat("exited with code ", WEXITSTATUS(status));
-}
-
-std::string tail_of(const std::string& path, size_t lines) {
-  std::ifstream in(path);
-  std::deque<std::string> last;
-  std::string line;
-  while (std::getline(in, line)) {
-    last.push_back(line);
-    if (last.size() > lines) last.pop_front();
-  }
-  std::string out;
-  for (const auto& l : last) out += "    " + l + "\n";
-  return out.empty() ? "    (no output)\n" : out;
-}
-
-void signal_all(std::vector<RankProcess>& ranks, int sig) {
-  for (auto& r : ranks) {
-    if (!r.done) kill(-r.pid, sig);  // the rank's whole process group
-  }
-}
-
-// Reaps every rank, escalating to SIGKILL after a grace period.
-void stop_all(std::vector<RankProcess>& ranks) {
-  signal_all(ranks, SIGTERM);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-  for (;;) {
-    bool any = false;
-    for (auto& r : ranks) {
-      if (r.done) continue;
-      if (waitpid(r.pid, &r.status, WNOHANG) == r.pid) {
-        r.done = true;
-      } else {
-        any = true;
-      }
+// For the launcher's lifetime: SIGINT and SIGTERM stop the ranks, and SIGCHLD has its default
+// disposition (a parent that ignores SIGCHLD has its children reaped by the kernel, and waitpid
+// can no longer report their status). The dispositions found are restored at the end.
+class SignalDispositions {
+ public:
+  SignalDispositions() {
+    interrupted = 0;
+    struct sigaction handler {};
+    handler.sa_handler = on_interrupt;
+    sigemptyset(&handler.sa_mask);
+    struct sigaction fallback {};
+    fallback.sa_handler = SIG_DFL;
+    sigemptyset(&fallback.sa_mask);
+    for (size_t i = 0; i < kSignals.size(); ++i) {
+      sigaction(kSignals[i], kSignals[i] == SIGCHLD ? &fallback : &handler, &saved_[i]);
     }
-    if (!any) return;
-    if (std::chrono::steady_clock::now() > deadline) {
-      signal_all(ranks, SIGKILL);
-      for (auto& r : ranks) {
-        if (!r.done && waitpid(r.pid, &r.status, 0) == r.pid) r.done = true;
-      }
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  ~SignalDispositions() {
+    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &saved_[i], nullptr);
+  }
+  SignalDispositions(const SignalDispositions&) = delete;
+  SignalDispositions& operator=(const SignalDispositions&) = delete;
+
+ private:
+  static constexpr std::array<int, 3> kSignals{SIGINT, SIGTERM, SIGCHLD};
+  std::array<struct sigaction, 3> saved_{};
+};
+
+// The per-rank logs: removed at the end unless keep() was called (a rank failed).
+class LogDirectory {
+ public:
+  explicit LogDirectory(std::string root) {
+    if (root.empty()) root = std::getenv("TMPDIR") != nullptr ? std::getenv("TMPDIR") : "/tmp";
+    std::string path = root + "/magic-ranks-XXXXXX";
+    if (mkdtemp(path.data()) == nullptr) {
+      throw DistributedError(str_cat("launcher: cannot create a log directory in ", root, ": ", std::strerror(errno)));
+    }
+    path_ = path;
+  }
+  ~LogDirectory() {
+    std::error_code ec;
+    if (!keep_) std::filesystem::remove_all(path_, ec);
+  }
+  LogDirectory(const LogDirectory&) = delete;
+  LogDirectory& operator=(const LogDirectory&) = delete;
+
+  const std::string& path() const { return path_; }
+  void keep() { keep_ = true; }
+
+ private:
+  std::string path_;
+  bool keep_ = false;
+};
+
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return str_cat("signal ", sig, abbrev != nullptr ? str_cat(" (SIG", abbrev, ")") : "");
+}
+
+std::string describe_status(const RankProcess& r) {
+  if (r.lost) return "ended with a status that could not be read";
+  if (WIFSIGNALED(r.status)) return "was killed by " + signal_name(WTERMSIG(r.status));
+  const int code = WEXITSTATUS(r.status);
+  return str_cat("exited with code ", code, code == 127 ? " (the program could not be executed)" : "");
 }
 
 bool is_failure(const RankProcess& r) {
-  if (WIFSIGNALED(r.status)) return true;
+  if (r.lost || WIFSIGNALED(r.status)) return true;
   const int code = WEXITSTATUS(r.status);
   return r.rank == 0 ? code > 1 : code != 0;
+}
+
+bool is_frame(const std::string& line) {
+  return line.find("frame #") != std::string::npos || line.find("Exception raised from") != std::string::npos;
+}
+
+// The rank's own one-line account of its failure: the last line of its log that begins with
+// "<name>: rank <r>: " (how the rank's main() reports errors), or "".
+std::string error_line(const std::string& log_path, const std::string& name, int rank) {
+  const std::string prefix = str_cat(name, ": rank ", rank, ": ");
+  std::ifstream in(log_path);
+  std::string line, found;
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) == 0 && !is_frame(line)) found = line.substr(prefix.size());
+  }
+  if (found.size() > 400) found = found.substr(0, 400) + "...";
+  return found;
+}
+
+// Reads every status change of the live ranks without blocking; remembers the first failure.
+void collect_statuses(std::vector<RankProcess>& ranks, RankProcess*& first_failure) {
+  for (auto& r : ranks) {
+    while (!r.done) {
+      int status = 0;
+      const pid_t pid = waitpid(r.pid, &status, WNOHANG | WUNTRACED | WCONTINUED);
+      if (pid == 0) break;
+      if (pid < 0) {
+        if (errno == EINTR) continue;
+        r.done = r.lost = true;  // reaped by someone else (ECHILD): its status is unknown
+      } else if (WIFSTOPPED(status)) {
+        if (!r.stopped) r.stopped_since = Clock::now();
+        r.stopped = true;
+        r.stop_signal = WSTOPSIG(status);
+        continue;
+      } else if (WIFCONTINUED(status)) {
+        r.stopped = false;
+        continue;
+      } else {
+        r.done = true;
+        r.status = status;
+      }
+      r.stopped = false;
+      if (first_failure == nullptr && is_failure(r)) first_failure = &r;
+    }
+  }
+}
+
+// Ends every live rank: SIGTERM (with SIGCONT, so that a stopped rank acts on it), then SIGKILL
+// after a grace period. Signals go to the rank's process group, which holds anything it started.
+void stop_all(std::vector<RankProcess>& ranks) {
+  RankProcess* unused = nullptr;
+  for (auto& r : ranks) {
+    if (r.done) continue;
+    kill(-r.pid, SIGTERM);
+    kill(-r.pid, SIGCONT);
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(3);
+  for (;;) {
+    collect_statuses(ranks, unused);
+    if (std::none_of(ranks.begin(), ranks.end(), [](const RankProcess& r) { return !r.done; })) return;
+    if (Clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (auto& r : ranks) {
+    if (r.done) continue;
+    kill(-r.pid, SIGKILL);
+    while (waitpid(r.pid, &r.status, 0) < 0 && errno == EINTR) {
+    }
+    r.done = true;
+  }
+}
+
+std::string phase_of(const RankProgress& p) {
+  return str_cat("in phase '", p.known ? p.phase : std::string("unknown"), "'");
+}
+
+std::string doing(const RankProgress& p) {
+  return p.waiting.empty() ? phase_of(p) : str_cat("waiting in ", p.waiting, " ", phase_of(p));
+}
+
+// Who stopped making progress, and how, judged before the live ranks are stopped.
+struct Verdict {
+  const RankProcess* rank = nullptr;
+  std::string what;
+};
+
+Verdict judge(const std::vector<RankProcess>& ranks, const RankProcess* first_failure,
+              const std::vector<RankProgress>& progress, std::chrono::milliseconds timeout) {
+  const auto seconds = format_number(std::chrono::duration<double>(timeout).count());
+  if (first_failure != nullptr && !first_failure->lost && WIFSIGNALED(first_failure->status)) {
+    return {first_failure, describe_status(*first_failure)};
+  }
+  const RankProcess* stopped = nullptr;
+  for (const auto& r : ranks) {
+    if (r.stopped && (stopped == nullptr || r.stopped_since < stopped->stopped_since)) stopped = &r;
+  }
+  if (stopped != nullptr) {
+    const bool past_timeout = Clock::now() - stopped->stopped_since >= timeout;
+    return {stopped, str_cat("was stopped by ", signal_name(stopped->stop_signal),
+                             past_timeout ? str_cat(" and did not resume within ", seconds, " s") : "")};
+  }
+  if (first_failure == nullptr || first_failure->lost) return {};
+  // A rank that failed while waiting in a collective waited for someone: a live rank that is not
+  // waiting (in a loop, or a deadlock outside our collectives) is the one that stopped.
+  if (!progress[first_failure->rank].waiting.empty()) {
+    for (const auto& r : ranks) {
+      if (!r.done && progress[r.rank].waiting.empty()) {
+        return {&r, str_cat("stopped making progress (not waiting in any collective while rank ", first_failure->rank,
+                            " gave up waiting in ", progress[first_failure->rank].waiting, ")")};
+      }
+    }
+  }
+  const std::string& waited = progress[first_failure->rank].waiting;
+  return {first_failure, describe_status(*first_failure) + (waited.empty() ? "" : " after waiting in " + waited)};
 }
 
 }  // namespace
@@ -112,17 +245,23 @@ void write_rank_pid_file(int rank) {
   std::ofstream(std::filesystem::path(dir) / str_cat("rank-", rank, ".pid")) << getpid() << "\n";
 }
 
-int spawn_ranks(int argc, char** argv, int world_size, std::ostream& log) {
+int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
+  const int64_t world_size = options.world_size;
+  if (world_size < 1 || world_size > kMaxSpawnedRanks) {
+    throw InputError(str_cat("the built-in launcher starts 1 to ", kMaxSpawnedRanks, " ranks on this machine; ",
+                             world_size, " requested (run larger worlds under torchrun or srun with --launch env)"));
+  }
+  const std::string& name = options.name;
+  SignalDispositions signals;
+  LogDirectory logs(options.log_root);
+
   c10d::TCPStoreOptions store_options;
   store_options.port = 0;  // any free port
   store_options.isServer = true;
   store_options.waitWorkers = false;
   auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options);
   const int port = store->getPort();
-
-  char log_dir_template[] = "/tmp/magic-ranks-XXXXXX";
-  if (mkdtemp(log_dir_template) == nullptr) throw DistributedError("launcher: cannot create a log directory in /tmp");
-  const std::string log_dir = log_dir_template;
+  for (int r = 0; r < world_size; ++r) write_progress(*store, r, {true, "startup", ""});
 
   // Everything the children need is prepared before fork: only async-signal-safe calls after.
   std::vector<std::string> base_env;
@@ -130,101 +269,147 @@ int spawn_ranks(int argc, char** argv, int world_size, std::ostream& log) {
     const std::string entry = *e;
     const std::string key = entry.substr(0, entry.find('='));
     if (key == "RANK" || key == "WORLD_SIZE" || key == "LOCAL_RANK" || key == "LOCAL_WORLD_SIZE" ||
-        key == "MASTER_ADDR" || key == "MASTER_PORT" || key == "TORCHELASTIC_USE_AGENT_STORE") {
+        key == "MASTER_ADDR" || key == "MASTER_PORT" || key == "TORCHELASTIC_USE_AGENT_STORE" ||
+        key == "TORCHELASTIC_RESTART_COUNT" || key == "MAGIC_RANK_LOG") {
       continue;
     }
     base_env.push_back(entry);
   }
+  std::vector<std::string> argv_storage = options.argv;
   std::vector<char*> child_argv;
-  for (int i = 0; i < argc; ++i) child_argv.push_back(argv[i]);
+  for (auto& a : argv_storage) child_argv.push_back(a.data());
   child_argv.push_back(nullptr);
-
-  struct sigaction action {};
-  action.sa_handler = on_interrupt;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
 
   std::vector<RankProcess> ranks(world_size);
   for (int r = 0; r < world_size; ++r) {
     ranks[r].rank = r;
-    ranks[r].log_path = str_cat(log_dir, "/rank-", r, ".log");
+    ranks[r].log_path = str_cat(logs.path(), "/rank-", r, ".log");
     std::vector<std::string> env = base_env;
-    for (const auto& kv : {str_cat("RANK=", r), str_cat("LOCAL_RANK=", r), str_cat("WORLD_SIZE=", world_size),
-                           str_cat("LOCAL_WORLD_SIZE=", world_size), std::string("MASTER_ADDR=127.0.0.1"),
-                           str_cat("MASTER_PORT=", port), std::string("TORCHELASTIC_USE_AGENT_STORE=True")}) {
+    for (const auto& kv :
+         {str_cat("RANK=", r), str_cat("LOCAL_RANK=", r), str_cat("WORLD_SIZE=", world_size),
+          str_cat("LOCAL_WORLD_SIZE=", world_size), std::string("MASTER_ADDR=127.0.0.1"), str_cat("MASTER_PORT=", port),
+          std::string("TORCHELASTIC_USE_AGENT_STORE=True"), str_cat("MAGIC_RANK_LOG=", ranks[r].log_path)}) {
       env.push_back(kv);
     }
     std::vector<char*> envp;
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
+    const std::string exec_failed = str_cat(name, ": rank ", r, ": cannot execute ", options.program, "\n");
     const int log_fd = open(ranks[r].log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (log_fd < 0) {
+      stop_all(ranks);
+      throw DistributedError(str_cat("launcher: cannot create ", ranks[r].log_path, ": ", std::strerror(errno)));
+    }
     const pid_t parent = getpid();
     const pid_t pid = fork();
     if (pid < 0) {
+      const int error = errno;
+      close(log_fd);
       stop_all(ranks);
-      throw DistributedError(str_cat("launcher: fork failed for rank ", r, ": ", std::strerror(errno)));
+      throw DistributedError(str_cat("launcher: fork failed for rank ", r, ": ", std::strerror(error)));
     }
     if (pid == 0) {
       setpgid(0, 0);
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(3);
-      if (log_fd >= 0) {
-        dup2(log_fd, STDERR_FILENO);
-        if (r != 0) dup2(log_fd, STDOUT_FILENO);
-      }
-      execve("/proc/self/exe", child_argv.data(), envp.data());
+      // Dispositions ignored by whoever started us (SIG_IGN survives exec) and our blocked
+      // signals must not reach the rank.
+      struct sigaction fallback {};
+      fallback.sa_handler = SIG_DFL;
+      for (int sig = 1; sig < NSIG; ++sig) sigaction(sig, &fallback, nullptr);
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      dup2(log_fd, STDERR_FILENO);
+      if (r != 0) dup2(log_fd, STDOUT_FILENO);
+      execve(options.program.c_str(), child_argv.data(), envp.data());
+      [[maybe_unused]] const ssize_t written = write(STDERR_FILENO, exec_failed.data(), exec_failed.size());
       _exit(127);
     }
     setpgid(pid, pid);
-    if (log_fd >= 0) close(log_fd);
+    close(log_fd);
     ranks[r].pid = pid;
   }
 
-  int exit_code = 0;
-  int remaining = world_size;
-  const RankProcess* failed = nullptr;
-  while (remaining > 0) {
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, 0);
-    if (pid < 0) {
-      if (errno == EINTR && interrupted) {
-        log << "magic-check: interrupted; stopping " << remaining << " ranks\n";
-        stop_all(ranks);
-        exit_code = kExitBadInput;
-        break;
+  // Supervise: a failure, a rank stopped past the timeout, an unreadable status or an interrupt
+  // ends the run; polling (rather than a blocking waitpid) notices each within a tick.
+  RankProcess* first_failure = nullptr;
+  for (;;) {
+    collect_statuses(ranks, first_failure);
+    const bool lost = std::any_of(ranks.begin(), ranks.end(), [](const RankProcess& r) { return r.lost; });
+    const bool stalled = std::any_of(ranks.begin(), ranks.end(), [&](const RankProcess& r) {
+      return r.stopped && Clock::now() - r.stopped_since >= options.timeout;
+    });
+    if (interrupted || lost || stalled || first_failure != nullptr) break;
+    if (std::all_of(ranks.begin(), ranks.end(), [](const RankProcess& r) { return r.done; })) {
+      // Every rank ended normally: rank 0's code is the verdict, its log the launcher's stderr.
+      std::ifstream rank0(ranks[0].log_path);
+      for (std::string line; std::getline(rank0, line);) {
+        if (!is_frame(line)) log << line << "\n";
       }
-      if (errno == EINTR) continue;
-      break;
+      return WEXITSTATUS(ranks[0].status);
     }
-    for (auto& r : ranks) {
-      if (r.pid != pid || r.done) continue;
-      r.done = true;
-      r.status = status;
-      --remaining;
-      if (is_failure(r)) {
-        failed = &r;
-      } else if (r.rank == 0) {
-        exit_code = WEXITSTATUS(status);
-      }
-    }
-    if (failed != nullptr) {
-      stop_all(ranks);
-      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+
+  // Judge before stopping anyone: afterwards every live rank looks killed.
+  std::vector<RankProgress> progress;
+  for (int r = 0; r < world_size; ++r) {
+    try {
+      progress.push_back(read_progress(*store, r));
+    } catch (const std::exception&) {
+      progress.emplace_back();
     }
   }
-  if (failed != nullptr) {
-    log << "magic-check: rank " << failed->rank << " of " << world_size << " (pid " << failed->pid << ") "
-        << describe_status(failed->status) << "; stopped the other ranks.\n"
-        << "  last lines of rank " << failed->rank << "'s output:\n"
-        << tail_of(failed->log_path, 15);
-    exit_code = kExitBadInput;
-  } else {
-    std::ifstream rank0(ranks[0].log_path);
-    log << rank0.rdbuf();
+  const std::vector<RankProcess> before = ranks;
+  const Verdict verdict = judge(before, first_failure, progress, options.timeout);
+  stop_all(ranks);
+  logs.keep();
+
+  const std::string prefix = name + ": ";
+  if (interrupted) {
+    log << prefix << "interrupted by " << signal_name(interrupted) << "\n";
   }
-  std::error_code ec;
-  std::filesystem::remove_all(log_dir, ec);
-  return exit_code;
+  std::vector<int> unreadable;
+  for (const auto& r : before) {
+    if (r.lost) unreadable.push_back(r.rank);
+  }
+  if (!unreadable.empty()) {
+    std::vector<std::string> shown;
+    for (int r : unreadable) shown.push_back(std::to_string(r));
+    log << prefix << "could not learn the exit status of rank" << (shown.size() > 1 ? "s " : " ") << join(shown, ", ")
+        << " (was it reaped by another process?); treating the run as failed\n";
+  }
+  if (verdict.rank != nullptr) {
+    const RankProcess& r = *verdict.rank;
+    const std::string own = r.done ? error_line(r.log_path, name, r.rank) : "";
+    log << prefix << "rank " << r.rank << " of " << world_size << " (pid " << r.pid << ") " << verdict.what << " "
+        << phase_of(progress[r.rank]) << (own.empty() ? "" : ": " + own) << "; its log: " << r.log_path << "\n";
+  }
+  // One line per state, listing the ranks in it: where the others were when the run was stopped.
+  std::map<std::string, std::vector<std::string>> others;
+  for (const auto& r : before) {
+    if (verdict.rank != nullptr && r.rank == verdict.rank->rank) continue;
+    std::string state;
+    if (r.lost) {
+      state = "status unknown";
+    } else if (r.done && !is_failure(r)) {
+      state = str_cat("finished (exit code ", WEXITSTATUS(r.status), ")");
+    } else if (r.done) {
+      state =
+          str_cat(describe_status(r), progress[r.rank].waiting.empty() ? "" : " after", " ", doing(progress[r.rank]));
+    } else if (r.stopped) {
+      state = str_cat("stopped by ", signal_name(r.stop_signal), " ", phase_of(progress[r.rank]));
+    } else {
+      state = doing(progress[r.rank]);
+    }
+    others[state].push_back(std::to_string(r.rank));
+  }
+  for (const auto& [state, members] : others) {
+    log << prefix << "  rank" << (members.size() > 1 ? "s " : " ") << join(members, ", ") << ": " << state << "\n";
+  }
+  log << prefix << "stopped the remaining ranks; logs of every rank: " << logs.path() << "/\n";
+  return kExitBadInput;
 }
 
 }  // namespace magic::dist

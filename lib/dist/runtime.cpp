@@ -51,38 +51,47 @@ Rendezvous Rendezvous::from_env() {
 }
 
 std::unique_ptr<Runtime> Runtime::connect(const Rendezvous& r, BackendKind backend, std::chrono::milliseconds timeout) {
+  set_phase("rendezvous");
   c10d::TCPStoreOptions options;
   options.port = static_cast<uint16_t>(r.master_port);
   options.isServer = !r.agent_store && r.rank == 0;
   options.numWorkers = r.agent_store ? c10::nullopt : c10::optional<size_t>(r.world_size);
   options.waitWorkers = false;
   options.timeout = timeout;
-  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::Store> store, progress_store;
   try {
     store = c10::make_intrusive<c10d::TCPStore>(r.master_addr, options);
+    // A TCPStore client is not safe to share between threads: the progress publisher gets its own.
+    options.isServer = false;
+    progress_store = c10::make_intrusive<c10d::TCPStore>(r.master_addr, options);
   } catch (const std::exception& e) {
+    note_in_rank_log(e.what());
     throw DistributedError(str_cat("rank ", r.rank, ": cannot reach the rendezvous store at ", r.master_addr, ":",
-                                   r.master_port, ": ", e.what()));
+                                   r.master_port, ": ", one_line_error(e)));
   }
   // Under torchrun's agent store, each restart of the worker group gets its own key space.
   if (const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT"); attempt != nullptr && r.agent_store) {
     store = c10::make_intrusive<c10d::PrefixStore>(str_cat("/worker/attempt_", attempt), store);
+    progress_store = c10::make_intrusive<c10d::PrefixStore>(str_cat("/worker/attempt_", attempt), progress_store);
   }
-  return std::make_unique<Runtime>(r.rank, r.world_size, store, backend, timeout);
+  return std::make_unique<Runtime>(r.rank, r.world_size, store, backend, timeout, progress_store);
 }
 
 Runtime::Runtime(int rank, int world_size, c10::intrusive_ptr<c10d::Store> store, BackendKind backend,
-                 std::chrono::milliseconds timeout)
+                 std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> progress_store)
     : rank_(rank), world_size_(world_size), store_(std::move(store)), backend_(backend), timeout_(timeout) {
   store_->setTimeout(timeout);
+  progress_ = std::make_unique<ProgressPublisher>(progress_store ? progress_store : store_, rank);
   std::vector<int> all(world_size);
   for (int i = 0; i < world_size; ++i) all[i] = i;
+  set_phase("group creation (world)");
   world_ = Group::create("world", all, rank, store_, backend, timeout);
 }
 
 std::shared_ptr<Group> Runtime::new_group(const std::string& name, const std::vector<int>& ranks) const {
   const std::string unique = str_cat(name, "#", groups_created_++);
   if (std::find(ranks.begin(), ranks.end(), rank_) == ranks.end()) return nullptr;
+  PhaseScope phase(str_cat("group creation (", unique, ")"));
   return Group::create(unique, ranks, rank_, store_, backend_, timeout_);
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "lib/dist/group.h"
+#include "lib/dist/progress.h"
 
 namespace magic::dist {
 
@@ -33,8 +34,10 @@ class Runtime {
  public:
   static std::unique_ptr<Runtime> connect(const Rendezvous& rendezvous, BackendKind backend,
                                           std::chrono::milliseconds timeout);
+  // Publishes this thread's progress (progress.h) through `progress_store`, or through `store`
+  // when none is given (it must then be safe to share between threads, as HashStore is).
   Runtime(int rank, int world_size, c10::intrusive_ptr<c10d::Store> store, BackendKind backend,
-          std::chrono::milliseconds timeout);
+          std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> progress_store = {});
 
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
@@ -50,6 +53,7 @@ class Runtime {
   c10::intrusive_ptr<c10d::Store> store_;
   BackendKind backend_;
   std::chrono::milliseconds timeout_;
+  std::unique_ptr<ProgressPublisher> progress_;
   std::shared_ptr<Group> world_;
   mutable int64_t groups_created_ = 0;
 };

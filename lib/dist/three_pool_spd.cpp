@@ -11,11 +11,6 @@ namespace {
 
 constexpr const char* kSync = "sync";
 
-// Value x; cotangents scaled by k on their way back (the planted producer pre-scale).
-at::Tensor scale_backward(const at::Tensor& x, double k) {
-  return k * x + (1.0 - k) * x.detach();
-}
-
 std::vector<int64_t> slice(const std::vector<int64_t>& v, int64_t begin, int64_t length) {
   return std::vector<int64_t>(v.begin() + begin, v.begin() + begin + length);
 }
@@ -168,7 +163,7 @@ std::pair<at::Tensor, at::Tensor> ThreePoolSpd::local_loss(const TrainState& s, 
   const double R = real_rows(rows, data.inputs.size(0));
   const int64_t S = c.n_sites, C = c.components;
   const at::Tensor& sync = s.params.at(kSync);
-  const PlantedBug bug = setup_.bug;
+  const ThreePoolConventions& conventions = *setup_.conventions;
   const Group& world = *groups_.world;
   const RowRange mine = rows_of(layout_, rank_, B);
   const auto my_rows = slice(rows, mine.begin, mine.end - mine.begin);
@@ -187,22 +182,16 @@ std::pair<at::Tensor, at::Tensor> ThreePoolSpd::local_loss(const TrainState& s, 
       importance = importance + gates.back().sum(1);
     }
     const at::Tensor local = (my_weights * importance).sum() / R;
-    at::Tensor total;
-    double once = pool_leader() || bug == PlantedBug::kGlobalSumAllReduceBackward ? 1.0 : 0.0;
-    if (bug == PlantedBug::kDetachedGlobalResidual) {
-      total = with_global_value(local, *groups_.ci);
-      once = 1.0;
-    } else {
-      total = all_reduce_sum(local, *groups_.ci);
-    }
+    const at::Tensor total = conventions.importance_sum(local, *groups_.ci);
+    const double once = conventions.importance_coefficient(pool_leader());
     loss = loss + once * terms.importance * c.importance_coeff * spd_importance_penalty(total, c.importance_beta);
     tokens = send_gates(layout_, world, rank_, consumers_of_gates(layout_, true), at::stack(gates, 1), B,
                         portal_id(t, kTrainGates));
     return {loss + tokens, tokens};
   }
 
-  at::Tensor gates = receive_gates(layout_, world, rank_, sync, B, S, C, portal_id(t, kTrainGates));
-  if (bug == PlantedBug::kPrescaleCi) gates = scale_backward(gates, static_cast<double>(layout_.n_ci()));
+  const at::Tensor gates = conventions.consumed_gates(
+      receive_gates(layout_, world, rank_, sync, B, S, C, portal_id(t, kTrainGates)), layout_);
 
   if (role() == PoolRole::kBlock) {
     const int64_t block = layout_.block_of(rank_);
@@ -216,7 +205,7 @@ std::pair<at::Tensor, at::Tensor> ThreePoolSpd::local_loss(const TrainState& s, 
       faith = faith + spd_faithfulness(vu, site, data.target[site]);
     }
     loss = loss + terms.reconstruction * c.reconstruction_coeff * (my_weights * rec).sum() / R;
-    const double once = pool_leader() || bug == PlantedBug::kFaithOnAllRanks ? 1.0 : 0.0;
+    const double once = conventions.faithfulness_coefficient(pool_leader());
     loss = loss + once * terms.faithfulness * c.faithfulness_coeff * faith;
     // The components portal: every block rank sends (the leader its V/U, the others zeros), so
     // all ranks of a block build the same graph.
@@ -243,9 +232,7 @@ std::pair<at::Tensor, at::Tensor> ThreePoolSpd::local_loss(const TrainState& s, 
       offset += C * c.width;
     }
   }
-  if (bug == PlantedBug::kPpgdBroadcastAllRanks) {
-    vu = vu.map([&](const at::Tensor& x) { return copy_to_group(x, *groups_.ppgd); });
-  }
+  vu = conventions.ppgd_components(vu, *groups_.ppgd);
   at::Tensor ppgd = at::zeros({mine.end - mine.begin}, sync.options());
   for (int64_t site = 0; site < S; ++site) {
     const at::Tensor g = gates.select(1, site);
@@ -271,12 +258,7 @@ TensorTree ThreePoolSpd::differentiate(const TrainState& s, int64_t t, const at:
   // sent, as their receivers reach the portals they received: the sends' tokens ride on sync.
   if (create_graph) out.set(kSync, out.at(kSync) + 0.0 * tokens);
   if (with_sources) *sources_grad = with_values(s.persistent, grads, s.params.size()).detach().flatten();
-  // The planted reduction conventions.
-  if (role() == PoolRole::kCi && setup_.bug == PlantedBug::kAvgCiReduce) out = scale(out, 1.0 / layout_.n_ci());
-  if (role() == PoolRole::kBlock && setup_.bug == PlantedBug::kAvgBlockReduce) {
-    out = scale(out, 1.0 / layout_.n_per_block());
-  }
-  return out;
+  return setup_.conventions->reduced_gradient(role(), out, layout_);
 }
 
 TensorTree ThreePoolSpd::gradient(const TrainState& state, int64_t t, const at::Tensor& w, bool create_graph) const {

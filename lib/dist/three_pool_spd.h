@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "lib/data/data_stream.h"
-#include "lib/dist/planted_bug.h"
 #include "lib/dist/runtime.h"
+#include "lib/dist/three_pool_conventions.h"
 #include "lib/dist/three_pool_layout.h"
 #include "lib/model/spd.h"
 #include "lib/optim/optimizer.h"
@@ -41,7 +41,7 @@ struct ThreePoolSpdSetup {
   std::shared_ptr<const DataStream> stream;
   std::shared_ptr<const Optimizer> optimizer;
   uint64_t source_seed = 0;
-  PlantedBug bug = PlantedBug::kNone;
+  std::shared_ptr<const ThreePoolConventions> conventions = std::make_shared<ThreePoolConventions>();
 };
 
 class ThreePoolSpd : public StepFunction, public QueryFunction {

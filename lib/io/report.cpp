@@ -106,8 +106,8 @@ void print_report(const CheckReport& r, std::ostream& out) {
   } else {
     out << "\n"
         << (failed == 0 ? "PASS" : "FAIL") << ": " << r.rows.size() - failed << " of " << r.rows.size()
-        << " checks within tolerance (" << r.dtype << ": worst relative error <= "
-        << format_sci(r.rows.front().tolerance, 0) << ")\n";
+        << " checks within tolerance (" << r.dtype
+        << ": worst relative error <= " << format_sci(r.rows.front().tolerance, 0) << ")\n";
   }
   for (const auto& note : r.notes) out << "note: " << note << "\n";
   if (r.bite_mode) {

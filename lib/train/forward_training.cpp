@@ -1,12 +1,17 @@
 #include "lib/train/forward_training.h"
 
+#include "lib/core/strings.h"
+#include "lib/dist/progress.h"
+
 namespace magic {
 
 TrainState train_forward(const StepFunction& step, const TrainState& initial, const at::Tensor& w,
                          CheckpointStore* store, const StepObserver& observer) {
   TrainState s = detach_state(initial);
   const at::Tensor weights = w.detach();
+  dist::PhaseScope phase("training");
   for (int64_t t = 0; t < step.num_steps(); ++t) {
+    dist::set_phase(str_cat("training step ", t));
     if (store != nullptr && store->wants(t)) store->save(t, s);
     StepOutput out = step.step(s, t, weights, /*traced=*/false);
     if (observer) observer(t, s, out);

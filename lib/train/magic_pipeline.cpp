@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "lib/dist/progress.h"
 #include "lib/train/replay_backward.h"
 
 namespace magic {
@@ -27,7 +28,10 @@ MagicResult run_magic(const StepFunction& step, const QueryFunction& query, cons
     result.query_loss = query.loss(result.final_state.params).item<double>();
   }
 
-  result.query_gradient = query.gradient(result.final_state.params);
+  {
+    dist::PhaseScope phase("query gradient");
+    result.query_gradient = query.gradient(result.final_state.params);
+  }
 
   start = std::chrono::steady_clock::now();
   ReplayBackward replay(step, store, w);

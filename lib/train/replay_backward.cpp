@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "lib/core/strings.h"
+#include "lib/dist/progress.h"
 
 namespace magic {
 namespace {
@@ -63,9 +64,11 @@ ReplayResult ReplayBackward::run(const TensorTree& dq_dparams) const {
   result.dw = at::zeros_like(w_);
 
   std::optional<TrainState> lambda;  // λ_{t+1}; starts as (∂Q/∂θ_N, 0, 0)
+  dist::PhaseScope phase("REPLAY");
   for (int64_t k = static_cast<int64_t>(checkpoints.size()) - 1; k >= 0; --k) {
     const int64_t begin = checkpoints[k];
     const int64_t end = k + 1 < static_cast<int64_t>(checkpoints.size()) ? checkpoints[k + 1] : n;
+    if (end - begin > 1) dist::set_phase(str_cat("REPLAY: recomputing from the checkpoint before step ", begin));
     // Recompute s_begin .. s_{end-1} once, untraced.
     std::vector<TrainState> segment{store_.load(begin)};
     for (int64_t t = begin; t + 1 < end; ++t) segment.push_back(step_.step(segment.back(), t, w_, false).next);
@@ -75,6 +78,7 @@ ReplayResult ReplayBackward::run(const TensorTree& dq_dparams) const {
       lambda->params = dq_dparams.detach();
     }
     for (int64_t t = end - 1; t >= begin; --t) {
+      dist::set_phase(str_cat("REPLAY step ", t));
       StepVjp vjp = step_vjp(step_, segment.back(), t, w_, *lambda);
       segment.pop_back();
       lambda = std::move(vjp.cotangent);

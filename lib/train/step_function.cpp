@@ -2,6 +2,9 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include "lib/core/strings.h"
+#include "lib/dist/progress.h"
+
 namespace magic {
 
 TensorTree QueryFunction::gradient(const TensorTree& params, std::optional<int64_t> index) const {
@@ -12,6 +15,7 @@ TensorTree QueryFunction::gradient(const TensorTree& params, std::optional<int64
 
 TensorTree hessian_vector_product(const StepFunction& step, const TrainState& state, int64_t t, const at::Tensor& w,
                                   const TensorTree& direction) {
+  dist::PhaseScope phase(str_cat("HVP at step ", t));
   TensorTree leaves = state.params.requires_grad();
   TensorTree g = step.gradient(TrainState{leaves, state.opt, state.persistent.detach()}, t, w.detach(),
                                /*create_graph=*/true);

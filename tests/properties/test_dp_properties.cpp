@@ -42,35 +42,35 @@ std::string failures(const CheckReport& report) {
 
 TEST(DataParallelProperties, SumConventionEqualsTheReferenceForAnySplit) {
   testing::check_counted("sum convention equals the reference for any split", [] {
-  const int64_t dp = *rc::gen::inRange<int64_t>(1, 7);
-  checks::CheckSettings s = random_settings(dp);
-  s.batch_size = *rc::gen::inRange<int64_t>(1, 15);  // uneven and empty shards included
-  RC_CLASSIFY(s.batch_size % dp != 0, "uneven shards");
-  const CheckReport report = run_threads(s);
-  RC_LOG() << failures(report);
-  RC_ASSERT(report.rows_pass());
+    const int64_t dp = *rc::gen::inRange<int64_t>(1, 7);
+    checks::CheckSettings s = random_settings(dp);
+    s.batch_size = *rc::gen::inRange<int64_t>(1, 15);  // uneven and empty shards included
+    RC_CLASSIFY(s.batch_size % dp != 0, "uneven shards");
+    const CheckReport report = run_threads(s);
+    RC_LOG() << failures(report);
+    RC_ASSERT(report.rows_pass());
   });
 }
 
 TEST(DataParallelProperties, AvgConventionIsExactExactlyWhenShardLabelCountsAreEqual) {
   testing::check_counted("avg convention is exact exactly when label counts are equal", [] {
-  const int64_t dp = *rc::gen::inRange<int64_t>(2, 5);
-  checks::CheckSettings s = random_settings(dp);
-  s.convention = dist::Convention::kAvg;
-  s.levels = {checks::Level::kGrad};
-  // Whole multiples of dp with 4-token chunks make equal shards likely; other draws make them rare.
-  s.batch_size = *rc::gen::oneOf(rc::gen::map(rc::gen::inRange<int64_t>(1, 4), [dp](int64_t k) { return k * dp; }),
-                                 rc::gen::inRange<int64_t>(dp, 15));
-  bool equal = true;
-  for (int64_t t = 0; t < s.steps; ++t) {
-    const auto counts = checks::shard_label_counts(s, t);
-    equal = equal && std::adjacent_find(counts.begin(), counts.end(), std::not_equal_to<>()) == counts.end();
-  }
-  RC_CLASSIFY(equal, "equal label counts");
-  const CheckReport report = run_threads(s);
-  RC_LOG() << failures(report);
-  RC_ASSERT(!report.rows.empty());
-  RC_ASSERT(report.rows_pass() == equal);
+    const int64_t dp = *rc::gen::inRange<int64_t>(2, 5);
+    checks::CheckSettings s = random_settings(dp);
+    s.convention = dist::Convention::kAvg;
+    s.levels = {checks::Level::kGrad};
+    // Whole multiples of dp with 4-token chunks make equal shards likely; other draws make them rare.
+    s.batch_size = *rc::gen::oneOf(rc::gen::map(rc::gen::inRange<int64_t>(1, 4), [dp](int64_t k) { return k * dp; }),
+                                   rc::gen::inRange<int64_t>(dp, 15));
+    bool equal = true;
+    for (int64_t t = 0; t < s.steps; ++t) {
+      const auto counts = checks::shard_label_counts(s, t);
+      equal = equal && std::adjacent_find(counts.begin(), counts.end(), std::not_equal_to<>()) == counts.end();
+    }
+    RC_CLASSIFY(equal, "equal label counts");
+    const CheckReport report = run_threads(s);
+    RC_LOG() << failures(report);
+    RC_ASSERT(!report.rows.empty());
+    RC_ASSERT(report.rows_pass() == equal);
   });
 }
 

@@ -1,0 +1,43 @@
+// The reduction conventions of the three-pool step (three_pool_spd.h), as one object the step is
+// given: where a pool's gradient is summed, which rank contributes a replicated term, how a
+// global sum enters a nonlinear term, and how values replicated across pools are consumed. These
+// are the correct ones; checks/planted_variants.cpp plants a known bug by overriding one method
+// (DESIGN.md section 6: mutations enter through objects the pipeline is already given).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "lib/core/tensor_tree.h"
+#include "lib/dist/collectives.h"
+#include "lib/dist/group.h"
+#include "lib/dist/three_pool_layout.h"
+
+namespace magic::dist {
+
+class ThreePoolConventions {
+ public:
+  virtual ~ThreePoolConventions() = default;
+
+  // The importance term's global sum S = Σ_r local_r over the CI pool, as f(S) consumes it:
+  // the differentiable all_reduce_sum, exact at every derivative order.
+  virtual at::Tensor importance_sum(const at::Tensor& local, const Group& ci) const {
+    return all_reduce_sum(local, ci);
+  }
+  // The coefficient of f(S) on a CI rank: contribute once, on the pool leader.
+  virtual double importance_coefficient(bool leader) const { return leader ? 1.0 : 0.0; }
+
+  // The gates as a consuming rank (block or PPGD) uses them.
+  virtual at::Tensor consumed_gates(const at::Tensor& gates, const ThreePoolLayout&) const { return gates; }
+
+  // The coefficient of the data-independent faithfulness term on a block rank: once per block.
+  virtual double faithfulness_coefficient(bool leader) const { return leader ? 1.0 : 0.0; }
+
+  // The V/U replica as a PPGD rank uses it (received through the portals, one per PPGD rank).
+  virtual TensorTree ppgd_components(const TensorTree& vu, const Group&) const { return vu; }
+
+  // A pool's gradient after differentiation; the SUM over the pool already happened in autograd
+  // (copy_to_group's backward), so the correct convention leaves it as it is.
+  virtual TensorTree reduced_gradient(PoolRole, const TensorTree& grads, const ThreePoolLayout&) const { return grads; }
+};
+
+}  // namespace magic::dist

@@ -1,0 +1,340 @@
+// The launcher's exit paths, one by one. Most run spawn_ranks in this process with shell ranks
+// (fast, and each path planted exactly); the rest run magic-check as users do: under a parent
+// that ignores SIGCHLD, with a rank stopped by SIGSTOP, with too many ranks.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "lib/core/error.h"
+#include "lib/dist/launcher.h"
+#include "tests/support.h"
+
+namespace magic {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/launcher-" + name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// Where the launchers of this test program put their rank logs (failed runs keep theirs): one
+// directory, emptied when the program starts, rather than a new /tmp/magic-ranks-* per run.
+const std::string& logs_root() {
+  static const std::string root = fresh_dir("kept-logs");
+  return root;
+}
+
+struct Spawned {
+  int exit_code = -1;
+  std::string log;
+  double seconds = 0;
+};
+
+// Every rank runs `script` under /bin/sh (RANK, WORLD_SIZE and MAGIC_PID_DIR set).
+Spawned spawn_shell(const std::string& script, int64_t world_size, std::chrono::milliseconds timeout = 2s,
+                    const std::string& log_root = "") {
+  dist::SpawnOptions options;
+  options.program = "/bin/sh";
+  options.argv = {"sh", "-c", script};
+  options.world_size = world_size;
+  options.timeout = timeout;
+  options.name = "launcher-test";
+  options.log_root = log_root.empty() ? logs_root() : log_root;
+  std::ostringstream log;
+  const auto start = Clock::now();
+  Spawned out;
+  out.exit_code = dist::spawn_ranks(options, log);
+  out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  out.log = log.str();
+  return out;
+}
+
+// The ranks' pids, once each has written its pid file.
+std::vector<pid_t> wait_for_pids(const std::string& dir, int world_size, std::chrono::seconds limit = 60s) {
+  const auto deadline = Clock::now() + limit;
+  std::vector<pid_t> pids(world_size, 0);
+  for (;;) {
+    bool all = true;
+    for (int r = 0; r < world_size; ++r) {
+      if (pids[r] != 0) continue;
+      const std::string text = testing::read_file(dir + "/rank-" + std::to_string(r) + ".pid");
+      if (!text.empty() && text.back() == '\n') pids[r] = std::stoi(text);
+      all = all && pids[r] != 0;
+    }
+    if (all) return pids;
+    if (Clock::now() > deadline) throw std::runtime_error("ranks never wrote their pid files in " + dir);
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+void expect_gone(const std::vector<pid_t>& pids) {
+  for (pid_t pid : pids) EXPECT_NE(kill(pid, 0), 0) << "pid " << pid << " is still alive";
+}
+
+void expect_no_stack_frames(const std::string& output) {
+  EXPECT_EQ(output.find("frame #"), std::string::npos) << output;
+  EXPECT_EQ(output.find("Exception raised from"), std::string::npos) << output;
+}
+
+const char* kWritePid = "echo $$ > $MAGIC_PID_DIR/rank-$RANK.pid; ";
+
+TEST(Launcher, RankZerosCodeIsTheVerdictWhenEveryRankEndsNormally) {
+  EXPECT_EQ(spawn_shell("exit 0", 3).exit_code, 0);
+  EXPECT_EQ(spawn_shell("[ $RANK = 0 ] && exit 1; exit 0", 3).exit_code, 1);
+  // Only rank 0 may say "a check failed"; 1 from another rank is a failure of that rank.
+  auto o = spawn_shell("[ $RANK = 2 ] && exit 1; exit 0", 3);
+  EXPECT_EQ(o.exit_code, 2) << o.log;
+  EXPECT_NE(o.log.find("rank 2 of 3"), std::string::npos) << o.log;
+}
+
+TEST(Launcher, AnIgnoredSigchldDoesNotHideTheStatusesAndIsRestored) {
+  struct sigaction ignore {
+  }, found{};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGCHLD, &ignore, nullptr);
+  const int failing = spawn_shell("[ $RANK = 0 ] && exit 1; exit 0", 2).exit_code;
+  const int passing = spawn_shell("exit 0", 2).exit_code;
+  sigaction(SIGCHLD, nullptr, &found);
+  struct sigaction fallback {};
+  fallback.sa_handler = SIG_DFL;
+  sigaction(SIGCHLD, &fallback, nullptr);
+  EXPECT_EQ(failing, 1);
+  EXPECT_EQ(passing, 0);
+  EXPECT_EQ(found.sa_handler, SIG_IGN) << "the launcher restores the disposition it found";
+}
+
+TEST(Launcher, IgnoredSignalsAreNotInheritedByTheRanks) {
+  // SIG_IGN survives exec; a rank must start with default dispositions, as from a shell.
+  struct sigaction ignore {
+  }, fallback{};
+  ignore.sa_handler = SIG_IGN;
+  fallback.sa_handler = SIG_DFL;
+  sigaction(SIGUSR1, &ignore, nullptr);
+  auto o = spawn_shell("[ $RANK = 1 ] && kill -USR1 $$; exit 0", 2);
+  sigaction(SIGUSR1, &fallback, nullptr);
+  EXPECT_EQ(o.exit_code, 2) << o.log;
+  EXPECT_NE(o.log.find("rank 1 of 2"), std::string::npos) << o.log;
+  EXPECT_NE(o.log.find("killed by signal 10 (SIGUSR1)"), std::string::npos) << o.log;
+}
+
+TEST(Launcher, ARankThatFailsIsNamedWithItsOwnMessageAndItsLogIsKept) {
+  const std::string root = fresh_dir("failed-logs");
+  auto o = spawn_shell(
+      "if [ $RANK = 1 ]; then echo noise >&2; echo 'launcher-test: rank 1: error: planted failure' >&2; "
+      "exit 3; fi; exec sleep 30",
+      3, 2s, root);
+  EXPECT_EQ(o.exit_code, 2) << o.log;
+  EXPECT_LT(o.seconds, 10) << "the others are stopped, not waited for";
+  EXPECT_NE(o.log.find("rank 1 of 3"), std::string::npos) << o.log;
+  EXPECT_NE(o.log.find("exited with code 3"), std::string::npos) << o.log;
+  EXPECT_NE(o.log.find(": error: planted failure; its log: " + root), std::string::npos) << o.log;
+  std::smatch path;
+  ASSERT_TRUE(std::regex_search(o.log, path, std::regex("its log: (\\S+)"))) << o.log;
+  EXPECT_NE(testing::read_file(path[1]).find("noise"), std::string::npos) << "the log holds the full output";
+}
+
+TEST(Launcher, ARankKilledByASignalIsNamedAndNothingIsLeftBehind) {
+  const std::string pids_dir = fresh_dir("killed");
+  setenv("MAGIC_PID_DIR", pids_dir.c_str(), 1);
+  auto o = spawn_shell(std::string(kWritePid) + "[ $RANK = 2 ] && sleep 0.3 && kill -9 $$; exec sleep 30", 4);
+  unsetenv("MAGIC_PID_DIR");
+  EXPECT_EQ(o.exit_code, 2) << o.log;
+  EXPECT_LT(o.seconds, 10);
+  EXPECT_NE(o.log.find("rank 2 of 4"), std::string::npos) << o.log;
+  EXPECT_NE(o.log.find("was killed by signal 9 (SIGKILL)"), std::string::npos) << o.log;
+  expect_gone(wait_for_pids(pids_dir, 4, 1s));
+}
+
+TEST(Launcher, ARankStoppedPastTheTimeoutIsNamedAndNothingIsLeftBehind) {
+  const std::string pids_dir = fresh_dir("stopped");
+  setenv("MAGIC_PID_DIR", pids_dir.c_str(), 1);
+  auto o = spawn_shell(std::string(kWritePid) + "[ $RANK = 1 ] && kill -STOP $$; exec sleep 30", 3, 1s);
+  unsetenv("MAGIC_PID_DIR");
+  EXPECT_EQ(o.exit_code, 2) << o.log;
+  EXPECT_LT(o.seconds, 8);
+  EXPECT_NE(o.log.find("rank 1 of 3"), std::string::npos) << o.log;
+  EXPECT_NE(o.log.find("was stopped by signal 19 (SIGSTOP) and did not resume within 1 s in phase 'startup'"),
+            std::string::npos)
+      << o.log;
+  EXPECT_NE(o.log.find("ranks 0, 2: in phase 'startup'"), std::string::npos) << o.log;
+  expect_gone(wait_for_pids(pids_dir, 3, 1s));
+}
+
+TEST(Launcher, ARankStoppedAfterTheOthersFinishedIsStillCaught) {
+  // As when rank 0 is stopped while it compares: no collective is left to time out.
+  auto o = spawn_shell("[ $RANK = 0 ] && kill -STOP $$; exit 0", 3, 1s);
+  EXPECT_EQ(o.exit_code, 2) << o.log;
+  EXPECT_LT(o.seconds, 8);
+  EXPECT_NE(o.log.find("rank 0 of 3"), std::string::npos) << o.log;
+  EXPECT_NE(o.log.find("was stopped by signal 19 (SIGSTOP)"), std::string::npos) << o.log;
+  EXPECT_NE(o.log.find("ranks 1, 2: finished (exit code 0)"), std::string::npos) << o.log;
+}
+
+TEST(Launcher, AStatusThatCannotBeReadIsTwoNeverZero) {
+  const std::string pids_dir = fresh_dir("unreadable");
+  setenv("MAGIC_PID_DIR", pids_dir.c_str(), 1);
+  auto run = std::async(std::launch::async, [] { return spawn_shell(std::string(kWritePid) + "exec sleep 1", 2); });
+  wait_for_pids(pids_dir, 2);
+  // Ignoring SIGCHLD under the running launcher makes the kernel reap its ranks.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGCHLD, &ignore, nullptr);
+  auto o = run.get();
+  unsetenv("MAGIC_PID_DIR");
+  EXPECT_EQ(o.exit_code, 2) << o.log;
+  // The ranks' exits are noticed in one tick or two, so one or both are named.
+  EXPECT_NE(o.log.find("could not learn the exit status of rank"), std::string::npos) << o.log;
+}
+
+TEST(Launcher, AnInterruptStopsTheRanksAtOnceAndRestoresTheHandlers) {
+  const std::string pids_dir = fresh_dir("interrupt");
+  struct sigaction before {
+  }, after{};
+  sigaction(SIGINT, nullptr, &before);
+  setenv("MAGIC_PID_DIR", pids_dir.c_str(), 1);
+  auto run = std::async(std::launch::async, [] { return spawn_shell(std::string(kWritePid) + "exec sleep 30", 2); });
+  const auto pids = wait_for_pids(pids_dir, 2);
+  const auto sent = Clock::now();
+  kill(getpid(), SIGINT);  // the launcher's handler is in place: it installs it before forking
+  auto o = run.get();
+  unsetenv("MAGIC_PID_DIR");
+  EXPECT_LT(Clock::now() - sent, 5s) << "not waiting for a rank to exit";
+  EXPECT_EQ(o.exit_code, 2) << o.log;
+  EXPECT_NE(o.log.find("interrupted by signal 2 (SIGINT)"), std::string::npos) << o.log;
+  expect_gone(pids);
+  sigaction(SIGINT, nullptr, &after);
+  EXPECT_EQ(after.sa_handler, before.sa_handler);
+}
+
+TEST(Launcher, LogsAreRemovedAfterASuccessfulRunAndAnEmptyRankZeroLogLeavesTheStreamUsable) {
+  const std::string root = fresh_dir("logs");
+  dist::SpawnOptions options;
+  options.program = "/bin/sh";
+  options.argv = {"sh", "-c", "[ $RANK = 1 ] && echo 'rank 1 chatter' >&2; exit 0"};
+  options.world_size = 2;
+  options.log_root = root;
+  std::ostringstream log;
+  EXPECT_EQ(dist::spawn_ranks(options, log), 0);
+  EXPECT_TRUE(log.good()) << "an empty rank-0 log must not set failbit on the stream";
+  log << "still writable";
+  EXPECT_EQ(log.str(), "still writable");
+  EXPECT_TRUE(fs::is_empty(root)) << "the log directory is removed when every rank succeeded";
+}
+
+TEST(Launcher, AProgramThatCannotBeExecutedIsTwo) {
+  dist::SpawnOptions options;
+  options.program = "/nonexistent/rank-program";
+  options.argv = {"rank-program"};
+  options.world_size = 2;
+  options.name = "launcher-test";
+  options.log_root = logs_root();
+  std::ostringstream log;
+  EXPECT_EQ(dist::spawn_ranks(options, log), 2);
+  EXPECT_NE(log.str().find("exited with code 127 (the program could not be executed)"), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("cannot execute /nonexistent/rank-program"), std::string::npos) << log.str();
+}
+
+TEST(Launcher, AWorldAboveTheLimitIsRefusedBeforeAnyFork) {
+  const std::string marks = fresh_dir("limit");
+  dist::SpawnOptions options;
+  options.program = "/bin/sh";
+  options.argv = {"sh", "-c", "touch " + marks + "/$RANK"};
+  options.world_size = 5000;
+  std::ostringstream log;
+  EXPECT_THROW(dist::spawn_ranks(options, log), InputError);
+  options.world_size = 0;
+  EXPECT_THROW(dist::spawn_ranks(options, log), InputError);
+  EXPECT_TRUE(fs::is_empty(marks));
+
+  const std::string pids_dir = fresh_dir("limit-cli");
+  const auto start = Clock::now();
+  auto o =
+      testing::run_command("MAGIC_PID_DIR=" + pids_dir + " " + MAGIC_CHECK_BINARY + " --topology dp=5000 --batch 40");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("the built-in launcher starts 1 to 64 ranks on this machine; 5000 requested"),
+            std::string::npos)
+      << o.output;
+  EXPECT_LT(Clock::now() - start, 10s);
+  EXPECT_TRUE(fs::is_empty(pids_dir)) << "no rank was started";
+}
+
+// magic-check itself, as the issue reported it: under a parent that ignores SIGCHLD.
+TEST(LauncherCli, IgnoredSigchldStillGivesTheChecksVerdict) {
+  const std::string ignoring = R"(perl -e '$SIG{CHLD}="IGNORE"; exec @ARGV' )" + std::string(MAGIC_CHECK_BINARY);
+  auto failing =
+      testing::run_command(ignoring + " --topology dp=2 --mutate extra-divide-scores --checks scores --steps 1");
+  EXPECT_EQ(failing.exit_code, 1) << failing.output;
+  auto passing = testing::run_command(ignoring + " --topology dp=2 --checks scores --steps 1");
+  EXPECT_EQ(passing.exit_code, 0) << passing.output;
+}
+
+// SIGSTOPs `victim` `delay` after every rank has written its pid file; returns the output and
+// the seconds from the stop to the end of the command.
+struct StoppedRun {
+  testing::CommandOutcome outcome;
+  double seconds_after_stop = 0;
+  std::vector<pid_t> pids;
+};
+StoppedRun stop_a_rank(const std::string& args, int world_size, int victim, std::chrono::milliseconds delay,
+                       const std::string& pids_dir) {
+  auto run = std::async(std::launch::async, [&] {
+    return testing::run_command("TMPDIR=" + logs_root() + " MAGIC_PID_DIR=" + pids_dir + " " + MAGIC_CHECK_BINARY +
+                                " " + args);
+  });
+  StoppedRun out;
+  out.pids = wait_for_pids(pids_dir, world_size);
+  std::this_thread::sleep_for(delay);
+  EXPECT_EQ(kill(out.pids[victim], SIGSTOP), 0);
+  const auto stopped = Clock::now();
+  out.outcome = run.get();
+  out.seconds_after_stop = std::chrono::duration<double>(Clock::now() - stopped).count();
+  return out;
+}
+
+TEST(LauncherCli, AStoppedRankIsNamedWithItsPhaseWithinTheBound) {
+  const std::string pids_dir = fresh_dir("cli-stopped");
+  auto s = stop_a_rank("--topology dp=4 --timeout 3", 4, 2, 1500ms, pids_dir);
+  const auto& o = s.outcome;
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_LT(s.seconds_after_stop, 3 + 6) << o.output;
+  std::smatch named;
+  ASSERT_TRUE(std::regex_search(o.output, named,
+                                std::regex("rank 2 of 4 \\(pid \\d+\\) was stopped by signal 19 \\(SIGSTOP\\).* in "
+                                           "phase '([^']+)'")))
+      << o.output;
+  EXPECT_NE(named[1], "unknown") << o.output;
+  EXPECT_NE(named[1], "startup") << o.output;
+  expect_no_stack_frames(o.output);
+  expect_gone(s.pids);
+}
+
+TEST(LauncherCli, AStopDuringGroupCreationGivesOneLinePerRankAndNoStackTrace) {
+  const std::string pids_dir = fresh_dir("cli-group");
+  // The pid file is written just before the rendezvous: the stop lands in startup, rendezvous or
+  // group creation, where the others wait in the store (a raw c10d stack trace before the fix).
+  auto s = stop_a_rank("--topology dp=4 --timeout 3", 4, 1, 0ms, pids_dir);
+  const auto& o = s.outcome;
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_LT(s.seconds_after_stop, 3 + 6) << o.output;
+  EXPECT_NE(o.output.find("rank 1 of 4"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("was stopped by signal 19 (SIGSTOP)"), std::string::npos) << o.output;
+  expect_no_stack_frames(o.output);
+  expect_gone(s.pids);
+}
+
+}  // namespace
+}  // namespace magic
