@@ -52,7 +52,9 @@ PipelineOutputs lm_outputs(const std::vector<TensorTree>& step_grads, const Tens
   out.push_back({"hvp", "theta_0", hvp_initial.flatten()});
   out.push_back({"hvp", "theta_N", hvp_final.flatten()});
   out.push_back({"final_params", "all", final_params.flatten()});
-  out.push_back({"scores", "per_document", scores.sum(1)});
+  // A document's score sums its tokens' scores; they can cancel (to ~0 under clipping), so its
+  // error is measured against the size of those terms: max over documents of Σ_t |score_t|.
+  out.push_back({"scores", "per_document", scores.sum(1), scores.abs().sum(1).max().item<double>()});
   out.push_back({"scores", "per_token", scores});
   return out;
 }

@@ -45,7 +45,7 @@ std::vector<CheckRow> compare_outputs(const PipelineOutputs& distributed, const 
           str_cat("shape mismatch: distributed ", shape_text(d), ", reference ", shape_text(r.value))));
       continue;
     }
-    rows.push_back(make_check_row(r.level, r.name, d, r.value, tolerance, factors));
+    rows.push_back(make_check_row(r.level, r.name, d, r.value, tolerance, factors, r.error_scale));
   }
   for (size_t i = 0; i < distributed.size(); ++i) {
     if (used[i] || !wanted(distributed[i].level)) continue;

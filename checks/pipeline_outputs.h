@@ -15,6 +15,7 @@ struct NamedTensor {
   std::string level;  // grad | query_grad | hvp | final_params | scores
   std::string name;
   at::Tensor value;
+  double error_scale = 0.0;  // for a sum of terms: their size (compare_tensors); 0: none
 };
 using PipelineOutputs = std::vector<NamedTensor>;
 

@@ -72,3 +72,42 @@ TEST(DataParallelCheck, RanksWithEmptyShardsStillMatchTheReference) {
 
 }  // namespace
 }  // namespace magic
+
+namespace magic {
+namespace {
+
+// Found by the 500-case property run: with gradient clipping and a one-document batch, the clip
+// is scale-invariant in that document's weights, so its per-document score (the sum of its token
+// scores) cancels to ~3.6e-10 while the token scores are ~5.8e-3. The row's error is measured
+// against the size of the summed terms, so rounding noise of the cancellation passes ...
+TEST(DataParallelCheck, PerDocumentScoresAreComparedAtTheScaleOfTheirTokenScores) {
+  checks::CheckRequest request;
+  auto& s = request.settings;
+  s.topology = dist::TopologySpec::parse("dp=2");
+  s.steps = 1;
+  s.max_len = 8;
+  s.optimizer = "sgd";
+  s.seed = 103;
+  s.documents = 6;
+  s.batch_size = 1;
+  const CheckReport report = testing::run_check_in_threads(request);
+  for (const auto& row : report.rows) {
+    EXPECT_TRUE(row.passed) << row.level << "/" << row.tensor << ": " << row.diagnosis.text;
+  }
+}
+
+// ... and a real error in them still fails.
+TEST(DataParallelCheck, AnErrorInCancellingPerDocumentScoresStillFails) {
+  const at::Tensor tokens = at::tensor({1.0, -1.0, 0.5, -0.5 + 1e-10}, at::kDouble).view({2, 2});
+  const at::Tensor per_document = tokens.sum(1);
+  const double terms = tokens.abs().sum(1).max().item<double>();
+  const auto factors = candidate_factors({{"dp", 2}});
+  EXPECT_TRUE(
+      make_check_row("scores", "per_document", per_document + 1e-18, per_document, 1e-9, factors, terms).passed);
+  EXPECT_FALSE(make_check_row("scores", "per_document", 2.0 * per_document, per_document, 1e-9, factors).passed);
+  EXPECT_FALSE(
+      make_check_row("scores", "per_document", per_document + 1e-6, per_document, 1e-9, factors, terms).passed);
+}
+
+}  // namespace
+}  // namespace magic

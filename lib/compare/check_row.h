@@ -19,9 +19,10 @@ struct CheckRow {
   Diagnosis diagnosis;
 };
 
-// Passes when worst_rel_err <= tolerance.
+// Passes when worst_rel_err <= tolerance (error_scale: see compare_tensors).
 CheckRow make_check_row(const std::string& level, const std::string& tensor, const at::Tensor& distributed,
-                        const at::Tensor& reference, double tolerance, const std::vector<NamedFactor>& factors);
+                        const at::Tensor& reference, double tolerance, const std::vector<NamedFactor>& factors,
+                        double error_scale = 0.0);
 
 // A failing row for a tensor that could not be compared (missing on one side, or of another
 // shape); its statistics are NaN (null in JSON, "-" in the table) and `why` is its diagnosis.

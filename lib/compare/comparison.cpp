@@ -1,5 +1,6 @@
 #include "lib/compare/comparison.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -8,7 +9,7 @@
 
 namespace magic {
 
-ComparisonStats compare_tensors(const at::Tensor& distributed, const at::Tensor& reference) {
+ComparisonStats compare_tensors(const at::Tensor& distributed, const at::Tensor& reference, double error_scale) {
   if (distributed.sizes() != reference.sizes()) {
     throw std::invalid_argument(str_cat("compare_tensors: shapes ", distributed.sizes(), " and ", reference.sizes()));
   }
@@ -32,7 +33,7 @@ ComparisonStats compare_tensors(const at::Tensor& distributed, const at::Tensor&
   }
   s.scale = dr / rr;
   s.cosine = dd == 0.0 ? 0.0 : dr / std::sqrt(dd * rr);
-  s.worst_rel_err = (d - r).abs().max().item<double>() / max_r;
+  s.worst_rel_err = (d - r).abs().max().item<double>() / std::max(max_r, error_scale);
   const at::Tensor significant = r.abs() > 1e-3 * max_r;
   s.mean_ratio = (d.masked_select(significant) / r.masked_select(significant)).mean().item<double>();
   return s;
