@@ -79,14 +79,6 @@ std::string level_unchecked(const Mutation& m, const std::vector<Level>& levels)
 
 }  // namespace
 
-std::vector<Mutation> mutations_for(const dist::TopologySpec& topology) {
-  std::vector<Mutation> out;
-  for (const auto& m : mutation_catalog()) {
-    if (m.family == topology.family() && pool_size(m, topology) > 1) out.push_back(m);
-  }
-  return out;
-}
-
 BitePlan plan_bite(const dist::TopologySpec& topology, const std::vector<Level>& levels) {
   BitePlan plan;
   for (const auto& m : mutation_catalog()) {

@@ -24,8 +24,6 @@ struct Mutation {
 };
 
 const std::vector<Mutation>& mutation_catalog();
-// The mutations that can show on this topology: its family, and more than one rank in `needs`.
-std::vector<Mutation> mutations_for(const dist::TopologySpec& topology);
 
 // What --bite runs on a topology and checked levels, and what it leaves out and why: every
 // mutation of the topology's family is in one list or the other.

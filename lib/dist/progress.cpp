@@ -12,6 +12,14 @@
 #include "lib/core/strings.h"
 
 namespace magic::dist {
+namespace {
+
+// A rank's state in the store: "<phase>\n<waiting>".
+std::string encode_progress(const RankProgress& progress) {
+  return progress.phase + "\n" + progress.waiting;
+}
+
+}  // namespace
 
 struct ProgressPublisher::Board {
   c10::intrusive_ptr<c10d::Store> store;
@@ -28,12 +36,13 @@ struct ProgressPublisher::Board {
 
   // Writes the state if it differs from the last one written; called with `lock` held.
   void publish(std::unique_lock<std::mutex>& lock) {
-    const std::string value = state.phase + "\n" + state.waiting;
+    const RankProgress snapshot = state;
+    const std::string value = encode_progress(snapshot);
     if (value == published || store_failed) return;
     lock.unlock();
     bool ok = true;
     try {
-      store->set(progress_key(rank), std::vector<uint8_t>(value.begin(), value.end()));
+      write_progress(*store, rank, snapshot);
     } catch (...) {
       ok = false;  // the store is gone (the run is ending): progress is best effort
     }
@@ -131,7 +140,7 @@ std::string progress_key(int rank) {
 }
 
 void write_progress(c10d::Store& store, int rank, const RankProgress& progress) {
-  const std::string value = progress.phase + "\n" + progress.waiting;
+  const std::string value = encode_progress(progress);
   store.set(progress_key(rank), std::vector<uint8_t>(value.begin(), value.end()));
 }
 
