@@ -2,7 +2,7 @@
 // launcher, Gloo on loopback, every rank a process). Prints, per layout, the fastest and median
 // of R runs of the plain check, and one --bite run.
 //
-//   magic_check_bench [--repeats R] [--topologies "n_ci=4,n_per_block=2;dp=4"]
+//   magic_check_bench [--repeats R] [--topologies "n_ci=4,n_per_block=2;dp=4;dp=2,cp=2,fsdp=2"]
 #include <sys/wait.h>
 #include <thread>
 
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "lib/core/strings.h"
+#include "lib/distributed/runtime/topology.h"
 
 namespace {
 
@@ -30,7 +31,7 @@ double timed_run(const std::string& args, int& exit_code) {
 
 int main(int argc, char** argv) {
   int repeats = 3;
-  std::string topologies = "n_ci=4,n_per_block=2;dp=4";
+  std::string topologies = "n_ci=4,n_per_block=2;dp=4;dp=2,cp=2,fsdp=2";
   for (int i = 1; i + 1 < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--repeats") repeats = std::stoi(argv[++i]);
@@ -48,17 +49,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < repeats; ++r) times.push_back(timed_run("--topology " + topology, code));
     std::sort(times.begin(), times.end());
     const double bite = timed_run("--topology " + topology + " --bite", bite_code);
-    int ranks = 0;
-    if (topology.rfind("dp=", 0) == 0) {
-      ranks = std::stoi(topology.substr(3));
-    } else {
-      // n_ci + n_blocks * n_per_block + n_ppgd, with the defaults n_blocks = n_ppgd = 2.
-      auto get = [&](const std::string& key, int fallback) {
-        const size_t at = topology.find(key + "=");
-        return at == std::string::npos ? fallback : std::stoi(topology.substr(at + key.size() + 1));
-      };
-      ranks = get("n_ci", 1) + get("n_blocks", 2) * get("n_per_block", 1) + get("n_ppgd", 2);
-    }
+    const int64_t ranks = magic::dist::TopologySpec::parse(topology).world_size();
     std::cout << "| " << topology << " | " << ranks << " | " << magic::format_fixed(times.front(), 2) << " | "
               << magic::format_fixed(times[times.size() / 2], 2) << " | " << code << " | "
               << magic::format_fixed(bite, 2) << " | " << bite_code << " |" << std::endl;

@@ -6,7 +6,7 @@
 #include "checks/lm_pipelines.h"
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
-#include "lib/dist/three_pool_layout.h"
+#include "lib/distributed/pools/three_pool_layout.h"
 
 namespace magic::checks {
 
@@ -100,6 +100,11 @@ void CheckSettings::validate() const {
   if (w == "spd") {
     const dist::ThreePoolLayout layout(topology, spd_sites());
     layout.check_batch(global_batch(), batch_size > 0 ? "--batch" : "the default batch");
+  }
+  if (w == "lm" && 2 * topology.cp() > max_len) {
+    throw InputError(str_cat(
+        "--topology ", topology.str(), ": cp=", topology.cp(), " cuts each sequence into 2*cp = ", 2 * topology.cp(),
+        " chunks, but the lm workload's sequences have ", max_len, " positions; use cp <= ", max_len / 2));
   }
   if (w == "lm") {
     const int64_t examples = lm_training_examples(*this);

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "lib/dist/data_parallel.h"
-#include "lib/dist/group.h"
-#include "lib/dist/topology.h"
+#include "lib/distributed/parallel/data_parallel.h"
+#include "lib/distributed/runtime/group.h"
+#include "lib/distributed/runtime/topology.h"
 
 namespace magic::checks {
 

@@ -5,8 +5,9 @@
 #include "lib/core/dtype.h"
 #include "lib/core/seed.h"
 #include "lib/core/strings.h"
-#include "lib/dist/data_parallel.h"
-#include "lib/dist/progress.h"
+#include "lib/distributed/parallel/data_parallel.h"
+#include "lib/distributed/parallel/mesh_layout.h"
+#include "lib/distributed/runtime/progress.h"
 #include "lib/train/magic_pipeline.h"
 #include "reference/unrolled_lm.h"
 
@@ -64,24 +65,28 @@ PipelineOutputs lm_outputs(const std::vector<TensorTree>& step_grads, const Tens
 PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Runtime& runtime,
                                    const std::string& mutation, const std::vector<TrainState>& teacher) {
   const RunConfig config = lm_check_config(settings);
-  auto parallel = planted_data_parallel(mutation, runtime.world(), settings.convention);
+  const dist::MeshGroups groups = dist::make_mesh_groups(runtime, dist::MeshLayout(settings.topology));
+  const TensorTree full_init = gpt_init(config.model, config.dtype, config.seed);
+  auto parallel = planted_data_parallel(mutation, dist::mesh_parts(groups, full_init), settings.convention);
   const LmProblem problem = build_lm_problem(config, parallel);
+  // Sharded tensors (parameters and everything shaped like them) are compared at full shape.
   std::vector<TensorTree> step_grads;
   for (size_t t = 0; t < teacher.size(); ++t) {
     dist::set_phase(str_cat("step gradients at step ", t));
-    const TrainState at_reference{teacher[t].params.requires_grad(), problem.initial.opt, {}};
-    step_grads.push_back(
-        problem.step->gradient(at_reference, static_cast<int64_t>(t), problem.weights, false).detach());
+    const TrainState at_reference{parallel->shard(teacher[t].params).requires_grad(), problem.initial.opt, {}};
+    step_grads.push_back(parallel->unshard(
+        problem.step->gradient(at_reference, static_cast<int64_t>(t), problem.weights, false).detach()));
   }
   MagicOptions options;
   options.schedule = config.checkpoints;
   MagicResult result = run_magic(*problem.step, *problem.query, problem.initial, problem.weights, options);
-  const TensorTree v = hvp_direction(problem.initial.params, settings.seed);
+  const TensorTree v = parallel->shard(hvp_direction(full_init, settings.seed));
   const int64_t last = problem.step->num_steps() - 1;
-  return lm_outputs(step_grads, result.query_gradient,
-                    hessian_vector_product(*problem.step, problem.initial, 0, problem.weights, v),
-                    hessian_vector_product(*problem.step, result.final_state, last, problem.weights, v),
-                    result.final_state.params, result.scores);
+  return lm_outputs(
+      step_grads, parallel->unshard(result.query_gradient),
+      parallel->unshard(hessian_vector_product(*problem.step, problem.initial, 0, problem.weights, v)),
+      parallel->unshard(hessian_vector_product(*problem.step, result.final_state, last, problem.weights, v)),
+      parallel->unshard(result.final_state.params), result.scores);
 }
 
 ReferenceRun run_reference_lm(const CheckSettings& settings) {
@@ -111,12 +116,17 @@ int64_t lm_training_examples(const CheckSettings& settings) {
 std::vector<int64_t> shard_label_counts(const CheckSettings& settings, int64_t step) {
   const LmProblem problem = build_lm_problem(lm_check_config(settings));
   const std::vector<int64_t> rows = problem.stream->rows(step);
-  const auto dp = static_cast<int>(settings.topology.dp());
+  const dist::MeshLayout mesh(settings.topology);
   std::vector<int64_t> counts;
-  for (int r = 0; r < dp; ++r) {
-    auto [begin, end] = dist::shard_range(static_cast<int64_t>(rows.size()), r, dp);
+  for (int rank = 0; rank < mesh.world_size(); ++rank) {
+    auto [begin, end] = dist::shard_range(static_cast<int64_t>(rows.size()), static_cast<int>(mesh.dp_index(rank)),
+                                          static_cast<int>(mesh.dp()));
     const Batch batch = make_batch(*problem.train, std::vector<int64_t>(rows.begin() + begin, rows.begin() + end));
-    counts.push_back(label_mask(batch.labels, at::kDouble).sum().item<int64_t>());
+    const int64_t length = batch.labels.size(1), padded = dist::cp_padded_length(length, mesh.cp());
+    at::Tensor columns =
+        mesh.cp() == 1 ? at::arange(length, at::kLong) : dist::zigzag_columns(padded, mesh.cp(), mesh.cp_index(rank));
+    at::Tensor targets = next_token_targets(batch.labels, mesh.cp() == 1 ? length : padded).index_select(1, columns);
+    counts.push_back(targets.ne(kIgnoreLabel).sum().item<int64_t>());
   }
   return counts;
 }

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "checks/pipeline_outputs.h"
-#include "lib/dist/runtime.h"
+#include "lib/distributed/runtime/runtime.h"
 #include "lib/train/run_config.h"
 
 namespace magic::checks {
@@ -30,7 +30,7 @@ ReferenceRun run_reference_lm(const CheckSettings& settings);
 // The training examples (chunks of at most max_len tokens) the lm workload draws batches from.
 int64_t lm_training_examples(const CheckSettings& settings);
 
-// Valid labels in each data-parallel shard of step t's global batch.
+// Valid labels each rank of the mesh (its rows, its zig-zag columns) holds at step t, by rank.
 std::vector<int64_t> shard_label_counts(const CheckSettings& settings, int64_t step);
 
 }  // namespace magic::checks

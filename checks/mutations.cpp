@@ -14,46 +14,131 @@ const std::vector<Mutation>& mutation_catalog() {
   constexpr auto kThreePool = dist::TopologyFamily::kThreePool;
   static const std::vector<Mutation> catalog{
       {"avg-on-uneven-shards",
-       "local mean and AVG reduction on shards of unequal size (the AVG convention's blind spot)", "grad", "", kMesh,
-       "dp"},
-      {"local-normalizer", "SUM reduction of losses normalized by each rank's own count instead of the global one",
-       "grad", "x dp", kMesh, "dp"},
-      {"missing-reduce", "the gradient is never reduced across data-parallel ranks", "grad", "", kMesh, "dp"},
+       "local mean and AVG reduction on shards of unequal size (the AVG convention's blind spot)",
+       "grad",
+       "",
+       kMesh,
+       {{"dp", 2}}},
+      {"local-normalizer",
+       "SUM reduction of losses normalized by each rank's own count instead of the global one",
+       "grad",
+       "x dp",
+       kMesh,
+       {{"dp", 2}},
+       {{"cp", 1}}},
+      {"missing-reduce",
+       "the gradient is never summed across the ranks that hold the same parameters",
+       "grad",
+       "",
+       kMesh,
+       {{"holders", 2}}},
       {"replicated-allreduce-backward",
-       "the replicated gradient comes out of all_reduce_sum, whose backward sums the cotangent once per rank", "hvp",
-       "x dp", kMesh, "dp"},
+       "the replicated gradient comes out of all_reduce_sum, whose backward sums the cotangent once per rank",
+       "hvp",
+       "x dp",
+       kMesh,
+       {{"dp", 2}},
+       {{"cp", 1}, {"fsdp", 1}}},
       {"detached-collective",
-       "the gradient is summed outside autograd (DDP-hook style): second-order cross-rank terms are lost", "hvp", "",
-       kMesh, "dp"},
-      {"extra-divide-scores", "the assembled scores are divided by dp once more", "scores", "1/dp", kMesh, "dp"},
-      {"avg-ci-reduce", "the CI pool averages its gradient reduction instead of summing", "grad", "1/n_ci", kThreePool,
-       "n_ci"},
-      {"prescale-ci", "the gates' consumers pre-scale their cotangent by n_ci, for an AVG the CI pool does not do",
-       "grad", "x n_ci", kThreePool, "n_ci"},
-      {"faith-on-all-ranks", "every block rank adds the replicated faithfulness term, not only the block leader",
-       "grad", "x n_per_block", kThreePool, "n_per_block"},
-      {"avg-block-reduce", "each block averages its gradient reduction instead of summing", "grad", "1/n_per_block",
-       kThreePool, "n_per_block"},
+       "the gradient is summed outside autograd (DDP-hook style): second-order cross-rank terms are lost",
+       "hvp",
+       "",
+       kMesh,
+       {{"holders", 2}}},
+      {"extra-divide-scores", "the assembled scores are divided by dp once more", "scores", "1/dp", kMesh, {{"dp", 2}}},
+      {"cp-dp-only-normalizer",
+       "the loss is normalized by the valid-label count over dp only, not dp*cp",
+       "grad",
+       "x cp",
+       kMesh,
+       {{"cp", 2}}},
+      {"cp-kv-grad-not-summed",
+       "the K/V all-gather's backward keeps only the local chunk's cotangent",
+       "grad",
+       "",
+       kMesh,
+       {{"cp", 2}}},
+      {"cp-contiguous-chunks",
+       "contiguous sequence chunks while the mask and positions assume zig-zag",
+       "grad",
+       "",
+       kMesh,
+       {{"cp", 2}}},
+      {"cp-local-positions", "position ids restart at 0 on every cp rank", "grad", "", kMesh, {{"cp", 2}}},
+      {"fsdp-avg-and-divide",
+       "the shards' reduce-scatter averages (a 1/fsdp divide) where it must sum",
+       "grad",
+       "1/fsdp",
+       kMesh,
+       {{"fsdp", 2}}},
+      {"fsdp-gather-once-differentiable",
+       "the parameter all-gather's backward runs outside autograd: first derivatives right, second order lost",
+       "hvp",
+       "",
+       kMesh,
+       {{"fsdp", 2}}},
+      {"hsdp-missing-replica-reduce",
+       "shard gradients reduced within their shard group but not across replicas",
+       "grad",
+       "",
+       kMesh,
+       {{"fsdp", 2}, {"replicas", 2}}},
+      {"avg-ci-reduce",
+       "the CI pool averages its gradient reduction instead of summing",
+       "grad",
+       "1/n_ci",
+       kThreePool,
+       {{"n_ci", 2}}},
+      {"prescale-ci",
+       "the gates' consumers pre-scale their cotangent by n_ci, for an AVG the CI pool does not do",
+       "grad",
+       "x n_ci",
+       kThreePool,
+       {{"n_ci", 2}}},
+      {"faith-on-all-ranks",
+       "every block rank adds the replicated faithfulness term, not only the block leader",
+       "grad",
+       "x n_per_block",
+       kThreePool,
+       {{"n_per_block", 2}}},
+      {"avg-block-reduce",
+       "each block averages its gradient reduction instead of summing",
+       "grad",
+       "1/n_per_block",
+       kThreePool,
+       {{"n_per_block", 2}}},
       {"global-sum-allreduce-backward",
        "every CI rank adds the importance term of the all-reduced global sum: its backward counts it n_ci times",
-       "grad", "x n_ci", kThreePool, "n_ci"},
+       "grad",
+       "x n_ci",
+       kThreePool,
+       {{"n_ci", 2}}},
       {"detached-global-residual",
        "the importance term's global sum as local + detached residual: exact first derivatives, second-order "
        "cross-rank terms lost",
-       "hvp", "", kThreePool, "n_ci"},
-      {"ppgd-broadcast-all-ranks", "each PPGD rank returns the pool's summed V/U cotangent instead of its own", "grad",
-       "x n_ppgd", kThreePool, "n_ppgd"},
+       "hvp",
+       "",
+       kThreePool,
+       {{"n_ci", 2}}},
+      {"ppgd-broadcast-all-ranks",
+       "each PPGD rank returns the pool's summed V/U cotangent instead of its own",
+       "grad",
+       "x n_ppgd",
+       kThreePool,
+       {{"n_ppgd", 2}}},
   };
   return catalog;
 }
 
 namespace {
 
-int64_t pool_size(const Mutation& m, const dist::TopologySpec& topology) {
-  return m.needs == "dp"            ? topology.dp()
-         : m.needs == "n_ci"        ? topology.n_ci()
-         : m.needs == "n_per_block" ? topology.n_per_block()
-                                    : topology.n_ppgd();
+int64_t size_of(const std::string& name, const dist::TopologySpec& topology) {
+  if (name == "replicas") return topology.dp() / topology.fsdp();
+  if (name == "holders") return topology.dp() / topology.fsdp() * topology.cp();
+  for (const auto& [key, value] : topology.named_sizes()) {
+    if (key == name) return value;
+  }
+  throw std::logic_error("mutation catalog: unknown size '" + name + "'");
 }
 
 bool checks_level(const std::vector<Level>& levels, const std::string& level) {
@@ -69,8 +154,8 @@ std::string level_list(const std::vector<Level>& levels) {
   return join(names, ",");
 }
 
-std::string not_applicable(const Mutation& m, const dist::TopologySpec& topology) {
-  return str_cat("needs ", m.needs, " >= 2 (", m.needs, "=", pool_size(m, topology), " here)");
+std::string describe(const std::string& name) {
+  return name == "replicas" ? "replicas (dp/fsdp)" : name == "holders" ? "holders (dp/fsdp*cp)" : name;
 }
 
 std::string level_unchecked(const Mutation& m, const std::vector<Level>& levels) {
@@ -79,12 +164,26 @@ std::string level_unchecked(const Mutation& m, const std::vector<Level>& levels)
 
 }  // namespace
 
+std::string unmet_requirement(const Mutation& m, const dist::TopologySpec& topology) {
+  for (const auto& [name, least] : m.at_least) {
+    const int64_t v = size_of(name, topology);
+    if (v < least) return str_cat("needs ", describe(name), " >= ", least, " (", name, "=", v, " here)");
+  }
+  for (const auto& [name, most] : m.at_most) {
+    const int64_t v = size_of(name, topology);
+    if (v > most) {
+      return str_cat("needs ", describe(name), " <= ", most, " (", name, "=", v, " here): its factor is stated for it");
+    }
+  }
+  return "";
+}
+
 BitePlan plan_bite(const dist::TopologySpec& topology, const std::vector<Level>& levels) {
   BitePlan plan;
   for (const auto& m : mutation_catalog()) {
     if (m.family != topology.family()) continue;
-    if (pool_size(m, topology) < 2) {
-      plan.skipped.push_back({m.name, not_applicable(m, topology)});
+    if (const std::string unmet = unmet_requirement(m, topology); !unmet.empty()) {
+      plan.skipped.push_back({m.name, unmet});
     } else if (!checks_level(levels, m.expected_level)) {
       plan.skipped.push_back({m.name, level_unchecked(m, levels)});
     } else {
@@ -104,9 +203,8 @@ const Mutation& find_mutation(const std::string& name, const dist::TopologySpec&
       throw InputError(str_cat("--mutate ", name, ": does not apply to ", topology.str(), "; it needs a ",
                                m.family == dist::TopologyFamily::kMesh ? "mesh" : "three-pool", " layout"));
     }
-    if (pool_size(m, topology) < 2) {
-      throw InputError(
-          str_cat("--mutate ", name, ": does not apply to ", topology.str(), "; it ", not_applicable(m, topology)));
+    if (const std::string unmet = unmet_requirement(m, topology); !unmet.empty()) {
+      throw InputError(str_cat("--mutate ", name, ": does not apply to ", topology.str(), "; it ", unmet));
     }
     if (!checks_level(levels, m.expected_level)) {
       throw InputError(

@@ -9,7 +9,7 @@
 
 #include "checks/check_settings.h"
 #include "lib/compare/check_row.h"
-#include "lib/dist/topology.h"
+#include "lib/distributed/runtime/topology.h"
 #include "lib/io/report.h"
 
 namespace magic::checks {
@@ -20,8 +20,15 @@ struct Mutation {
   std::string expected_level;
   std::string expected_factor;
   dist::TopologyFamily family;
-  std::string needs;  // the pool that must hold more than one rank ("dp", "n_ci", ...)
+  // Sizes the layout must have for the bug to exist and show its factor: ("n_ci", 2) is
+  // n_ci >= 2; in `at_most`, ("cp", 1) is cp <= 1. Sizes are the topology's keys and, on a
+  // mesh, "replicas" (dp / fsdp) and "holders" (ranks holding the same shard: dp / fsdp * cp).
+  std::vector<std::pair<std::string, int64_t>> at_least;
+  std::vector<std::pair<std::string, int64_t>> at_most = {};
 };
+
+// "" when `m` applies to `topology`, else why not: "needs n_per_block >= 2 (n_per_block=1 here)".
+std::string unmet_requirement(const Mutation& m, const dist::TopologySpec& topology);
 
 const std::vector<Mutation>& mutation_catalog();
 

@@ -3,27 +3,34 @@
 #include <functional>
 #include <map>
 #include <stdexcept>
+#include <type_traits>
 
-#include "lib/dist/collectives.h"
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "lib/distributed/collectives/collectives.h"
 
 namespace magic::checks {
 namespace {
 
+using dist::ContextParallel;
 using dist::Convention;
 using dist::DataParallel;
 using dist::Group;
+using dist::MeshGroups;
+using dist::MeshParts;
 using dist::PoolRole;
+using dist::ShardedParameters;
 using dist::ThreePoolConventions;
 using dist::ThreePoolLayout;
 
-// --- data parallelism (mesh) ---
+// --- data parallelism (mesh): rows, normalizer, conventions, scores ---
 
 // Local mean and AVG reduction whatever the convention says: exact only on equal shards.
 class AvgOnUnevenShards : public DataParallel {
  public:
   using DataParallel::DataParallel;
   double mean_denominator(double local) const override { return std::max(local, 1.0); }
-  TensorTree apply_convention(const TensorTree& grads) const override { return scale(grads, 1.0 / group().size()); }
+  TensorTree apply_convention(const TensorTree& grads) const override { return scale(grads, 1.0 / world().size()); }
 };
 
 // SUM reduction of losses normalized by each rank's own count.
@@ -33,44 +40,167 @@ class LocalNormalizer : public DataParallel {
   double mean_denominator(double local) const override { return std::max(local, 1.0); }
 };
 
-// The gradient is never reduced.
-class MissingReduce : public DataParallel {
- public:
-  using DataParallel::DataParallel;
-  TensorTree enter(const TensorTree& params) const override { return params; }
-};
-
-// The replicated parameters enter through an op whose backward is all_reduce_sum.
-class ReplicatedAllReduceBackward : public DataParallel {
- public:
-  using DataParallel::DataParallel;
-  TensorTree enter(const TensorTree& params) const override {
-    return params.map([this](const at::Tensor& p) { return dist::copy_to_group_allreduce_backward(p, group()); });
-  }
-};
-
-// The gradient is summed outside autograd, DDP-hook style.
-class DetachedCollective : public DataParallel {
- public:
-  using DataParallel::DataParallel;
-  TensorTree enter(const TensorTree& params) const override { return params; }
-  TensorTree reduce_gradient(const TensorTree& grads) const override {
-    return grads.map([this](const at::Tensor& g) { return dist::all_reduce_sum_detached(g, group()); });
-  }
-};
-
 // The assembled scores are divided by dp once more.
 class ExtraDivideScores : public DataParallel {
  public:
   using DataParallel::DataParallel;
   at::Tensor assemble_weight_gradient(const at::Tensor& local) const override {
-    return DataParallel::assemble_weight_gradient(local) / group().size();
+    return DataParallel::assemble_weight_gradient(local) / static_cast<double>(layout().dp());
+  }
+};
+
+// The valid-label count is summed over the dp ranks of this rank's cp index only.
+class CpDpOnlyNormalizer : public DataParallel {
+ public:
+  using DataParallel::DataParallel;
+  double mean_denominator(double local) const override {
+    at::Tensor by_cp_index = at::zeros({layout().cp()}, at::kDouble);
+    by_cp_index[layout().cp_index(rank())] = local;
+    return std::max(world().sum(by_cp_index)[layout().cp_index(rank())].item<double>(), 1.0);
+  }
+};
+
+// --- parameters (sharded): how a stored shard enters the computation ---
+
+// A DataParallel with one part replaced by a planted variant of it: a ContextParallel variant is
+// built from the cp group, a ShardedParameters variant from the mesh's groups.
+template <typename Part>
+class WithPart : public DataParallel {
+ public:
+  WithPart(MeshParts parts, Convention convention) : DataParallel(replaced(std::move(parts)), convention) {}
+
+ private:
+  static MeshParts replaced(MeshParts parts) {
+    if constexpr (std::is_base_of_v<ContextParallel, Part>) {
+      parts.context = std::make_shared<Part>(parts.groups.cp);
+    } else {
+      parts.parameters = std::make_shared<Part>(parts.groups);
+    }
+    return parts;
+  }
+};
+
+// No sum across the ranks holding a shard: the gradient is never reduced there.
+class NoReplicaSum : public ShardedParameters {
+ public:
+  explicit NoReplicaSum(const MeshGroups& g) : ShardedParameters(g.shard, g.replica) {}
+  at::Tensor enter_replicas(const at::Tensor& shard) const override { return shard; }
+};
+
+// The replicated shard enters through an op whose backward is all_reduce_sum.
+class ReplicaAllReduceBackward : public ShardedParameters {
+ public:
+  explicit ReplicaAllReduceBackward(const MeshGroups& g) : ShardedParameters(g.shard, g.replica) {}
+  at::Tensor enter_replicas(const at::Tensor& shard) const override {
+    return dist::copy_to_group_allreduce_backward(shard, replica_group());
+  }
+};
+
+// The gradient is summed across replicas outside autograd, DDP-hook style.
+class DetachedCollective : public WithPart<NoReplicaSum> {
+ public:
+  TensorTree reduce_gradient(const TensorTree& grads) const override {
+    return grads.map([this](const at::Tensor& g) { return dist::all_reduce_sum_detached(g, *replica_); });
+  }
+  DetachedCollective(MeshParts parts, Convention convention)
+      : WithPart<NoReplicaSum>(parts, convention), replica_(parts.groups.replica) {}
+
+ private:
+  std::shared_ptr<const Group> replica_;
+};
+
+// The shard's gradient is summed over the cp ranks but not across the replicas (hybrid sharding).
+class NoCrossReplicaSum : public ShardedParameters {
+ public:
+  explicit NoCrossReplicaSum(const MeshGroups& g) : ShardedParameters(g.shard, g.replica), cp_(g.cp) {}
+  at::Tensor enter_replicas(const at::Tensor& shard) const override {
+    return cp_ ? dist::copy_to_group(shard, *cp_) : shard;
+  }
+
+ private:
+  std::shared_ptr<const Group> cp_;
+};
+
+// The all-gather's backward reduce-scatters with AVG: the shard gradient divided by fsdp.
+// s(x) = x/F + (x - x/F).detach() has the value x and the derivative 1/F.
+class GatherAvgBackward : public ShardedParameters {
+ public:
+  explicit GatherAvgBackward(const MeshGroups& g) : ShardedParameters(g.shard, g.replica) {}
+  at::Tensor all_gather_padded(const at::Tensor& padded) const override {
+    const at::Tensor divided = padded / static_cast<double>(shards());
+    return ShardedParameters::all_gather_padded(divided + (padded - divided).detach());
+  }
+};
+
+// all_gather whose backward reduce-scatters outside autograd: right first derivatives, but the
+// gradient is a constant to any further differentiation.
+struct GatherOnceDifferentiable : torch::autograd::Function<GatherOnceDifferentiable> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return dist::find_group(group)->all_gather(x.detach(), 0);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const auto group = dist::find_group(ctx->saved_data["group"].toInt());
+    return {group->reduce_scatter_sum(grad[0].detach(), 0), at::Tensor()};
+  }
+};
+
+class GatherBackwardOutsideAutograd : public ShardedParameters {
+ public:
+  explicit GatherBackwardOutsideAutograd(const MeshGroups& g) : ShardedParameters(g.shard, g.replica) {}
+  at::Tensor all_gather_padded(const at::Tensor& padded) const override {
+    return GatherOnceDifferentiable::apply(padded, shard_group().id());
+  }
+};
+
+// --- context parallel: how a sequence is split and attention reaches the other chunks ---
+
+// all_gather along dim 2 whose backward keeps only this rank's slice of the cotangent.
+struct GatherKeepLocalCotangent : torch::autograd::Function<GatherKeepLocalCotangent> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, int64_t group) {
+    const auto g = dist::find_group(group);
+    ctx->saved_data["rank"] = static_cast<int64_t>(g->rank());
+    ctx->saved_data["length"] = x.size(2);
+    return g->all_gather(x.detach(), 2);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const int64_t length = ctx->saved_data["length"].toInt();
+    return {grad[0].narrow(2, ctx->saved_data["rank"].toInt() * length, length), at::Tensor()};
+  }
+};
+
+class KvGradNotSummed : public ContextParallel {
+ public:
+  using ContextParallel::ContextParallel;
+  at::Tensor gather_keys(const at::Tensor& kv) const override {
+    return GatherKeepLocalCotangent::apply(kv.contiguous(), group().id());
+  }
+};
+
+// Rank r computes the contiguous chunks 2r and 2r+1 while positions and mask assume zig-zag.
+class ContiguousChunks : public ContextParallel {
+ public:
+  using ContextParallel::ContextParallel;
+  at::Tensor columns(int64_t padded_length) const override {
+    const int64_t local = padded_length / size();
+    return at::arange(group().rank() * local, (group().rank() + 1) * local, at::kLong);
+  }
+};
+
+// Position ids restart at 0 on every cp rank (the mask still uses the true positions).
+class LocalPositions : public ContextParallel {
+ public:
+  using ContextParallel::ContextParallel;
+  at::Tensor position_ids(int64_t padded_length) const override {
+    return at::arange(padded_length / size(), at::kLong);
   }
 };
 
 template <typename Variant>
-std::function<std::shared_ptr<const DataParallelism>(std::shared_ptr<const Group>, Convention)> make() {
-  return [](std::shared_ptr<const Group> g, Convention c) { return std::make_shared<Variant>(std::move(g), c); };
+std::function<std::shared_ptr<const Parallelism>(MeshParts, Convention)> make() {
+  return [](MeshParts parts, Convention c) { return std::make_shared<Variant>(std::move(parts), c); };
 }
 
 // --- three-pool conventions ---
@@ -125,21 +255,26 @@ class PpgdBroadcastAllRanks : public ThreePoolConventions {
 
 }  // namespace
 
-std::shared_ptr<const DataParallelism> planted_data_parallel(const std::string& mutation,
-                                                             std::shared_ptr<const Group> group,
-                                                             Convention convention) {
-  static const std::map<std::string,
-                        std::function<std::shared_ptr<const DataParallelism>(std::shared_ptr<const Group>, Convention)>>
-      variants{{"", make<DataParallel>()},
-               {"avg-on-uneven-shards", make<AvgOnUnevenShards>()},
-               {"local-normalizer", make<LocalNormalizer>()},
-               {"missing-reduce", make<MissingReduce>()},
-               {"replicated-allreduce-backward", make<ReplicatedAllReduceBackward>()},
-               {"detached-collective", make<DetachedCollective>()},
-               {"extra-divide-scores", make<ExtraDivideScores>()}};
+std::shared_ptr<const Parallelism> planted_data_parallel(const std::string& mutation, dist::MeshParts parts,
+                                                         Convention convention) {
+  static const std::map<std::string, std::function<std::shared_ptr<const Parallelism>(MeshParts, Convention)>> variants{
+      {"", make<DataParallel>()},
+      {"avg-on-uneven-shards", make<AvgOnUnevenShards>()},
+      {"local-normalizer", make<LocalNormalizer>()},
+      {"missing-reduce", make<WithPart<NoReplicaSum>>()},
+      {"replicated-allreduce-backward", make<WithPart<ReplicaAllReduceBackward>>()},
+      {"detached-collective", make<DetachedCollective>()},
+      {"extra-divide-scores", make<ExtraDivideScores>()},
+      {"cp-dp-only-normalizer", make<CpDpOnlyNormalizer>()},
+      {"cp-kv-grad-not-summed", make<WithPart<KvGradNotSummed>>()},
+      {"cp-contiguous-chunks", make<WithPart<ContiguousChunks>>()},
+      {"cp-local-positions", make<WithPart<LocalPositions>>()},
+      {"fsdp-avg-and-divide", make<WithPart<GatherAvgBackward>>()},
+      {"fsdp-gather-once-differentiable", make<WithPart<GatherBackwardOutsideAutograd>>()},
+      {"hsdp-missing-replica-reduce", make<WithPart<NoCrossReplicaSum>>()}};
   const auto it = variants.find(mutation);
   if (it == variants.end()) throw std::logic_error("no data-parallel variant for mutation '" + mutation + "'");
-  return it->second(std::move(group), convention);
+  return it->second(std::move(parts), convention);
 }
 
 std::shared_ptr<const ThreePoolConventions> planted_three_pool_conventions(const std::string& mutation) {

@@ -1,5 +1,6 @@
 // The planted bugs of the mutation catalog (mutations.h), as variants of the objects the
-// distributed pipelines are already given: the data parallelism of the mesh layout and the
+// distributed pipelines are already given: the data parallelism of the mesh layout (with its
+// context-parallel and sharded-parameter parts) and the
 // reduction conventions of the three-pool step (DESIGN.md section 6). Each variant overrides one
 // method of the correct object; lib/ holds no branch for any of them. An empty mutation name
 // gives the correct object.
@@ -8,15 +9,16 @@
 #include <memory>
 #include <string>
 
-#include "lib/dist/data_parallel.h"
-#include "lib/dist/three_pool_conventions.h"
+#include "lib/distributed/parallel/data_parallel.h"
+#include "lib/distributed/pools/three_pool_conventions.h"
 
 namespace magic::checks {
 
 // std::logic_error for a name that is not a mesh mutation of the catalog.
-std::shared_ptr<const DataParallelism> planted_data_parallel(const std::string& mutation,
-                                                             std::shared_ptr<const dist::Group> group,
-                                                             dist::Convention convention);
+// The variant replaces one method of DataParallel or one of its parts (its ContextParallel or
+// ShardedParameters).
+std::shared_ptr<const Parallelism> planted_data_parallel(const std::string& mutation, dist::MeshParts parts,
+                                                         dist::Convention convention);
 
 // std::logic_error for a name that is not a three-pool mutation of the catalog.
 std::shared_ptr<const dist::ThreePoolConventions> planted_three_pool_conventions(const std::string& mutation);

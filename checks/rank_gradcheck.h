@@ -12,7 +12,7 @@
 #include <functional>
 
 #include "checks/gradcheck.h"
-#include "lib/dist/group.h"
+#include "lib/distributed/runtime/group.h"
 
 namespace magic::checks {
 

@@ -9,7 +9,7 @@
 #include "checks/spd_pipelines.h"
 #include "lib/core/dtype.h"
 #include "lib/core/strings.h"
-#include "lib/dist/progress.h"
+#include "lib/distributed/runtime/progress.h"
 
 namespace magic::checks {
 namespace {
@@ -30,10 +30,11 @@ std::string avg_convention_note(const CheckSettings& s) {
   if (std::adjacent_find(counts.begin(), counts.end(), std::not_equal_to<>()) == counts.end()) return "";
   std::vector<std::string> shown;
   for (int64_t c : counts) shown.push_back(std::to_string(c));
-  return str_cat("--convention avg (local mean, AVG reduction) is exact only when every shard holds the same number ",
-                 "of valid labels; at step 0 the ", counts.size(), " shards hold ", join(shown, ", "),
-                 " labels. Each shard's mean gets weight 1/dp instead of its share of the global count. ",
-                 "Use --convention sum.");
+  return str_cat(
+      "--convention avg (local mean, AVG reduction) is exact only when every shard holds the same number ",
+      "of valid labels; at step 0 the ", counts.size(), " shards hold ", join(shown, ", "),
+      " labels (a shard is a rank's rows and, with cp, its chunk pair). Each shard's mean gets weight 1/(dp*cp) ",
+      "instead of its share of the global count. ", "Use --convention sum.");
 }
 
 }  // namespace

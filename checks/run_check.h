@@ -6,7 +6,7 @@
 #include <string>
 
 #include "checks/check_settings.h"
-#include "lib/dist/runtime.h"
+#include "lib/distributed/runtime/runtime.h"
 #include "lib/io/report.h"
 
 namespace magic::checks {

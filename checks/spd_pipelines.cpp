@@ -6,8 +6,8 @@
 #include "lib/core/json_fields.h"
 #include "lib/core/seed.h"
 #include "lib/core/strings.h"
-#include "lib/dist/progress.h"
-#include "lib/dist/three_pool_spd.h"
+#include "lib/distributed/pools/three_pool_spd.h"
+#include "lib/distributed/runtime/progress.h"
 #include "lib/train/magic_pipeline.h"
 #include "reference/unrolled_spd.h"
 

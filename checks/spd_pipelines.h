@@ -1,5 +1,5 @@
 // The decomposition workload of magic-check (three-pool layouts), run twice on the same data,
-// init and order: the three-pool pipeline (lib/dist/three_pool_spd, REPLAY) on every rank, and
+// init and order: the three-pool pipeline (lib/distributed/pools/three_pool_spd, REPLAY) on every rank, and
 // the single-process reference (reference/unrolled_spd). Parameter groups are θ_ci (every CI
 // MLP) and V/U (every site's components); gradients are also compared per loss term, where a
 // planted bug shows as a clean factor:
@@ -12,7 +12,7 @@
 
 #include "checks/pipeline_outputs.h"
 #include "lib/data/data_stream.h"
-#include "lib/dist/runtime.h"
+#include "lib/distributed/runtime/runtime.h"
 #include "lib/model/spd.h"
 #include "lib/optim/optimizer.h"
 

@@ -7,7 +7,7 @@
 #include <functional>
 
 #include "checks/run_check.h"
-#include "lib/dist/portal.h"
+#include "lib/distributed/pools/portal.h"
 #include "lib/train/run_config.h"
 #include "reference/unrolled_lm.h"
 

@@ -9,8 +9,8 @@
 
 #include "checks/rank_gradcheck.h"
 #include "lib/core/seed.h"
-#include "lib/dist/collectives.h"
-#include "lib/dist/runtime.h"
+#include "lib/distributed/collectives/collectives.h"
+#include "lib/distributed/runtime/runtime.h"
 
 namespace magic {
 namespace {

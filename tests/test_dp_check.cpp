@@ -1,8 +1,8 @@
 // The checks with ranks as threads of this process: each mutation, planted alone, is caught at
-// its expected level with its expected factor, on a layout of its family whose sizes all differ
-// (dp=3; the three-pool n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3, 12 ranks), so that the factor
-// the diagnosis observes names exactly one size; fp32 passes at its tolerance; empty shards are
-// fine.
+// its expected level with its expected factor, on the first layout of its family it applies to
+// whose sizes all differ (mesh: dp=3, dp=2,cp=3, dp=4,fsdp=2; the three-pool
+// n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3, 12 ranks), so that the factor the diagnosis observes
+// names exactly one size; fp32 passes at its tolerance; empty shards are fine.
 #include <gtest/gtest.h>
 
 #include "checks/mutations.h"
@@ -14,10 +14,17 @@ namespace {
 
 class EachMutation : public ::testing::TestWithParam<checks::Mutation> {};
 
+dist::TopologySpec distinct_layout_for(const checks::Mutation& m) {
+  for (const char* text : {"dp=3", "dp=2,cp=3", "dp=4,fsdp=2", "n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3"}) {
+    const auto topology = dist::TopologySpec::parse(text);
+    if (topology.family() == m.family && checks::unmet_requirement(m, topology).empty()) return topology;
+  }
+  throw std::logic_error("no test layout for " + m.name);
+}
+
 TEST_P(EachMutation, IsCaughtAtItsLevelWithItsFactor) {
   checks::CheckRequest request;
-  request.settings.topology = dist::TopologySpec::parse(
-      GetParam().family == dist::TopologyFamily::kMesh ? "dp=3" : "n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3");
+  request.settings.topology = distinct_layout_for(GetParam());
   request.mode = checks::CheckMode::kMutate;
   request.mutation = GetParam().name;
   const CheckReport report = testing::run_check_in_threads(request);

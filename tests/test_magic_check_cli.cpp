@@ -135,7 +135,12 @@ TEST(MagicCheckCli, BadInputExitsTwoNamingTheInput) {
   for (const auto& c : std::vector<Case>{
            {"--topology dp=0", "dp=0 must be >= 1"},
            {"--topology dq=2", "unknown key 'dq'"},
-           {"--topology dp=2,cp=2", "'cp' is reserved"},
+           {"--topology dp=4,fsdp=3", "fsdp=3 must divide dp=4"},
+           {"--topology dp=1,cp=9",
+            "cp=9 cuts each sequence into 2*cp = 18 chunks, but the lm workload's sequences "
+            "have 16 positions; use cp <= 8"},
+           {"--topology dp=9,cp=8", "a world of 72 ranks is above the built-in launcher's limit of 64"},
+           {"--topology dp=2,cp=2,n_ci=2,n_per_block=1", "dp cannot be combined with the three-pool keys"},
            {"--topology dp=2 --dtype fp8", "unknown dtype 'fp8'"},
            {"--topology dp=2 --convention mean", "expected sum or avg"},
            {"--topology dp=2 --mutate bogus", "unknown mutation 'bogus'"},
@@ -186,6 +191,45 @@ TEST(MagicCheckCli, AKilledRankEndsTheRunWithExitTwoAndItsNumberAndLeavesNothing
   EXPECT_NE(o.output.find("rank 2 of 4"), std::string::npos) << o.output;
   EXPECT_NE(o.output.find("killed by signal 9"), std::string::npos) << o.output;
   for (pid_t pid : pids) EXPECT_NE(kill(pid, 0), 0) << "pid " << pid << " is still alive";
+}
+
+}  // namespace
+}  // namespace magic
+
+namespace magic {
+namespace {
+
+// Context parallel and sharded parameters together, as real rank processes: every level within
+// fp64 precision, the canonical layout and the world of dp·cp in the report.
+TEST(MagicCheckCli, MeshWithCpAndFsdpPassesAtFp64Precision) {
+  const std::string json = temp_path("mesh.json");
+  auto o = magic_check("--topology fsdp=2,cp=2,dp=2 --json " + json);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("magic-check: dp=2,cp=2,fsdp=2 (4 ranks, gloo)"), std::string::npos) << o.output;
+  auto report = nlohmann::json::parse(testing::read_file(json));
+  EXPECT_EQ(report["world_size"], 4);
+  EXPECT_EQ(report["topology"], "dp=2,cp=2,fsdp=2");
+  ASSERT_EQ(report["checks"].size(), 23u);
+  for (const auto& row : report["checks"]) EXPECT_LE(row["worst_rel_err"].get<double>(), 1e-9) << row.dump();
+}
+
+// The whole mesh bite on a layout whose sizes all differ (dp=4, cp=3, fsdp=2: 12 ranks, about
+// two minutes here): every applicable mutation caught, each factor one name. Label `long`
+// (ctest --preset long runs it with MAGIC_LONG_TESTS=1); skipped otherwise.
+TEST(MagicCheckCliLong, MeshBiteOnDistinctSizesNamesExactlyTheExpectedFactor) {
+  if (std::getenv("MAGIC_LONG_TESTS") == nullptr) GTEST_SKIP() << "long: ctest --preset long";
+  const std::string json = temp_path("mesh-bite.json");
+  auto o = magic_check("--topology dp=4,cp=3,fsdp=2 --bite --json " + json);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  auto report = nlohmann::json::parse(testing::read_file(json));
+  EXPECT_EQ(report["bite"].size(), 11u);
+  for (const auto& b : report["bite"]) {
+    EXPECT_TRUE(b["caught"].get<bool>()) << b.dump();
+    EXPECT_TRUE(b["factor_distinct"].get<bool>()) << b.dump();
+    if (!b["expected"]["factor"].get<std::string>().empty()) {
+      EXPECT_EQ(b["observed"]["factor"], b["expected"]["factor"]) << b.dump();
+    }
+  }
 }
 
 }  // namespace

@@ -14,23 +14,24 @@ namespace {
 TEST(PlantedVariants, EachMutationPlantsAVariantOfItsFamilysObject) {
   for (const auto& m : checks::mutation_catalog()) {
     if (m.family == dist::TopologyFamily::kMesh) {
-      const auto planted = checks::planted_data_parallel(m.name, nullptr, dist::Convention::kSum);
+      const auto planted = checks::planted_data_parallel(m.name, dist::MeshParts{}, dist::Convention::kSum);
       EXPECT_NE(typeid(*planted), typeid(dist::DataParallel)) << m.name;
       EXPECT_THROW(checks::planted_three_pool_conventions(m.name), std::logic_error) << m.name;
     } else {
       const auto planted = checks::planted_three_pool_conventions(m.name);
       EXPECT_NE(typeid(*planted), typeid(dist::ThreePoolConventions)) << m.name;
-      EXPECT_THROW(checks::planted_data_parallel(m.name, nullptr, dist::Convention::kSum), std::logic_error) << m.name;
+      EXPECT_THROW(checks::planted_data_parallel(m.name, dist::MeshParts{}, dist::Convention::kSum), std::logic_error)
+          << m.name;
     }
   }
 }
 
 TEST(PlantedVariants, NoMutationGivesTheCorrectObjects) {
-  const auto dp = checks::planted_data_parallel("", nullptr, dist::Convention::kSum);
+  const auto dp = checks::planted_data_parallel("", dist::MeshParts{}, dist::Convention::kSum);
   EXPECT_EQ(typeid(*dp), typeid(dist::DataParallel));
   const auto pools = checks::planted_three_pool_conventions("");
   EXPECT_EQ(typeid(*pools), typeid(dist::ThreePoolConventions));
-  EXPECT_THROW(checks::planted_data_parallel("bogus", nullptr, dist::Convention::kSum), std::logic_error);
+  EXPECT_THROW(checks::planted_data_parallel("bogus", dist::MeshParts{}, dist::Convention::kSum), std::logic_error);
 }
 
 }  // namespace

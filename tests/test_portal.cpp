@@ -14,9 +14,9 @@
 
 #include "lib/core/error.h"
 #include "lib/core/seed.h"
-#include "lib/dist/portal.h"
-#include "lib/dist/progress.h"
-#include "lib/dist/runtime.h"
+#include "lib/distributed/pools/portal.h"
+#include "lib/distributed/runtime/progress.h"
+#include "lib/distributed/runtime/runtime.h"
 #include "tests/support.h"
 
 namespace magic {

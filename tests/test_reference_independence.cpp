@@ -1,5 +1,5 @@
 // DESIGN.md section 1: the reference uses lib/core, model, optim and data only. If it shared the
-// engine's stepping loop (lib/train) or anything distributed (lib/dist), a bug there would cancel
+// engine's stepping loop (lib/train) or anything distributed (lib/distributed), a bug there would cancel
 // out of every comparison.
 #include <gtest/gtest.h>
 

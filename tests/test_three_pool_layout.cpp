@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
 #include "lib/core/error.h"
+#include "lib/distributed/pools/three_pool_layout.h"
 #include "tests/support.h"
-#include "lib/dist/three_pool_layout.h"
 
 namespace magic {
 namespace {
@@ -21,11 +21,14 @@ TEST(ThreePoolTopology, DefaultsAndWorldSize) {
 }
 
 TEST(ThreePoolTopology, RejectsMixedAndIncompleteLayouts) {
-  EXPECT_NE(testing::input_error_of([] { TopologySpec::parse("dp=2,n_ci=2,n_per_block=1"); }).find("dp cannot be combined"),
+  EXPECT_NE(
+      testing::input_error_of([] { TopologySpec::parse("dp=2,n_ci=2,n_per_block=1"); }).find("dp cannot be combined"),
+      std::string::npos);
+  EXPECT_NE(testing::input_error_of([] { TopologySpec::parse("n_ci=2"); }).find("needs n_per_block"),
             std::string::npos);
-  EXPECT_NE(testing::input_error_of([] { TopologySpec::parse("n_ci=2"); }).find("needs n_per_block"), std::string::npos);
-  EXPECT_NE(testing::input_error_of([] { TopologySpec::parse("n_per_block=2,n_ppgd=0"); }).find("n_ppgd=0 must be >= 1"),
-            std::string::npos);
+  EXPECT_NE(
+      testing::input_error_of([] { TopologySpec::parse("n_per_block=2,n_ppgd=0"); }).find("n_ppgd=0 must be >= 1"),
+      std::string::npos);
 }
 
 TEST(ThreePoolLayout, RolesRanksAndSites) {
@@ -50,7 +53,9 @@ TEST(ThreePoolLayout, RolesRanksAndSites) {
 TEST(ThreePoolLayout, BatchContractNamesTheConstraint) {
   ThreePoolLayout layout(TopologySpec::parse("n_ci=4,n_per_block=2"), 2);
   EXPECT_NO_THROW(layout.check_batch(16, "--batch"));
-  EXPECT_NE(testing::input_error_of([&] { layout.check_batch(6, "--batch"); }).find("6 rows does not split evenly over n_ci=4"),
+  EXPECT_NE(testing::input_error_of([&] {
+              layout.check_batch(6, "--batch");
+            }).find("6 rows does not split evenly over n_ci=4"),
             std::string::npos);
   ThreePoolLayout crossed(TopologySpec::parse("n_ci=3,n_per_block=2,n_ppgd=1"), 2);
   const std::string message = testing::input_error_of([&] { crossed.check_batch(12, "--batch"); });

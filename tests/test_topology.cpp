@@ -2,9 +2,9 @@
 #include <rapidcheck/gtest.h>
 
 #include "lib/core/error.h"
+#include "lib/distributed/parallel/data_parallel.h"
+#include "lib/distributed/runtime/topology.h"
 #include "tests/support.h"
-#include "lib/dist/data_parallel.h"
-#include "lib/dist/topology.h"
 
 namespace magic {
 namespace {
@@ -31,10 +31,10 @@ TEST(Topology, RejectsBadStringsNamingTheProblemAndTheValidKeys) {
   EXPECT_NE(error_of("dp=2,").find("'' is not key=value"), std::string::npos);
   EXPECT_NE(error_of("dp=2,dp=2").find("given twice"), std::string::npos);
   EXPECT_NE(error_of("tp=2").find("unknown key 'tp'"), std::string::npos);
-  EXPECT_NE(error_of("cp=2").find("'cp' is reserved"), std::string::npos);
-  EXPECT_NE(error_of("fsdp=2").find("'fsdp' is reserved"), std::string::npos);
+  EXPECT_NE(error_of("dp=4,fsdp=3").find("fsdp=3 must divide dp=4"), std::string::npos);
+  EXPECT_NE(error_of("cp=2,n_ci=2,n_per_block=1").find("cp cannot be combined"), std::string::npos);
   EXPECT_NE(error_of("").find("empty topology"), std::string::npos);
-  EXPECT_NE(error_of("tp=2").find("keys from: dp, n_ci, n_per_block, n_blocks, n_ppgd"), std::string::npos);
+  EXPECT_NE(error_of("tp=2").find("keys from: dp, cp, fsdp, n_ci, n_per_block, n_blocks, n_ppgd"), std::string::npos);
 }
 
 RC_GTEST_PROP(Topology, EveryPositiveDpRoundTrips, ()) {

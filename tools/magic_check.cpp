@@ -13,8 +13,8 @@
 #include "lib/core/dtype.h"
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
-#include "lib/dist/launcher.h"
-#include "lib/dist/progress.h"
+#include "lib/distributed/runtime/launcher.h"
+#include "lib/distributed/runtime/progress.h"
 #include "lib/io/report.h"
 
 namespace {
@@ -44,8 +44,12 @@ void check_writable(const std::string& flag, const std::string& path) {
 void list_mutations(std::ostream& out) {
   out << "Mutations (--mutate NAME; --bite runs all that apply). Expected: first failing level, factor.\n";
   for (const auto& m : checks::mutation_catalog()) {
+    std::vector<std::string> needs;
+    for (const auto& [size, least] : m.at_least) needs.push_back(str_cat(size, " >= ", least));
+    for (const auto& [size, most] : m.at_most) needs.push_back(str_cat(size, " <= ", most));
     out << "  " << m.name << "\n      " << m.description << "\n      expected: " << m.expected_level
-        << (m.expected_factor.empty() ? "" : ", " + m.expected_factor) << "\n";
+        << (m.expected_factor.empty() ? "" : ", " + m.expected_factor) << "; applies when " << join(needs, ", ")
+        << "\n";
   }
 }
 
@@ -112,6 +116,11 @@ Command parse(int argc, char** argv, int& early_exit) {
   if (!(timeout_s > 0)) throw InputError("--timeout: expected seconds > 0");
   s.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   if (c.launch != "spawn" && c.launch != "env") throw InputError("--launch: expected spawn or env");
+  if (c.launch == "spawn" && s.topology.world_size() > dist::kMaxSpawnedRanks) {
+    throw InputError(str_cat("--topology ", topology, ": a world of ", s.topology.world_size(),
+                             " ranks is above the built-in launcher's limit of ", dist::kMaxSpawnedRanks,
+                             " on one machine; use --launch env under torchrun or srun for larger worlds"));
+  }
   if (bite && !mutate.empty()) throw InputError("--bite and --mutate: give one or the other");
   if (bite) c.request.mode = checks::CheckMode::kBite;
   if (!mutate.empty()) {

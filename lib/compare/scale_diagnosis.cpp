@@ -1,6 +1,7 @@
 #include "lib/compare/scale_diagnosis.h"
 
 #include <cmath>
+#include <limits>
 
 #include "lib/core/strings.h"
 
@@ -28,14 +29,25 @@ std::vector<NamedFactor> candidate_factors(const std::vector<std::pair<std::stri
 namespace {
 
 // Every factor within `tolerance` of `scale`, the preferred one first: "x dp = x world".
-// Products of two sizes are named only when no single size explains the scale.
-std::vector<std::string> matching(const std::vector<NamedFactor>& factors, double scale, double tolerance) {
-  std::vector<std::string> single, product;
+// Products of two sizes are named only when no single size explains the scale. With
+// `nearest_only` (approximate matches) only the factors nearest to the scale in ratio are named:
+// ≈ 3.07 with dp=4 and cp=3 is "≈ x cp", though 3.07/4 is within the tolerance too.
+std::vector<std::string> matching(const std::vector<NamedFactor>& factors, double scale, double tolerance,
+                                  bool nearest_only = false) {
+  std::vector<const NamedFactor*> single, product;
   for (const auto& f : factors) {
     if (std::abs(scale / f.value - 1.0) > tolerance) continue;
-    (f.name.find('*') == std::string::npos ? single : product).push_back(f.name);
+    (f.name.find('*') == std::string::npos ? single : product).push_back(&f);
   }
-  return single.empty() ? product : single;
+  const auto& chosen = single.empty() ? product : single;
+  auto distance = [&](const NamedFactor* f) { return std::abs(std::log(scale / f->value)); };
+  double best = std::numeric_limits<double>::infinity();
+  for (const auto* f : chosen) best = std::min(best, distance(f));
+  std::vector<std::string> names;
+  for (const auto* f : chosen) {
+    if (!nearest_only || distance(f) <= best + 1e-12) names.push_back(f->name);
+  }
+  return names;
 }
 
 }  // namespace
@@ -68,7 +80,7 @@ Diagnosis diagnose(const ComparisonStats& s, bool passed, const std::vector<Name
     return d;
   }
   if (s.cosine >= 0.9) {
-    d.factors = matching(factors, s.scale, 0.25);
+    d.factors = matching(factors, s.scale, 0.25, /*nearest_only=*/true);
     if (!d.factors.empty()) {
       d.text = str_cat("≈ ", join(d.factors, " = "), " (scale ", format_fixed(s.scale, 4), ", cosine ",
                        format_fixed(s.cosine, 4), ")");

@@ -1,7 +1,7 @@
 // Scale diagnosis: when a distributed tensor points the right way but has the wrong length,
 // name the topology factor that explains it ("x dp", "1/n_ci", "x dp*cp").
 //   exact:        cosine >= 1 - 1e-6 and |scale / f - 1| <= 1e-3      -> "x dp"
-//   approximate:  cosine >= 0.9      and |scale / f - 1| <= 0.25      -> "≈ x dp"
+//   approximate:  cosine >= 0.9      and |scale / f - 1| <= 0.25      -> "≈ x dp", the nearest such f
 // (approximate matches arise when a wrong normalizer meets shards of unequal size).
 // Otherwise the diagnosis describes what is off: a zero tensor, a scale that is no topology
 // factor, or a direction that differs (terms missing, not a scaling).

@@ -112,17 +112,17 @@ void print_report(const CheckReport& r, std::ostream& out) {
   for (const auto& note : r.notes) out << "note: " << note << "\n";
   if (r.bite_mode) {
     out << "\nbite: does every check still catch the bugs it exists for?\n"
-        << pad("mutation", 31) << pad("expected", 21) << pad("observed", 64) << "caught\n";
+        << pad("mutation", 33) << pad("expected", 21) << pad("observed", 64) << "caught\n";
     int caught = 0;
     std::vector<std::string> blurred;
     for (const auto& b : r.bite) {
       caught += b.caught;
       std::string observed =
           b.observed_level.empty() ? "nothing failed" : b.observed_level + ": " + b.observed_diagnosis;
-      out << pad(b.mutation, 31) << pad(expected_text(b), 21) << pad(observed, 64) << (b.caught ? "yes" : "NO") << "\n";
+      out << pad(b.mutation, 33) << pad(expected_text(b), 21) << pad(observed, 64) << (b.caught ? "yes" : "NO") << "\n";
       if (b.caught && !b.factor_distinct) blurred.push_back(b.mutation + " (" + b.observed_factor + ")");
     }
-    for (const auto& k : r.bite_skipped) out << pad(k.mutation, 31) << "skipped: " << k.reason << "\n";
+    for (const auto& k : r.bite_skipped) out << pad(k.mutation, 33) << "skipped: " << k.reason << "\n";
     out << (caught == static_cast<int>(r.bite.size()) ? "BITE PASS" : "BITE FAIL") << ": " << caught << " of "
         << r.bite.size() << " applicable mutations caught with their expected level and factor";
     if (!r.bite_skipped.empty()) {

@@ -17,15 +17,17 @@ at::Tensor layer_norm(const at::Tensor& x, const TensorTree& p, const std::strin
   return at::layer_norm(x, {x.size(-1)}, p.at(prefix + ".weight"), p.at(prefix + ".bias"), 1e-5);
 }
 
-at::Tensor causal_self_attention(const GptConfig& c, const at::Tensor& x, const TensorTree& p, int64_t layer) {
+at::Tensor causal_self_attention(const GptConfig& c, const at::Tensor& x, const TensorTree& p, int64_t layer,
+                                 const SequenceLayout& layout) {
   const int64_t B = x.size(0), T = x.size(1), H = c.n_heads, D = c.d_model / c.n_heads;
   at::Tensor qkv = at::linear(x, p.at(block(layer, "attn.qkv.weight")), p.at(block(layer, "attn.qkv.bias")));
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
   auto parts = qkv.split(c.d_model, -1);
-  at::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+  at::Tensor q = heads(parts[0]), k = layout.gather_keys(heads(parts[1])), v = layout.gather_keys(heads(parts[2]));
   at::Tensor qk = at::matmul(q, k.transpose(-2, -1));
   at::Tensor scores = c.attention_scale == 0.0 ? qk / std::sqrt(static_cast<double>(D)) : qk * c.attention_scale;
-  at::Tensor future = at::ones({T, T}, at::TensorOptions().dtype(at::kBool)).triu(1);
+  // future[i, j]: key j comes after query i in the true order.
+  at::Tensor future = layout.key_positions.unsqueeze(0) > layout.positions.unsqueeze(1);
   scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
   at::Tensor y = at::matmul(at::softmax(scores, -1), v).transpose(1, 2).reshape({B, T, c.d_model});
   return at::linear(y, p.at(block(layer, "attn.proj.weight")), p.at(block(layer, "attn.proj.bias")));
@@ -102,13 +104,19 @@ TensorTree gpt_init(const GptConfig& c, c10::ScalarType dtype, uint64_t seed) {
 }
 
 at::Tensor gpt_forward(const GptConfig& c, const TensorTree& p, const at::Tensor& input_ids) {
-  const int64_t B = input_ids.size(0), T = input_ids.size(1);
+  const int64_t T = input_ids.size(1);
   if (T > c.max_len) throw std::invalid_argument(str_cat("gpt_forward: sequence of ", T, " > max_len ", c.max_len));
+  return gpt_forward(c, p, input_ids, SequenceLayout::whole(T));
+}
+
+at::Tensor gpt_forward(const GptConfig& c, const TensorTree& p, const at::Tensor& input_ids,
+                       const SequenceLayout& layout) {
+  const int64_t B = input_ids.size(0), T = input_ids.size(1);
   // index_select (adjoint index_add) is differentiable to any order, as REPLAY needs.
   at::Tensor x = p.at("tok_emb").index_select(0, input_ids.reshape({-1})).view({B, T, c.d_model});
-  x = x + p.at("pos_emb").narrow(0, 0, T);
+  x = x + p.at("pos_emb").index_select(0, layout.position_ids.clamp_max(c.max_len - 1));
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    x = x + causal_self_attention(c, layer_norm(x, p, block(l, "ln1")), p, l);
+    x = x + causal_self_attention(c, layer_norm(x, p, block(l, "ln1")), p, l, layout);
     x = x + mlp(layer_norm(x, p, block(l, "ln2")), p, l);
   }
   x = layer_norm(x, p, "ln_f");

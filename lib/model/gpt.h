@@ -9,6 +9,7 @@
 
 #include "lib/core/json_fields.h"
 #include "lib/core/tensor_tree.h"
+#include "lib/model/sequence_layout.h"
 
 namespace magic {
 
@@ -33,5 +34,9 @@ TensorTree gpt_init(const GptConfig& config, c10::ScalarType dtype, uint64_t see
 
 // logits [B, T, vocab] for input_ids [B, T] (T <= max_len); position p attends to 0..p.
 at::Tensor gpt_forward(const GptConfig& config, const TensorTree& params, const at::Tensor& input_ids);
+// The same for the columns of `layout` (input_ids [B, T_local]): a query at position p attends
+// to the gathered keys at positions <= p. Position ids beyond max_len (padding) embed as max_len - 1.
+at::Tensor gpt_forward(const GptConfig& config, const TensorTree& params, const at::Tensor& input_ids,
+                       const SequenceLayout& layout);
 
 }  // namespace magic

@@ -26,13 +26,28 @@ std::string reduction_name(Reduction reduction) {
 
 at::Tensor next_token_losses(const at::Tensor& logits, const at::Tensor& labels) {
   const int64_t T = logits.size(1);
-  at::Tensor targets = labels.narrow(1, 1, T - 1);
+  return position_losses(logits.narrow(1, 0, T - 1), labels.narrow(1, 1, T - 1));
+}
+
+at::Tensor position_losses(const at::Tensor& logits, const at::Tensor& targets) {
   at::Tensor valid = targets.ne(kIgnoreLabel);
-  at::Tensor log_probs = at::log_softmax(logits.narrow(1, 0, T - 1), -1);
+  at::Tensor log_probs = at::log_softmax(logits, -1);
   at::Tensor picked = log_probs.gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1);
   // where() rather than a multiply: ignored positions are exactly 0 and carry exactly-zero
   // gradients to every order.
   return at::where(valid, -picked, at::zeros({}, picked.options()));
+}
+
+at::Tensor next_token_targets(const at::Tensor& labels, int64_t padded_length) {
+  const int64_t B = labels.size(0), T = labels.size(1);
+  at::Tensor tail = at::full({B, padded_length - T + 1}, kIgnoreLabel, labels.options());
+  return at::cat({labels.narrow(1, 1, T - 1), tail}, 1);
+}
+
+at::Tensor next_token_weights(const at::Tensor& weights, int64_t padded_length) {
+  if (weights.dim() == 1) return weights.unsqueeze(1);
+  const int64_t B = weights.size(0), T = weights.size(1);
+  return at::cat({weights.narrow(1, 1, T - 1), at::zeros({B, padded_length - T + 1}, weights.options())}, 1);
 }
 
 at::Tensor label_mask(const at::Tensor& labels, c10::ScalarType dtype) {
@@ -46,13 +61,18 @@ at::Tensor align_weights(const at::Tensor& weights) {
 
 at::Tensor reduce_weighted_loss(const at::Tensor& token_losses, const at::Tensor& mask, const at::Tensor& weights,
                                 Reduction reduction, double mean_denominator) {
-  at::Tensor weighted = align_weights(weights) * token_losses * mask;
+  return reduce_aligned_loss(token_losses, mask, align_weights(weights), reduction, mean_denominator, mask.sum(1));
+}
+
+at::Tensor reduce_aligned_loss(const at::Tensor& token_losses, const at::Tensor& mask, const at::Tensor& weights,
+                               Reduction reduction, double mean_denominator, const at::Tensor& row_labels) {
+  at::Tensor weighted = weights * token_losses * mask;
   switch (reduction) {
     case Reduction::kMean:
       if (!(mean_denominator > 0)) throw std::invalid_argument("reduce_weighted_loss: a mean over no valid labels");
       return weighted.sum() / mean_denominator;
     case Reduction::kSumOfMeans:
-      return (weighted.sum(1) / mask.sum(1).clamp_min(1.0)).sum();
+      return (weighted.sum(1) / row_labels.to(weighted.scalar_type()).clamp_min(1.0)).sum();
     case Reduction::kSum:
       return weighted.sum();
   }

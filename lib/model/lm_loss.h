@@ -23,6 +23,17 @@ std::string reduction_name(Reduction reduction);
 // ℓ[b, j] = -log softmax(logits[b, j])[labels[b, j+1]], exactly 0 where the label is ignored. [B, T-1]
 at::Tensor next_token_losses(const at::Tensor& logits, const at::Tensor& labels);
 
+// The same with the targets already aligned to the logits: ℓ[b, j] = -log softmax(logits[b, j])[targets[b, j]].
+// Context parallelism shards targets, not labels: a chunk's last target is the next chunk's first label.
+at::Tensor position_losses(const at::Tensor& logits, const at::Tensor& targets);
+
+// targets[b, j] = labels[b, j+1] for a batch padded to `padded_length` columns; ignored past the end. [B, P]
+at::Tensor next_token_targets(const at::Tensor& labels, int64_t padded_length);
+
+// The weights aligned with next_token_targets: [B] -> [B, 1]; [B, T] -> [B, P] with w[b, j+1] at
+// column j and 0 past the end (the padding is a constant, so dw ignores it).
+at::Tensor next_token_weights(const at::Tensor& weights, int64_t padded_length);
+
 // 1 where labels[b, j+1] is a real label, else 0; dtype of the losses. [B, T-1]
 at::Tensor label_mask(const at::Tensor& labels, c10::ScalarType dtype);
 
@@ -33,5 +44,11 @@ at::Tensor align_weights(const at::Tensor& weights);
 // valid labels (for a distributed batch, the global count across every rank).
 at::Tensor reduce_weighted_loss(const at::Tensor& token_losses, const at::Tensor& mask, const at::Tensor& weights,
                                 Reduction reduction, double mean_denominator);
+
+// The same for losses, mask and weights already aligned (weights [B, 1] or [B, T_local]), when
+// the columns are a shard of each row: `row_labels` [B] counts each whole row's valid labels
+// (kSumOfMeans divides by it). A shard's result is its partial sum of the whole batch's loss.
+at::Tensor reduce_aligned_loss(const at::Tensor& token_losses, const at::Tensor& mask, const at::Tensor& weights,
+                               Reduction reduction, double mean_denominator, const at::Tensor& row_labels);
 
 }  // namespace magic

@@ -9,5 +9,7 @@
 namespace magic {
 
 TensorTree clip_by_global_norm(const TensorTree& grads, double max_norm);
+// The same with ||g|| given: sharded gradients hold a piece of g, their norm spans every piece.
+TensorTree clip_by_global_norm(const TensorTree& grads, double max_norm, const at::Tensor& global_norm);
 
 }  // namespace magic

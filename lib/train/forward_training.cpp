@@ -1,7 +1,7 @@
 #include "lib/train/forward_training.h"
 
 #include "lib/core/strings.h"
-#include "lib/dist/progress.h"
+#include "lib/distributed/runtime/progress.h"
 
 namespace magic {
 

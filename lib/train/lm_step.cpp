@@ -2,12 +2,13 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include "lib/data/tokenizer.h"
 #include "lib/optim/clip.h"
 
 namespace magic {
 LmStep::LmStep(GptConfig model, std::shared_ptr<const TokenDataset> data, const DataStream& stream, Reduction reduction,
                std::shared_ptr<const Optimizer> optimizer, std::optional<double> clip_norm,
-               std::shared_ptr<const DataParallelism> parallelism)
+               std::shared_ptr<const Parallelism> parallelism)
     : model_(model),
       data_(std::move(data)),
       reduction_(reduction),
@@ -19,14 +20,40 @@ LmStep::LmStep(GptConfig model, std::shared_ptr<const TokenDataset> data, const 
   }
 }
 
+namespace {
+
+// This rank's columns of a batch: tokens, aligned targets and aligned weights, all selected by
+// one index_select of the padded batch (its adjoint scatters dw back to the original columns).
+struct LocalColumns {
+  at::Tensor input_ids, targets, weights;
+};
+
+LocalColumns local_columns(const SequenceLayout& layout, const at::Tensor& input_ids, const at::Tensor& labels,
+                           const at::Tensor& weights) {
+  const int64_t P = layout.padded_length, T = input_ids.size(1);
+  if (P == T && layout.columns.size(0) == T) {  // the whole sequence: nothing to select
+    return {input_ids, next_token_targets(labels, T), next_token_weights(weights, T)};
+  }
+  at::Tensor ids = P == T ? input_ids : at::constant_pad_nd(input_ids, {0, P - T}, ByteTokenizer::kEndOfDocument);
+  LocalColumns local{ids.index_select(1, layout.columns), next_token_targets(labels, P).index_select(1, layout.columns),
+                     next_token_weights(weights, P)};
+  if (local.weights.size(1) > 1) local.weights = local.weights.index_select(1, layout.columns);
+  return local;
+}
+
+}  // namespace
+
 at::Tensor LmStep::loss(const TensorTree& params, int64_t t, const at::Tensor& w) const {
   const Batch& batch = batches_.at(t);
-  at::Tensor logits = gpt_forward(model_, parallelism_->enter(params), batch.input_ids);
-  at::Tensor losses = next_token_losses(logits, batch.labels);
-  at::Tensor mask = label_mask(batch.labels, losses.scalar_type());
+  const SequenceLayout layout = parallelism_->sequence(batch.input_ids.size(1));
+  const LocalColumns local = local_columns(layout, batch.input_ids, batch.labels, gather_weights(w, batch.rows));
+  at::Tensor logits = gpt_forward(model_, parallelism_->enter(params), local.input_ids, layout);
+  at::Tensor losses = position_losses(logits, local.targets);
+  at::Tensor mask = local.targets.ne(kIgnoreLabel).to(losses.scalar_type());
   const double denominator =
       reduction_ == Reduction::kMean ? parallelism_->mean_denominator(mask.sum().item<double>()) : 1.0;
-  return reduce_weighted_loss(losses, mask, gather_weights(w, batch.rows), reduction_, denominator);
+  at::Tensor row_labels = label_mask(batch.labels, losses.scalar_type()).sum(1);
+  return reduce_aligned_loss(losses, mask, local.weights, reduction_, denominator, row_labels);
 }
 
 TensorTree LmStep::gradient(const TrainState& state, int64_t t, const at::Tensor& w, bool create_graph) const {
@@ -43,7 +70,7 @@ StepOutput LmStep::step(const TrainState& s, int64_t t, const at::Tensor& w, boo
   TensorTree grads = gradient(TrainState{params, s.opt, s.persistent}, t, traced ? w : w.detach(), traced);
 
   at::AutoGradMode grad_mode(traced);
-  if (clip_norm_) grads = clip_by_global_norm(grads, *clip_norm_);
+  if (clip_norm_) grads = clip_by_global_norm(grads, *clip_norm_, parallelism_->global_norm(grads));
   OptimizerUpdate update = optimizer_->update(traced ? params : params.detach(), grads, s.opt);
   StepOutput out{TrainState{update.params, update.state, s.persistent}, grads};
   if (!traced) {
@@ -57,7 +84,7 @@ at::Tensor LmStep::assemble_weight_gradient(const at::Tensor& local) const {
   return parallelism_->assemble_weight_gradient(local);
 }
 
-LmQuery::LmQuery(GptConfig model, TokenDataset queries, std::shared_ptr<const DataParallelism> parallelism)
+LmQuery::LmQuery(GptConfig model, TokenDataset queries, std::shared_ptr<const Parallelism> parallelism)
     : model_(model), queries_(std::move(queries)), parallelism_(std::move(parallelism)) {
   std::vector<int64_t> all(queries_.size());
   for (int64_t j = 0; j < queries_.size(); ++j) all[j] = j;
@@ -74,9 +101,13 @@ TensorTree LmQuery::gradient(const TensorTree& params, std::optional<int64_t> in
 at::Tensor LmQuery::loss(const TensorTree& params, std::optional<int64_t> index) const {
   // Every rank runs the same operations (possibly on zero rows), so the collectives inside
   // enter()'s backward line up across ranks; a selection vector picks the queries that count.
-  at::Tensor losses = next_token_losses(gpt_forward(model_, parallelism_->enter(params), local_ids_), local_labels_);
-  at::Tensor mask = label_mask(local_labels_, losses.scalar_type());
-  at::Tensor per_query = (losses * mask).sum(1) / mask.sum(1);
+  const SequenceLayout layout = parallelism_->sequence(local_ids_.size(1));
+  const LocalColumns local = local_columns(layout, local_ids_, local_labels_, at::ones({local_ids_.size(0)}));
+  at::Tensor losses =
+      position_losses(gpt_forward(model_, parallelism_->enter(params), local.input_ids, layout), local.targets);
+  at::Tensor mask = local.targets.ne(kIgnoreLabel).to(losses.scalar_type());
+  // A query's mean over all its labels: this rank's columns give a partial sum of it.
+  at::Tensor per_query = (losses * mask).sum(1) / label_mask(local_labels_, losses.scalar_type()).sum(1);
   std::vector<double> selection(local_.size(), index ? 0.0 : 1.0 / static_cast<double>(queries_.size()));
   for (size_t k = 0; k < local_.size(); ++k) {
     if (index && local_[k] == *index) selection[k] = 1.0;

@@ -1,5 +1,5 @@
 // The causal-LM training step and query loss over a tokenized dataset, written once for the
-// single-process engine and for data-parallel ranks (the DataParallelism strategy decides the
+// single-process engine and for data-parallel ranks (the Parallelism strategy decides the
 // local rows, the normalizer and how the gradient is reduced).
 //   L_t(θ, w) = reduce(w_batch · ℓ(θ; batch_t))      (lm_loss.h)
 //   g = ∇θ L_t (reduced across ranks), optionally clipped;  (θ', o') = optimizer(θ, g, o)
@@ -14,7 +14,7 @@
 #include "lib/model/gpt.h"
 #include "lib/model/lm_loss.h"
 #include "lib/optim/optimizer.h"
-#include "lib/train/data_parallelism.h"
+#include "lib/train/parallelism.h"
 #include "lib/train/step_function.h"
 
 namespace magic {
@@ -23,7 +23,7 @@ class LmStep : public StepFunction {
  public:
   LmStep(GptConfig model, std::shared_ptr<const TokenDataset> data, const DataStream& stream, Reduction reduction,
          std::shared_ptr<const Optimizer> optimizer, std::optional<double> clip_norm,
-         std::shared_ptr<const DataParallelism> parallelism = std::make_shared<SingleProcess>());
+         std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>());
 
   int64_t num_steps() const override { return static_cast<int64_t>(batches_.size()); }
   StepOutput step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const override;
@@ -42,7 +42,7 @@ class LmStep : public StepFunction {
   Reduction reduction_;
   std::shared_ptr<const Optimizer> optimizer_;
   std::optional<double> clip_norm_;
-  std::shared_ptr<const DataParallelism> parallelism_;
+  std::shared_ptr<const Parallelism> parallelism_;
 };
 
 // Q(θ) = mean over queries of each query's mean next-token loss (unweighted); each rank
@@ -50,7 +50,7 @@ class LmStep : public StepFunction {
 class LmQuery : public QueryFunction {
  public:
   LmQuery(GptConfig model, TokenDataset queries,
-          std::shared_ptr<const DataParallelism> parallelism = std::make_shared<SingleProcess>());
+          std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>());
 
   int64_t num_queries() const override { return queries_.size(); }
   at::Tensor loss(const TensorTree& params, std::optional<int64_t> index = std::nullopt) const override;
@@ -62,7 +62,7 @@ class LmQuery : public QueryFunction {
   TokenDataset queries_;
   std::vector<int64_t> local_;  // this rank's query indices
   at::Tensor local_ids_, local_labels_;
-  std::shared_ptr<const DataParallelism> parallelism_;
+  std::shared_ptr<const Parallelism> parallelism_;
 };
 
 }  // namespace magic

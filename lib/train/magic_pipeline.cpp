@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "lib/dist/progress.h"
+#include "lib/distributed/runtime/progress.h"
 #include "lib/train/replay_backward.h"
 
 namespace magic {

@@ -3,7 +3,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "lib/core/strings.h"
-#include "lib/dist/progress.h"
+#include "lib/distributed/runtime/progress.h"
 
 namespace magic {
 namespace {

@@ -60,7 +60,7 @@ RunConfig RunConfig::load(const std::string& path) {
   return from_json(read_json_file(path), path, std::filesystem::path(path).parent_path().string());
 }
 
-LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const DataParallelism> parallelism) {
+LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const Parallelism> parallelism) {
   LmProblem p;
   p.model = c.model;
   const ByteTokenizer tokenizer;
@@ -84,7 +84,7 @@ LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const DataParalle
   p.step =
       std::make_shared<LmStep>(p.model, train, *p.stream, c.reduction, optimizer, c.optimizer.clip_norm, parallelism);
   p.query = std::make_shared<LmQuery>(p.model, std::move(queries), parallelism);
-  p.initial = TrainState{gpt_init(p.model, c.dtype, c.seed), {}, {}};
+  p.initial = TrainState{parallelism->shard(gpt_init(p.model, c.dtype, c.seed)), {}, {}};
   p.initial.opt = optimizer->init(p.initial.params);
   p.weights = initial_weights(*train, c.weights, c.dtype);
   return p;

@@ -54,9 +54,10 @@ struct LmProblem {
   at::Tensor weights;
 };
 
-// `parallelism` decides how each step's batch and the queries split across ranks; every rank
-// builds the same problem (same seed, data, init) and keeps its own share.
+// `parallelism` decides how each step's batch, the queries and the parameters split across
+// ranks; every rank builds the same problem (same seed, data, init) and keeps its own share
+// (initial.params and the optimizer state are this rank's shards).
 LmProblem build_lm_problem(const RunConfig& config,
-                           std::shared_ptr<const DataParallelism> parallelism = std::make_shared<SingleProcess>());
+                           std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>());
 
 }  // namespace magic

@@ -3,7 +3,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "lib/core/strings.h"
-#include "lib/dist/progress.h"
+#include "lib/distributed/runtime/progress.h"
 
 namespace magic {
 
@@ -19,8 +19,10 @@ TensorTree hessian_vector_product(const StepFunction& step, const TrainState& st
   TensorTree leaves = state.params.requires_grad();
   TensorTree g = step.gradient(TrainState{leaves, state.opt, state.persistent.detach()}, t, w.detach(),
                                /*create_graph=*/true);
-  return with_values(leaves, torch::autograd::grad({dot(g, direction)}, leaves.tensors(), {}, false, false, true))
-      .detach();
+  const at::Tensor gv = dot(g, direction);
+  // A gradient that does not depend on θ (its graph was cut) has a zero derivative.
+  if (!gv.requires_grad()) return leaves.zeros_like();
+  return with_values(leaves, torch::autograd::grad({gv}, leaves.tensors(), {}, false, false, true)).detach();
 }
 
 }  // namespace magic

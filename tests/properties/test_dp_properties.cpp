@@ -6,9 +6,8 @@
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 
-#include "checks/lm_pipelines.h"
-#include "checks/run_check.h"
 #include "tests/properties/counted_property.h"
+#include "tests/properties/property_support.h"
 #include "tests/support.h"
 
 namespace magic {
@@ -26,28 +25,14 @@ checks::CheckSettings random_settings(int64_t dp) {
   return s;
 }
 
-CheckReport run_threads(const checks::CheckSettings& settings) {
-  checks::CheckRequest request;
-  request.settings = settings;
-  return testing::run_check_in_threads(request);
-}
-
-std::string failures(const CheckReport& report) {
-  std::string out;
-  for (const auto& row : report.rows) {
-    if (!row.passed) out += row.level + "/" + row.tensor + ": " + row.diagnosis.text + "\n";
-  }
-  return out;
-}
-
 TEST(DataParallelProperties, SumConventionEqualsTheReferenceForAnySplit) {
   testing::check_counted("sum convention equals the reference for any split", [] {
     const int64_t dp = *rc::gen::inRange<int64_t>(1, 7);
     checks::CheckSettings s = random_settings(dp);
     s.batch_size = *rc::gen::inRange<int64_t>(1, 15);  // uneven and empty shards included
     RC_CLASSIFY(s.batch_size % dp != 0, "uneven shards");
-    const CheckReport report = run_threads(s);
-    RC_LOG() << failures(report);
+    const CheckReport report = testing::run_threads(s);
+    RC_LOG() << testing::failures(report);
     RC_ASSERT(report.rows_pass());
   });
 }
@@ -61,14 +46,10 @@ TEST(DataParallelProperties, AvgConventionIsExactExactlyWhenShardLabelCountsAreE
     // Whole multiples of dp with 4-token chunks make equal shards likely; other draws make them rare.
     s.batch_size = *rc::gen::oneOf(rc::gen::map(rc::gen::inRange<int64_t>(1, 4), [dp](int64_t k) { return k * dp; }),
                                    rc::gen::inRange<int64_t>(dp, 15));
-    bool equal = true;
-    for (int64_t t = 0; t < s.steps; ++t) {
-      const auto counts = checks::shard_label_counts(s, t);
-      equal = equal && std::adjacent_find(counts.begin(), counts.end(), std::not_equal_to<>()) == counts.end();
-    }
+    const bool equal = testing::label_counts_equal(s);
     RC_CLASSIFY(equal, "equal label counts");
-    const CheckReport report = run_threads(s);
-    RC_LOG() << failures(report);
+    const CheckReport report = testing::run_threads(s);
+    RC_LOG() << testing::failures(report);
     RC_ASSERT(!report.rows.empty());
     RC_ASSERT(report.rows_pass() == equal);
   });

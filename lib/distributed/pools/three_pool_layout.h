@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/dist/topology.h"
+#include "lib/distributed/runtime/topology.h"
 
 namespace magic::dist {
 

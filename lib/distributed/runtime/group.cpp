@@ -1,4 +1,4 @@
-#include "lib/dist/group.h"
+#include "lib/distributed/runtime/group.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -15,7 +15,7 @@
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
-#include "lib/dist/progress.h"
+#include "lib/distributed/runtime/progress.h"
 
 namespace magic::dist {
 namespace {

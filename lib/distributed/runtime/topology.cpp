@@ -1,4 +1,4 @@
-#include "lib/dist/topology.h"
+#include "lib/distributed/runtime/topology.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -14,25 +14,21 @@ const std::vector<std::string>& three_pool_keys() {
   static const std::vector<std::string> keys{"n_ci", "n_per_block", "n_blocks", "n_ppgd"};
   return keys;
 }
-const std::vector<std::string>& reserved_keys() {
-  static const std::vector<std::string> keys{"cp", "fsdp"};
-  return keys;
-}
-
 bool contains(const std::vector<std::string>& keys, const std::string& key) {
   return std::find(keys.begin(), keys.end(), key) != keys.end();
 }
 
 [[noreturn]] void reject(const std::string& text, const std::string& why) {
-  throw InputError(str_cat("--topology '", text, "': ", why, "; expected key=value[,key=value...] with integers >= 1",
-                           " and keys from: ", join(topology_keys(), ", "),
-                           " (mesh: dp; three-pool: n_ci and n_per_block, optionally n_blocks and n_ppgd)"));
+  throw InputError(
+      str_cat("--topology '", text, "': ", why, "; expected key=value[,key=value...] with integers >= 1",
+              " and keys from: ", join(topology_keys(), ", "),
+              " (mesh: dp, optionally cp and fsdp; three-pool: n_ci and n_per_block, optionally n_blocks and n_ppgd)"));
 }
 
 }  // namespace
 
 const std::vector<std::string>& topology_keys() {
-  static const std::vector<std::string> keys{"dp", "n_ci", "n_per_block", "n_blocks", "n_ppgd"};
+  static const std::vector<std::string> keys{"dp", "cp", "fsdp", "n_ci", "n_per_block", "n_blocks", "n_ppgd"};
   return keys;
 }
 
@@ -49,17 +45,19 @@ int64_t TopologySpec::get(const std::string& key, int64_t fallback) const {
 }
 
 int64_t TopologySpec::world_size() const {
-  if (family() == TopologyFamily::kMesh) return dp();
+  if (family() == TopologyFamily::kMesh) return dp() * cp();
   return n_ci() + n_blocks() * n_per_block() + n_ppgd();
 }
 
 std::string TopologySpec::str() const {
-  if (family() == TopologyFamily::kMesh) return str_cat("dp=", dp());
+  if (family() == TopologyFamily::kMesh) {
+    return str_cat("dp=", dp(), cp() > 1 ? str_cat(",cp=", cp()) : "", fsdp() > 1 ? str_cat(",fsdp=", fsdp()) : "");
+  }
   return str_cat("n_ci=", n_ci(), ",n_per_block=", n_per_block(), ",n_blocks=", n_blocks(), ",n_ppgd=", n_ppgd());
 }
 
 std::vector<std::pair<std::string, int64_t>> TopologySpec::named_sizes() const {
-  if (family() == TopologyFamily::kMesh) return {{"dp", dp()}};
+  if (family() == TopologyFamily::kMesh) return {{"dp", dp()}, {"cp", cp()}, {"fsdp", fsdp()}};
   return {{"n_ci", n_ci()},
           {"n_per_block", n_per_block()},
           {"n_blocks", n_blocks()},
@@ -78,9 +76,6 @@ TopologySpec TopologySpec::parse(const std::string& text) {
     const size_t eq = item.find('=');
     if (item.empty() || eq == std::string::npos) reject(text, str_cat("'", item, "' is not key=value"));
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-    if (contains(reserved_keys(), key)) {
-      reject(text, str_cat("key '", key, "' is reserved for a later release and not supported yet"));
-    }
     if (!contains(topology_keys(), key)) reject(text, str_cat("unknown key '", key, "'"));
     if (spec.values.count(key)) reject(text, str_cat("key '", key, "' given twice"));
     errno = 0;
@@ -93,10 +88,16 @@ TopologySpec TopologySpec::parse(const std::string& text) {
     start = comma + 1;
   }
   if (spec.family() == TopologyFamily::kThreePool) {
-    if (spec.values.count("dp")) reject(text, "dp cannot be combined with the three-pool keys");
+    for (const char* mesh : {"dp", "cp", "fsdp"}) {
+      if (spec.values.count(mesh)) reject(text, str_cat(mesh, " cannot be combined with the three-pool keys"));
+    }
     for (const char* required : {"n_ci", "n_per_block"}) {
       if (!spec.values.count(required)) reject(text, str_cat("a three-pool layout needs ", required));
     }
+  }
+  if (spec.family() == TopologyFamily::kMesh && spec.dp() % spec.fsdp() != 0) {
+    reject(text, str_cat("fsdp=", spec.fsdp(), " must divide dp=", spec.dp(),
+                         " (parameters are sharded fsdp ways inside groups of data-parallel replicas)"));
   }
   return spec;
 }

@@ -1,4 +1,4 @@
-#include "lib/dist/runtime.h"
+#include "lib/distributed/runtime/runtime.h"
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -98,8 +98,9 @@ std::shared_ptr<Group> Runtime::new_group(const std::string& name, const std::ve
 void run_ranks_in_threads(int world_size, const std::function<void(Runtime&)>& fn, std::chrono::milliseconds timeout) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::mutex mutex;
-  std::exception_ptr first_error;
-  int failed_rank = -1;
+  // Every rank's failure, in the order they happened. A DistributedError is usually the
+  // consequence of another rank's failure (its peer died), so the first other error is the cause.
+  std::vector<std::pair<int, std::exception_ptr>> failures;
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world_size; ++rank) {
     threads.emplace_back([&, rank] {
@@ -108,20 +109,26 @@ void run_ranks_in_threads(int world_size, const std::function<void(Runtime&)>& f
         fn(runtime);
       } catch (...) {
         std::lock_guard<std::mutex> lock(mutex);
-        if (!first_error) {
-          first_error = std::current_exception();
-          failed_rank = rank;
-        }
+        failures.emplace_back(rank, std::current_exception());
       }
     });
   }
   for (auto& t : threads) t.join();
-  if (first_error) {
+  if (failures.empty()) return;
+  auto cause = failures.front();
+  for (const auto& failure : failures) {
     try {
-      std::rethrow_exception(first_error);
-    } catch (const std::exception& e) {
-      throw DistributedError(str_cat("rank ", failed_rank, " of ", world_size, " (thread) failed: ", e.what()));
+      std::rethrow_exception(failure.second);
+    } catch (const DistributedError&) {
+    } catch (...) {
+      cause = failure;
+      break;
     }
+  }
+  try {
+    std::rethrow_exception(cause.second);
+  } catch (const std::exception& e) {
+    throw DistributedError(str_cat("rank ", cause.first, " of ", world_size, " (thread) failed: ", e.what()));
   }
 }
 

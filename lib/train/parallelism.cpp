@@ -1,8 +1,8 @@
-#include "lib/train/data_parallelism.h"
+#include "lib/train/parallelism.h"
 
 namespace magic {
 
-at::Tensor with_global_value(const DataParallelism& parallelism, const at::Tensor& local) {
+at::Tensor with_global_value(const Parallelism& parallelism, const at::Tensor& local) {
   const at::Tensor detached = local.detach();
   return local + (parallelism.sum_across_ranks(detached) - detached);
 }

@@ -1,6 +1,9 @@
 // TopologySpec: the layout string of magic-check --topology, "key=value[,key=value...]" with
 // integers >= 1 (DESIGN.md section 4). Two families:
-//   mesh:       dp (data-parallel replicas); cp and fsdp are reserved and rejected for now.
+//   mesh:       dp (data-parallel replicas, default 1), cp (context-parallel ranks inside a replica,
+//               default 1), fsdp (parameter shard group, default 1, must divide dp);
+//               world = dp * cp. Rank order: cp varies fastest, then dp (rank = dp_index * cp +
+//               cp_index); fsdp = dp is full sharding, 1 < fsdp < dp hybrid (mesh_layout.h).
 //   three-pool: n_ci, n_per_block (both required), n_blocks (default 2), n_ppgd (default 2);
 //               world = n_ci + n_blocks * n_per_block + n_ppgd.
 // Unknown keys, non-integers, zero, duplicates and mixed families: InputError listing the
@@ -24,12 +27,15 @@ struct TopologySpec {
   TopologyFamily family() const;
   int64_t get(const std::string& key, int64_t fallback) const;
   int64_t dp() const { return get("dp", 1); }
+  int64_t cp() const { return get("cp", 1); }
+  int64_t fsdp() const { return get("fsdp", 1); }
   int64_t n_ci() const { return get("n_ci", 1); }
   int64_t n_per_block() const { return get("n_per_block", 1); }
   int64_t n_blocks() const { return get("n_blocks", 2); }
   int64_t n_ppgd() const { return get("n_ppgd", 2); }
   int64_t world_size() const;
-  // Canonical form with defaults spelled out: "dp=4", "n_ci=4,n_per_block=2,n_blocks=2,n_ppgd=2".
+  // Canonical form: "dp=4", "dp=2,cp=2,fsdp=2" (cp and fsdp when > 1),
+  // "n_ci=4,n_per_block=2,n_blocks=2,n_ppgd=2" (three-pool defaults spelled out).
   std::string str() const;
   // The sizes a scale error can be a multiple of, by name, for the diagnosis ("dp", 4).
   std::vector<std::pair<std::string, int64_t>> named_sizes() const;

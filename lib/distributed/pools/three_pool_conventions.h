@@ -8,9 +8,9 @@
 #include <ATen/ATen.h>
 
 #include "lib/core/tensor_tree.h"
-#include "lib/dist/collectives.h"
-#include "lib/dist/group.h"
-#include "lib/dist/three_pool_layout.h"
+#include "lib/distributed/collectives/collectives.h"
+#include "lib/distributed/pools/three_pool_layout.h"
+#include "lib/distributed/runtime/group.h"
 
 namespace magic::dist {
 

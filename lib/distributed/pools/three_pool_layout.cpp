@@ -1,8 +1,8 @@
-#include "lib/dist/three_pool_layout.h"
+#include "lib/distributed/pools/three_pool_layout.h"
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
-#include "lib/dist/data_parallel.h"
+#include "lib/distributed/parallel/data_parallel.h"
 
 namespace magic::dist {
 

@@ -1,6 +1,7 @@
-// How a training step's batch, normalizer and gradient are split across data-parallel ranks.
-// The LM step and query are written once against this interface: the single-process engine
-// uses SingleProcess (identity everywhere); lib/dist provides the distributed conventions.
+// How a training step's rows, sequence columns and parameters are split across ranks, and how
+// its normalizer and gradient are reduced. The LM step and query are written once against this
+// interface: the single-process engine uses SingleProcess (identity everywhere);
+// lib/distributed/parallel/data_parallel.h is the dp x cp x fsdp mesh.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -9,38 +10,49 @@
 #include <vector>
 
 #include "lib/core/tensor_tree.h"
+#include "lib/model/sequence_layout.h"
 
 namespace magic {
 
-class DataParallelism {
+class Parallelism {
  public:
-  virtual ~DataParallelism() = default;
+  virtual ~Parallelism() = default;
 
+  // --- rows (data parallel)
   // This rank's share of `global` (batch rows, query indices), in order.
   virtual std::vector<int64_t> local_share(const std::vector<int64_t>& global) const = 0;
-
   // The `mean` reduction's denominator, given this rank's count of valid labels.
   virtual double mean_denominator(double local_valid_labels) const = 0;
 
-  // Replicated parameters as this rank's local computation uses them. Differentiating a local
-  // loss with respect to the replicated parameters through enter() yields the reduced gradient.
-  virtual TensorTree enter(const TensorTree& params) const = 0;
+  // --- columns (context parallel)
+  // The columns of a sequence of `length` this rank computes and how attention reaches the rest.
+  virtual SequenceLayout sequence(int64_t length) const { return SequenceLayout::whole(length); }
 
-  // Applied to every gradient of a local loss with respect to the replicated parameters (the
+  // --- parameters (sharded)
+  // This rank's stored piece of full parameters (optimizer state follows it), and back to full
+  // shape outside autograd (for comparisons and outputs).
+  virtual TensorTree shard(const TensorTree& full) const { return full; }
+  virtual TensorTree unshard(const TensorTree& local) const { return local; }
+  // The full parameters as this rank's computation uses them, from its stored piece.
+  // Differentiating a local loss with respect to the stored piece through enter() yields the
+  // reduced gradient of that piece.
+  virtual TensorTree enter(const TensorTree& params) const = 0;
+  // ||g|| of the whole gradient, differentiable, from this rank's piece of it (for clipping).
+  virtual at::Tensor global_norm(const TensorTree& grads) const { return norm(grads); }
+
+  // --- reductions
+  // Applied to every gradient of a local loss with respect to the stored parameters (the
   // training step's and the query's), after differentiation.
   virtual TensorTree reduce_gradient(const TensorTree& grads) const = 0;
-
   // The training step's reduction convention after the reduction (e.g. AVG's divide).
   virtual TensorTree apply_convention(const TensorTree& grads) const = 0;
-
   // Σ over ranks of a per-rank value, detached (for logged values and the global residual).
   virtual at::Tensor sum_across_ranks(const at::Tensor& local) const = 0;
-
-  // dQ/dw from this rank's REPLAY (non-zero on its own rows) -> the full scores.
+  // dQ/dw from this rank's REPLAY (non-zero on its own rows and columns) -> the full scores.
   virtual at::Tensor assemble_weight_gradient(const at::Tensor& local) const = 0;
 };
 
-class SingleProcess : public DataParallelism {
+class SingleProcess : public Parallelism {
  public:
   std::vector<int64_t> local_share(const std::vector<int64_t>& global) const override { return global; }
   double mean_denominator(double local_valid_labels) const override { return local_valid_labels; }
@@ -53,6 +65,6 @@ class SingleProcess : public DataParallelism {
 
 // Global value forward, local partial backward, for a quantity summed across ranks:
 //   local + (Σ_r local_r - local), the bracket detached.
-at::Tensor with_global_value(const DataParallelism& parallelism, const at::Tensor& local);
+at::Tensor with_global_value(const Parallelism& parallelism, const at::Tensor& local);
 
 }  // namespace magic

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "lib/dist/group.h"
-#include "lib/dist/progress.h"
+#include "lib/distributed/runtime/group.h"
+#include "lib/distributed/runtime/progress.h"
 
 namespace magic::dist {
 

@@ -1,4 +1,4 @@
-#include "lib/dist/portal.h"
+#include "lib/distributed/pools/portal.h"
 
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -11,7 +11,7 @@
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
-#include "lib/dist/progress.h"
+#include "lib/distributed/runtime/progress.h"
 
 namespace magic::dist {
 namespace {

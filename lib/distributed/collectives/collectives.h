@@ -17,7 +17,7 @@
 
 #include <ATen/ATen.h>
 
-#include "lib/dist/group.h"
+#include "lib/distributed/runtime/group.h"
 
 namespace magic::dist {
 

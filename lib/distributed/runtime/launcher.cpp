@@ -1,4 +1,4 @@
-#include "lib/dist/launcher.h"
+#include "lib/distributed/runtime/launcher.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -20,7 +20,7 @@
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
-#include "lib/dist/progress.h"
+#include "lib/distributed/runtime/progress.h"
 
 extern char** environ;
 

@@ -1,4 +1,4 @@
-#include "lib/dist/collectives.h"
+#include "lib/distributed/collectives/collectives.h"
 
 #include <torch/csrc/autograd/custom_function.h>
 

@@ -1,4 +1,4 @@
-#include "lib/dist/progress.h"
+#include "lib/distributed/runtime/progress.h"
 
 #include <c10/util/Exception.h>
 

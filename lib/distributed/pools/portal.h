@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/dist/group.h"
+#include "lib/distributed/runtime/group.h"
 
 namespace magic::dist {
 

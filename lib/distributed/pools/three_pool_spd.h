@@ -20,20 +20,15 @@
 #include <vector>
 
 #include "lib/data/data_stream.h"
-#include "lib/dist/runtime.h"
-#include "lib/dist/three_pool_conventions.h"
-#include "lib/dist/three_pool_layout.h"
+#include "lib/distributed/pools/pool_groups.h"
+#include "lib/distributed/pools/pool_rows.h"
+#include "lib/distributed/pools/three_pool_conventions.h"
+#include "lib/distributed/pools/three_pool_layout.h"
 #include "lib/model/spd.h"
 #include "lib/optim/optimizer.h"
 #include "lib/train/step_function.h"
 
 namespace magic::dist {
-
-struct ThreePoolGroups {
-  std::shared_ptr<const Group> world, ci, block, ppgd;  // block/ppgd/ci: null where not a member
-};
-// Every rank calls it, in the same order.
-ThreePoolGroups make_three_pool_groups(const Runtime& runtime, const ThreePoolLayout& layout);
 
 struct ThreePoolSpdSetup {
   SpdConfig config;
@@ -66,9 +61,24 @@ class ThreePoolSpd : public StepFunction, public QueryFunction {
   bool pool_leader() const;  // the rank whose copy represents its pool's replicated state
 
  private:
-  // This rank's loss and the sum of the tokens of the portals it sent (zeros).
+  // This rank's rows of step t's batch, their site inputs and weights.
+  struct Shard {
+    int64_t t = 0, batch = 0;
+    double real_rows = 0;  // real examples in the global batch (the padding row excluded)
+    RowRange range{0, 0};
+    std::vector<int64_t> rows;
+    std::vector<at::Tensor> site_inputs;
+    at::Tensor weights;
+  };
+  Shard shard_of(int64_t t, const at::Tensor& w) const;
+  // This rank's loss and the sum of the tokens of the portals it sent (zeros), by pool.
   std::pair<at::Tensor, at::Tensor> local_loss(const TrainState& s, int64_t t, const at::Tensor& w,
                                                const SpdTermWeights& terms) const;
+  std::pair<at::Tensor, at::Tensor> ci_loss(const TrainState& s, const Shard& shard, const SpdTermWeights& terms) const;
+  std::pair<at::Tensor, at::Tensor> block_loss(const TrainState& s, const Shard& shard, const at::Tensor& gates,
+                                               const SpdTermWeights& terms) const;
+  at::Tensor ppgd_loss(const TrainState& s, const Shard& shard, const at::Tensor& gates,
+                       const SpdTermWeights& terms) const;
   TensorTree differentiate(const TrainState& s, int64_t t, const at::Tensor& w, const SpdTermWeights& terms,
                            bool create_graph, at::Tensor* sources_grad) const;
 

@@ -1,0 +1,46 @@
+// Context parallelism (DESIGN.md section 4): the ranks of a cp group split every sequence.
+// The sequence, padded to P = 2·cp·ceil(T / 2cp) columns (padding: no label, weight 0), is cut
+// into 2·cp chunks of P / 2cp; cp rank r holds chunks r and 2cp-1-r, which balances the causal
+// mask's work (zig-zag). Attention reaches the other ranks' keys and values through the
+// differentiable all_gather over the cp group (backward reduce_scatter_sum), so every order of
+// derivative crosses cp ranks; the mask compares true positions.
+// checks/planted_variants.cpp derives the cp mutations from this class.
+#pragma once
+
+#include <memory>
+
+#include "lib/distributed/runtime/group.h"
+#include "lib/model/sequence_layout.h"
+
+namespace magic::dist {
+
+// P for a sequence of `length` over `cp` ranks.
+int64_t cp_padded_length(int64_t length, int64_t cp);
+// The columns of rank `rank` of `cp`: chunks rank and 2cp-1-rank of a padded length P, in order.
+at::Tensor zigzag_columns(int64_t padded_length, int64_t cp, int64_t rank);
+
+class ContextParallel {
+ public:
+  // `group`: this rank's cp group (nullptr: cp = 1, the whole sequence on this rank).
+  explicit ContextParallel(std::shared_ptr<const Group> group);
+  virtual ~ContextParallel() = default;
+
+  int64_t size() const { return group_ ? group_->size() : 1; }
+  const Group& group() const { return *group_; }
+
+  // This rank's layout of a sequence of `length` columns.
+  SequenceLayout layout(int64_t length) const;
+
+ protected:
+  // The columns this rank computes; their true positions; the positions it embeds.
+  virtual at::Tensor columns(int64_t padded_length) const;
+  virtual at::Tensor positions(int64_t padded_length) const;
+  virtual at::Tensor position_ids(int64_t padded_length) const;
+  // [B, H, T_local, D] -> [B, H, T_keys, D], every cp rank's keys in cp-rank order.
+  virtual at::Tensor gather_keys(const at::Tensor& kv) const;
+
+ private:
+  std::shared_ptr<const Group> group_;
+};
+
+}  // namespace magic::dist

@@ -1,0 +1,71 @@
+// Data parallelism on a dp x cp mesh with fsdp-way sharded parameters (DESIGN.md section 4):
+// the Parallelism the LM step is given on mesh layouts. Rows: the global batch is split into
+// contiguous shards over the dp index, sizes differing by at most one (uneven splits allowed;
+// a replica may get none); columns: the cp ranks of a replica split each sequence
+// (context_parallel.h); parameters: sharded_parameters.h.
+//   SUM convention: each rank's loss is its partial sum over the honest global count of valid
+//                   labels across dp·cp; the gradient reduction is a SUM. Exact for any split.
+//   AVG convention: local mean, AVG reduction over dp·cp (SUM then / dp·cp). Exact only when
+//                   every rank (row shard and chunk pair) holds the same number of valid labels.
+// The reduction happens in autograd: the local loss is evaluated on enter(θ) and differentiated
+// with respect to the stored θ, so the reduced gradient comes out of the collectives' backward
+// and stays differentiable for REPLAY and HVPs.
+// checks/planted_variants.cpp derives the planted bugs of the mutation catalog from this class
+// and from ContextParallel and ShardedParameters.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "lib/distributed/parallel/context_parallel.h"
+#include "lib/distributed/parallel/mesh_layout.h"
+#include "lib/distributed/parallel/sharded_parameters.h"
+#include "lib/train/parallelism.h"
+
+namespace magic::dist {
+
+enum class Convention { kSum, kAvg };
+Convention parse_convention(const std::string& name);
+std::string convention_name(Convention convention);
+
+// The [begin, end) of shard `rank` when `total` items split over `size` ranks.
+std::pair<int64_t, int64_t> shard_range(int64_t total, int rank, int size);
+
+// The pieces a DataParallel is made of; planted variants replace one of them.
+struct MeshParts {
+  MeshGroups groups;
+  std::shared_ptr<const ContextParallel> context;
+  std::shared_ptr<const ShardedParameters> parameters;
+  std::map<std::string, int64_t> full_rows;  // dim-0 size of every full parameter
+};
+// The correct pieces for `groups`, for parameters shaped like `full_params`.
+MeshParts mesh_parts(const MeshGroups& groups, const TensorTree& full_params);
+
+class DataParallel : public Parallelism {
+ public:
+  DataParallel(MeshParts parts, Convention convention);
+
+  std::vector<int64_t> local_share(const std::vector<int64_t>& global) const override;
+  double mean_denominator(double local_valid_labels) const override;
+  SequenceLayout sequence(int64_t length) const override;
+  TensorTree shard(const TensorTree& full) const override;
+  TensorTree unshard(const TensorTree& local) const override;
+  TensorTree enter(const TensorTree& params) const override;
+  at::Tensor global_norm(const TensorTree& grads) const override;
+  TensorTree reduce_gradient(const TensorTree& grads) const override;
+  TensorTree apply_convention(const TensorTree& grads) const override;
+  at::Tensor sum_across_ranks(const at::Tensor& local) const override;
+  at::Tensor assemble_weight_gradient(const at::Tensor& local) const override;
+
+  const MeshLayout& layout() const { return parts_.groups.layout; }
+  const Group& world() const { return *parts_.groups.world; }
+  int rank() const { return parts_.groups.rank; }
+  Convention convention() const { return convention_; }
+
+ private:
+  MeshParts parts_;
+  Convention convention_;
+};
+
+}  // namespace magic::dist

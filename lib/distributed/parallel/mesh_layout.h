@@ -1,0 +1,54 @@
+// MeshLayout: where each rank sits in a dp x cp mesh whose parameters are sharded fsdp ways
+// (DESIGN.md section 4). Rank order: cp varies fastest, then dp:
+//   rank = dp_index * cp + cp_index.
+// Groups of a rank (dp_index d, cp_index c):
+//   cp group      {(d, c') : every c'}                            K/V gather of attention
+//   shard group   {(d', c) : d' / fsdp = d / fsdp}                 all_gather of parameter shards
+//   replica group {(d', c') : d' % fsdp = d % fsdp}                ranks holding the same shard
+// Shard index d % fsdp; with fsdp = 1 the replica group is the whole world (plain data
+// parallelism), with fsdp = dp and cp = 1 it is the rank alone.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "lib/distributed/runtime/runtime.h"
+#include "lib/distributed/runtime/topology.h"
+
+namespace magic::dist {
+
+class MeshLayout {
+ public:
+  MeshLayout(int64_t dp, int64_t cp, int64_t fsdp);
+  explicit MeshLayout(const TopologySpec& topology);
+
+  int64_t dp() const { return dp_; }
+  int64_t cp() const { return cp_; }
+  int64_t fsdp() const { return fsdp_; }
+  int world_size() const { return static_cast<int>(dp_ * cp_); }
+
+  int rank_of(int64_t dp_index, int64_t cp_index) const { return static_cast<int>(dp_index * cp_ + cp_index); }
+  int64_t dp_index(int rank) const { return rank / cp_; }
+  int64_t cp_index(int rank) const { return rank % cp_; }
+  int64_t shard_index(int rank) const { return dp_index(rank) % fsdp_; }
+
+  // Members of the rank's groups, in group-rank order.
+  std::vector<int> cp_group(int rank) const;
+  std::vector<int> shard_group(int rank) const;
+  std::vector<int> replica_group(int rank) const;
+
+ private:
+  int64_t dp_, cp_, fsdp_;
+};
+
+// This rank's groups of the mesh. Every rank of the world calls make_mesh_groups with the same
+// layout (groups are created collectively, in one order). A group of one rank is nullptr (its
+// collectives are identities); one that spans the world is the world group.
+struct MeshGroups {
+  MeshLayout layout{1, 1, 1};
+  int rank = 0;
+  std::shared_ptr<const Group> world, cp, shard, replica;
+};
+MeshGroups make_mesh_groups(const Runtime& runtime, const MeshLayout& layout);
+
+}  // namespace magic::dist

@@ -1,0 +1,78 @@
+#include "lib/distributed/parallel/sharded_parameters.h"
+
+#include <algorithm>
+
+#include "lib/core/strings.h"
+#include "lib/distributed/collectives/collectives.h"
+
+namespace magic::dist {
+
+std::pair<int64_t, int64_t> chunk_range(int64_t rows, int64_t index, int64_t count) {
+  const int64_t chunk = (rows + count - 1) / count;
+  const int64_t begin = std::min(rows, index * chunk);
+  return {begin, std::min(rows, begin + chunk)};
+}
+
+ShardedParameters::ShardedParameters(std::shared_ptr<const Group> shard, std::shared_ptr<const Group> replica)
+    : shard_(std::move(shard)), replica_(std::move(replica)) {}
+
+TensorTree ShardedParameters::shard(const TensorTree& full) const {
+  return full.map([this](const at::Tensor& p) {
+    if (shards() == 1) return p.clone();
+    auto [begin, end] = chunk_range(p.size(0), shard_->rank(), shards());
+    return p.narrow(0, begin, end - begin).clone();
+  });
+}
+
+namespace {
+
+int64_t rows_of(const std::map<std::string, int64_t>& full_rows, const std::string& name) {
+  const auto it = full_rows.find(name);
+  if (it == full_rows.end()) throw std::logic_error(str_cat("sharded parameters: no full shape for '", name, "'"));
+  return it->second;
+}
+
+at::Tensor padded(const at::Tensor& shard, int64_t rows) {
+  if (shard.size(0) == rows) return shard;
+  std::vector<int64_t> pad(2 * shard.dim(), 0);
+  pad.back() = rows - shard.size(0);  // constant_pad_nd pads the last dimension first
+  return at::constant_pad_nd(shard, pad, 0);
+}
+
+}  // namespace
+
+TensorTree ShardedParameters::unshard(const TensorTree& local, const std::map<std::string, int64_t>& full_rows) const {
+  return local.map_named([&](const std::string& name, const at::Tensor& s) {
+    const int64_t n = rows_of(full_rows, name);
+    if (shards() == 1) return s.detach();
+    const int64_t chunk = (n + shards() - 1) / shards();
+    return shard_->all_gather(padded(s.detach(), chunk), 0).narrow(0, 0, n).contiguous();
+  });
+}
+
+TensorTree ShardedParameters::gather(const TensorTree& local, const std::map<std::string, int64_t>& full_rows) const {
+  return local.map_named([&](const std::string& name, const at::Tensor& s) {
+    const at::Tensor entered = enter_replicas(s);
+    return shards() == 1 ? entered : gather_shards(entered, rows_of(full_rows, name));
+  });
+}
+
+at::Tensor ShardedParameters::global_norm(const TensorTree& local_grads) const {
+  const at::Tensor squares = dot(local_grads, local_grads);
+  return (shards() == 1 ? squares : all_reduce_sum(squares, *shard_)).sqrt();
+}
+
+at::Tensor ShardedParameters::enter_replicas(const at::Tensor& shard) const {
+  return replica_ ? copy_to_group(shard, *replica_) : shard;
+}
+
+at::Tensor ShardedParameters::gather_shards(const at::Tensor& shard, int64_t full_rows) const {
+  const int64_t chunk = (full_rows + shards() - 1) / shards();
+  return all_gather_padded(padded(shard, chunk)).narrow(0, 0, full_rows);
+}
+
+at::Tensor ShardedParameters::all_gather_padded(const at::Tensor& padded_shard) const {
+  return all_gather(padded_shard, *shard_, 0);
+}
+
+}  // namespace magic::dist

@@ -1,0 +1,19 @@
+#include "lib/distributed/pools/pool_groups.h"
+
+#include "lib/core/strings.h"
+
+namespace magic::dist {
+
+ThreePoolGroups make_three_pool_groups(const Runtime& runtime, const ThreePoolLayout& layout) {
+  ThreePoolGroups g;
+  g.world = runtime.world();
+  g.ci = runtime.new_group("ci", layout.ci_ranks());
+  for (int64_t k = 0; k < layout.n_blocks(); ++k) {
+    auto block = runtime.new_group(str_cat("block", k), layout.block_ranks(k));
+    if (block) g.block = block;
+  }
+  g.ppgd = runtime.new_group("ppgd", layout.ppgd_ranks());
+  return g;
+}
+
+}  // namespace magic::dist
