@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "checks/lm_pipelines.h"
+#include "lib/core/dtype.h"
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/pools/three_pool_layout.h"
@@ -96,6 +97,11 @@ void CheckSettings::validate() const {
     throw InputError(
         "--convention avg: the three-pool workload reduces with SUM throughout (plant AVG with "
         "--mutate avg-ci-reduce or avg-block-reduce)");
+  }
+  if (w == "spd" && precision.reduce != precision.master) {
+    throw InputError(str_cat("--reduce-dtype ", dtype_name(precision.reduce),
+                             ": the three-pool workload sums each pool's gradient in the master dtype (",
+                             dtype_name(precision.master), "); a compute-dtype reduction is checked on mesh layouts"));
   }
   if (w == "spd") {
     const dist::ThreePoolLayout layout(topology, spd_sites());

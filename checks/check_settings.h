@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/core/precision_policy.h"
 #include "lib/distributed/parallel/data_parallel.h"
 #include "lib/distributed/runtime/group.h"
 #include "lib/distributed/runtime/topology.h"
@@ -28,7 +29,7 @@ int level_rank(const std::string& name);
 struct CheckSettings {
   dist::TopologySpec topology = dist::TopologySpec::parse("dp=1");
   int64_t steps = 4;
-  c10::ScalarType dtype = c10::kDouble;
+  PrecisionPolicy precision;  // --dtype: fp64 | fp32 | bf16 | fp16 (precision_policy.h)
   dist::Convention convention = dist::Convention::kSum;
   std::vector<Level> levels = all_levels();
   uint64_t seed = 0;

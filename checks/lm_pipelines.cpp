@@ -1,5 +1,6 @@
 #include "checks/lm_pipelines.h"
 
+#include "checks/planted_precision.h"
 #include "checks/planted_variants.h"
 
 #include "lib/core/dtype.h"
@@ -18,7 +19,7 @@ RunConfig lm_check_config(const CheckSettings& s) {
   optimizer["clip_norm"] = 5.0;
   nlohmann::json json = {
       {"seed", s.seed},
-      {"dtype", dtype_name(s.dtype)},
+      {"dtype", s.precision.to_json()},
       {"model", {{"vocab", 257}, {"d_model", 16}, {"n_layers", 1}, {"n_heads", 2}, {"max_len", s.max_len}}},
       {"data", {{"train", "text/proverbs.jsonl"}, {"queries", "text/queries.jsonl"}, {"max_documents", s.documents}}},
       {"training",
@@ -40,23 +41,39 @@ TensorTree hvp_direction(const TensorTree& params, uint64_t seed) {
 
 namespace {
 
-PipelineOutputs lm_outputs(const std::vector<TensorTree>& step_grads, const TensorTree& query_grad,
+// n of each row's sums (pipeline_outputs.h): a gradient entry sums over the batch's label
+// positions, the query gradient over the queries', a score is an inner product over the parameters.
+struct SumLengths {
+  int64_t batch_labels, query_labels, parameters;
+};
+
+SumLengths sum_lengths(const CheckSettings& s, const LmProblem& problem, const TensorTree& full_params) {
+  const int64_t labels_per_row = s.max_len - 1;
+  return {s.global_batch() * labels_per_row, problem.query->num_queries() * labels_per_row, full_params.numel()};
+}
+
+PipelineOutputs lm_outputs(const SumLengths& n, const std::vector<TensorTree>& step_grads, const TensorTree& query_grad,
                            const TensorTree& hvp_initial, const TensorTree& hvp_final, const TensorTree& final_params,
                            const at::Tensor& scores) {
   PipelineOutputs out;
   for (const auto& p : step_grads.front()) {
     std::vector<at::Tensor> steps;
     for (const auto& g : step_grads) steps.push_back(g.at(p.name).reshape({-1}));
-    out.push_back({"grad", p.name, at::cat(steps)});
+    out.push_back({"grad", p.name, at::cat(steps), 0.0, /*shared_inputs=*/true, n.batch_labels});
   }
-  out.push_back({"query_grad", "all", query_grad.flatten()});
-  out.push_back({"hvp", "theta_0", hvp_initial.flatten()});
-  out.push_back({"hvp", "theta_N", hvp_final.flatten()});
-  out.push_back({"final_params", "all", final_params.flatten()});
+  out.push_back({"query_grad", "all", query_grad.flatten(), 0.0, false, n.query_labels});
+  out.push_back({"hvp", "theta_0", hvp_initial.flatten(), 0.0, /*shared_inputs=*/true, n.batch_labels});
+  out.push_back({"hvp", "theta_N", hvp_final.flatten(), 0.0, false, n.batch_labels});
+  // Per parameter: a precision bug in the update shows on the tensors it touches, not behind the
+  // drift of the embeddings in one concatenation.
+  for (const auto& p : final_params) {
+    out.push_back({"final_params", p.name, p.tensor.reshape({-1}), 0.0, false, n.batch_labels, /*stored=*/true});
+  }
   // A document's score sums its tokens' scores; they can cancel (to ~0 under clipping), so its
   // error is measured against the size of those terms: max over documents of Σ_t |score_t|.
-  out.push_back({"scores", "per_document", scores.sum(1), scores.abs().sum(1).max().item<double>()});
-  out.push_back({"scores", "per_token", scores});
+  out.push_back(
+      {"scores", "per_document", scores.sum(1), scores.abs().sum(1).max().item<double>(), false, n.parameters});
+  out.push_back({"scores", "per_token", scores, 0.0, false, n.parameters});
   return out;
 }
 
@@ -66,9 +83,10 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
                                    const std::string& mutation, const std::vector<TrainState>& teacher) {
   const RunConfig config = lm_check_config(settings);
   const dist::MeshGroups groups = dist::make_mesh_groups(runtime, dist::MeshLayout(settings.topology));
-  const TensorTree full_init = gpt_init(config.model, config.dtype, config.seed);
+  const TensorTree full_init = gpt_init(config.model, config.precision.master, config.seed);
   auto parallel = planted_data_parallel(mutation, dist::mesh_parts(groups, full_init), settings.convention);
-  const LmProblem problem = build_lm_problem(config, parallel);
+  const LmProblem problem =
+      build_lm_problem(config, parallel, planted_precision(mutation, config.precision, runtime.world_size()));
   // Sharded tensors (parameters and everything shaped like them) are compared at full shape.
   std::vector<TensorTree> step_grads;
   for (size_t t = 0; t < teacher.size(); ++t) {
@@ -83,7 +101,7 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
   const TensorTree v = parallel->shard(hvp_direction(full_init, settings.seed));
   const int64_t last = problem.step->num_steps() - 1;
   return lm_outputs(
-      step_grads, parallel->unshard(result.query_gradient),
+      sum_lengths(settings, problem, full_init), step_grads, parallel->unshard(result.query_gradient),
       parallel->unshard(hessian_vector_product(*problem.step, problem.initial, 0, problem.weights, v)),
       parallel->unshard(hessian_vector_product(*problem.step, result.final_state, last, problem.weights, v)),
       parallel->unshard(result.final_state.params), result.scores);
@@ -94,12 +112,14 @@ ReferenceRun run_reference_lm(const CheckSettings& settings) {
   const LmProblem problem = build_lm_problem(config);  // data, init and order only
   reference::UnrolledLmSetup setup{
       problem.model,    problem.train,     &problem.query->queries(),  *problem.stream,
-      config.reduction, problem.optimizer, config.optimizer.clip_norm, problem.initial.params};
+      config.reduction, problem.optimizer, config.optimizer.clip_norm, problem.initial.params,
+      config.precision};
   auto unrolled = reference::unrolled_lm_scores(setup, problem.weights);
   const TensorTree v = hvp_direction(problem.initial.params, settings.seed);
   const int64_t last = problem.stream->num_steps() - 1;
   ReferenceRun run;
-  run.outputs = lm_outputs(unrolled.step_grads, reference::lm_query_gradient(setup, unrolled.final_params),
+  run.outputs = lm_outputs(sum_lengths(settings, problem, problem.initial.params), unrolled.step_grads,
+                           reference::lm_query_gradient(setup, unrolled.final_params),
                            reference::lm_batch_hvp(setup, problem.initial.params, problem.weights, 0, v),
                            reference::lm_batch_hvp(setup, unrolled.final_params, problem.weights, last, v),
                            unrolled.final_params, unrolled.scores);

@@ -4,7 +4,7 @@
 //   grad/<param>      the reduced gradient (before clipping) of every step at the reference's
 //                     state of that step, concatenated
 //   query_grad/all    ∂Q/∂θ_N;   hvp/theta_0, hvp/theta_N   ∇²L v at θ_0 (batch 0), θ_N (batch N-1)
-//   final_params/all; scores/per_document, scores/per_token
+//   final_params/<param>; scores/per_document, scores/per_token
 #pragma once
 
 #include <vector>

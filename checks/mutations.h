@@ -4,6 +4,7 @@
 // ("" where the error is not a scaling).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,21 +15,48 @@
 
 namespace magic::checks {
 
+// What a precision mutation needs of the run's precision policy to exist.
+enum class PrecisionNeed {
+  kNone,
+  kLowPrecision,         // compute dtype below the master dtype (master weights exist)
+  kLossScale,            // loss_scale >= 2
+  kReduceInMaster,       // the policy reduces in the master dtype, which is not the compute dtype
+  kFp16,                 // fp16 compute
+  kResolvesSmallErrors,  // a compute dtype at least as fine as fp16: bf16's own rounding of the
+                         // check's gradients (4-25%) hides an error of a few percent
+  kResolvesScores,       // fp16 or finer: bf16's scores carry 10-40% error of their own
+  kResolvesTinyErrors,   // fp32 or finer: an error of ~5e-4 is below bf16's and fp16's rounding
+};
+
+// "compute below master (bf16, fp16)", "loss_scale >= 2 (fp16)", ...
+std::string precision_need_text(PrecisionNeed need);
+
 struct Mutation {
   std::string name;  // also selects its planted variant (planted_variants.h)
   std::string description;
   std::string expected_level;
   std::string expected_factor;
-  dist::TopologyFamily family;
+  // None: every layout. The precision mutations are the mesh's: the three-pool workload runs fp64
+  // and fp32 only.
+  std::optional<dist::TopologyFamily> family;
   // Sizes the layout must have for the bug to exist and show its factor: ("n_ci", 2) is
   // n_ci >= 2; in `at_most`, ("cp", 1) is cp <= 1. Sizes are the topology's keys and, on a
   // mesh, "replicas" (dp / fsdp) and "holders" (ranks holding the same shard: dp / fsdp * cp).
   std::vector<std::pair<std::string, int64_t>> at_least;
   std::vector<std::pair<std::string, int64_t>> at_most = {};
+  PrecisionNeed precision_need = PrecisionNeed::kNone;
+  // Non-empty: the bug is real but its effect is below what a check on one machine resolves
+  // (this says why); --bite lists it as skipped, --mutate still runs it.
+  std::string beyond_resolution = "";
 };
 
+// The sizes factors are named after: the topology's, and "loss_scale" where it is >= 2.
+std::vector<std::pair<std::string, int64_t>> factor_sizes(const dist::TopologySpec& topology,
+                                                          const PrecisionPolicy& precision);
+
 // "" when `m` applies to `topology`, else why not: "needs n_per_block >= 2 (n_per_block=1 here)".
-std::string unmet_requirement(const Mutation& m, const dist::TopologySpec& topology);
+std::string unmet_requirement(const Mutation& m, const dist::TopologySpec& topology,
+                              const PrecisionPolicy& precision = {});
 
 const std::vector<Mutation>& mutation_catalog();
 
@@ -38,12 +66,13 @@ struct BitePlan {
   std::vector<Mutation> run;
   std::vector<BiteSkip> skipped;
 };
-BitePlan plan_bite(const dist::TopologySpec& topology, const std::vector<Level>& levels);
+BitePlan plan_bite(const dist::TopologySpec& topology, const std::vector<Level>& levels,
+                   const PrecisionPolicy& precision = {});
 
 // InputError listing the catalog when `name` is unknown or does not apply to the topology, or
 // naming both levels when the level the mutation must fail at is not among `levels`.
 const Mutation& find_mutation(const std::string& name, const dist::TopologySpec& topology,
-                              const std::vector<Level>& levels = all_levels());
+                              const std::vector<Level>& levels = all_levels(), const PrecisionPolicy& precision = {});
 
 // Caught when the first failing level is the expected one and, if a factor is expected, a
 // failing row at that level has a scale equal to that factor's value on `topology` (exactly, or
@@ -51,6 +80,6 @@ const Mutation& find_mutation(const std::string& name, const dist::TopologySpec&
 // level is the first that failed ("" if none); the observed factor lists every name the row's
 // scale matches ("x n_per_block = x n_ppgd" where sizes coincide: then factor_distinct is false).
 BiteOutcome judge_mutation(const Mutation& mutation, const dist::TopologySpec& topology,
-                           const std::vector<CheckRow>& rows);
+                           const std::vector<CheckRow>& rows, const PrecisionPolicy& precision = {});
 
 }  // namespace magic::checks

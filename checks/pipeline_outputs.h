@@ -16,6 +16,15 @@ struct NamedTensor {
   std::string name;
   at::Tensor value;
   double error_scale = 0.0;  // for a sum of terms: their size (compare_tensors); 0: none
+  // Evaluated at the same inputs in every run (the grad level at the teacher's states, the HVP
+  // at θ_0): under low precision, rounding differences do not compound over training steps, so
+  // the derived bound applies (README "Mixed precision").
+  bool shared_inputs = false;
+  // n: the number of terms an entry sums (gradients: the batch's label positions; scores: the
+  // parameters of the inner product; final parameters: their gradients').
+  int64_t sum_length = 0;
+  // A stored value (final parameters): checked for being kept in the master dtype.
+  bool stored = false;
 };
 using PipelineOutputs = std::vector<NamedTensor>;
 
@@ -30,7 +39,12 @@ struct ReferenceRun {
 // One row per reference tensor of a wanted level, against the distributed tensor of the same
 // level and name. A reference tensor with no distributed partner, a partner of another shape, and
 // a distributed tensor with no reference partner are failing rows that say so.
+// Under a low-precision policy `golden` holds the fp64 reference's outputs (same names) and each
+// row is the three-tensor comparison of lib/compare/check_row.h; null compares at the tolerance.
 std::vector<CheckRow> compare_outputs(const PipelineOutputs& distributed, const PipelineOutputs& reference,
-                                      const CheckSettings& settings);
+                                      const CheckSettings& settings, const PipelineOutputs* golden = nullptr);
+
+// The criterion of a low-precision row of `settings` (k, floor, and the bound where it applies).
+PrecisionCriterion precision_criterion(const CheckSettings& settings, const NamedTensor& row);
 
 }  // namespace magic::checks

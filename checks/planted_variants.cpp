@@ -7,6 +7,7 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "checks/planted_precision.h"
 #include "lib/distributed/collectives/collectives.h"
 
 namespace magic::checks {
@@ -272,7 +273,7 @@ std::shared_ptr<const Parallelism> planted_data_parallel(const std::string& muta
       {"fsdp-avg-and-divide", make<WithPart<GatherAvgBackward>>()},
       {"fsdp-gather-once-differentiable", make<WithPart<GatherBackwardOutsideAutograd>>()},
       {"hsdp-missing-replica-reduce", make<WithPart<NoCrossReplicaSum>>()}};
-  const auto it = variants.find(mutation);
+  const auto it = variants.find(is_precision_mutation(mutation) ? "" : mutation);
   if (it == variants.end()) throw std::logic_error("no data-parallel variant for mutation '" + mutation + "'");
   return it->second(std::move(parts), convention);
 }
@@ -287,7 +288,7 @@ std::shared_ptr<const ThreePoolConventions> planted_three_pool_conventions(const
       {"global-sum-allreduce-backward", std::make_shared<GlobalSumAllReduceBackward>()},
       {"detached-global-residual", std::make_shared<DetachedGlobalResidual>()},
       {"ppgd-broadcast-all-ranks", std::make_shared<PpgdBroadcastAllRanks>()}};
-  const auto it = variants.find(mutation);
+  const auto it = variants.find(is_precision_mutation(mutation) ? "" : mutation);
   if (it == variants.end()) throw std::logic_error("no three-pool variant for mutation '" + mutation + "'");
   return it->second;
 }

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <optional>
 
 #include "checks/lm_pipelines.h"
 #include "checks/mutations.h"
 #include "checks/spd_pipelines.h"
-#include "lib/core/dtype.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/progress.h"
 
@@ -44,17 +44,28 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime)
   const CheckSettings& s = request.settings;
   std::vector<Mutation> mutations;
   BitePlan plan;
-  if (request.mode == CheckMode::kMutate) mutations.push_back(find_mutation(request.mutation, s.topology, s.levels));
+  if (request.mode == CheckMode::kMutate)
+    mutations.push_back(find_mutation(request.mutation, s.topology, s.levels, s.precision));
   if (request.mode == CheckMode::kBite) {
-    plan = plan_bite(s.topology, s.levels);
+    plan = plan_bite(s.topology, s.levels, s.precision);
     mutations = plan.run;
   }
 
   // The reference on every rank (cheap here, and it needs no communication: every rank gets the
   // states the grad level is evaluated at); then the distributed runs, clean first (unless
   // --mutate), then each mutation.
+  // Under a low-precision policy the reference runs twice: with the policy (the candidate's
+  // teacher and partner) and in fp64 (the golden run both are measured against).
   dist::set_phase("reference");
   const ReferenceRun reference = run_reference(s);
+  std::optional<ReferenceRun> golden;
+  if (s.precision.low_precision()) {
+    CheckSettings fp64 = s;
+    fp64.precision = PrecisionPolicy{};
+    dist::set_phase("golden reference (fp64)");
+    golden = run_reference(fp64);
+  }
+  const PipelineOutputs* golden_outputs = golden ? &golden->outputs : nullptr;
   dist::set_phase("distributed pipeline");
   std::vector<PipelineOutputs> runs;
   if (request.mode != CheckMode::kMutate) {
@@ -66,7 +77,7 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime)
   report.topology = s.topology.str();
   report.world_size = runtime.world_size();
   report.workload = s.resolved_workload();
-  report.dtype = dtype_name(s.dtype);
+  report.dtype = s.precision.str();
   report.convention = dist::convention_name(s.convention);
   report.backend = dist::backend_name(s.backend);
   report.steps = s.steps;
@@ -75,16 +86,17 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime)
   if (runtime.rank() != 0) return report;
 
   dist::set_phase("comparison");
-  report.rows = compare_outputs(runs.front(), reference.outputs, s);
+  report.rows = compare_outputs(runs.front(), reference.outputs, s, golden_outputs);
   if (s.resolved_workload() == "lm" && s.convention == dist::Convention::kAvg && !report.rows_pass()) {
     if (std::string note = avg_convention_note(s); !note.empty()) report.notes.push_back(note);
   }
   if (request.mode == CheckMode::kMutate) {
     report.mutation = mutations.front().name;
-    report.bite.push_back(judge_mutation(mutations.front(), s.topology, report.rows));
+    report.bite.push_back(judge_mutation(mutations.front(), s.topology, report.rows, s.precision));
   }
   for (size_t i = 0; request.mode == CheckMode::kBite && i < mutations.size(); ++i) {
-    report.bite.push_back(judge_mutation(mutations[i], s.topology, compare_outputs(runs[i + 1], reference.outputs, s)));
+    report.bite.push_back(judge_mutation(
+        mutations[i], s.topology, compare_outputs(runs[i + 1], reference.outputs, s, golden_outputs), s.precision));
   }
   report.bite_skipped = plan.skipped;
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,5 +1,6 @@
 #include "checks/spd_pipelines.h"
 
+#include "checks/planted_precision.h"
 #include "checks/planted_variants.h"
 
 #include "checks/lm_pipelines.h"
@@ -46,22 +47,33 @@ struct StepGradRows {
   }
 };
 
-PipelineOutputs spd_outputs(const StepGradRows& grads, const TensorTree& query_grad, const TensorTree& hvp_initial,
-                            const TensorTree& hvp_final, const TensorTree& final_params,
+// n of each row's sums (pipeline_outputs.h): a gradient entry sums over the batch's examples, the
+// query gradient over the queries, a score is an inner product over the parameters.
+struct SumLengths {
+  int64_t batch, queries, parameters;
+};
+
+SumLengths sum_lengths(const CheckSettings& s, const SpdProblem& p) {
+  return {s.global_batch(), p.data.queries.size(0), p.initial_params.numel()};
+}
+
+PipelineOutputs spd_outputs(const SumLengths& n, const StepGradRows& grads, const TensorTree& query_grad,
+                            const TensorTree& hvp_initial, const TensorTree& hvp_final, const TensorTree& final_params,
                             const TensorTree& final_sources, const at::Tensor& scores) {
   PipelineOutputs out;
   for (const char* name : {"theta_ci", "theta_ci[reconstruction]", "theta_ci[importance]", "theta_ci[ppgd]", "V/U",
                            "V/U[faithfulness]", "V/U[reconstruction]", "V/U[ppgd]"}) {
-    out.push_back({"grad", name, at::cat(grads.rows.at(name))});
+    out.push_back({"grad", name, at::cat(grads.rows.at(name)), 0.0, /*shared_inputs=*/true, n.batch});
   }
-  out.push_back({"query_grad", "theta_ci", group_of(query_grad, is_ci)});
-  out.push_back({"query_grad", "V/U", group_of(query_grad, is_vu)});
-  out.push_back({"hvp", "theta_0", hvp_initial.flatten()});
-  out.push_back({"hvp", "theta_N", hvp_final.flatten()});
-  out.push_back({"final_params", "theta_ci", group_of(final_params, is_ci)});
-  out.push_back({"final_params", "V/U", group_of(final_params, is_vu)});
-  out.push_back({"final_params", "sources", final_sources.flatten()});
-  out.push_back({"scores", "per_document", scores});
+  out.push_back({"query_grad", "theta_ci", group_of(query_grad, is_ci), 0.0, false, n.queries});
+  out.push_back({"query_grad", "V/U", group_of(query_grad, is_vu), 0.0, false, n.queries});
+  out.push_back({"hvp", "theta_0", hvp_initial.flatten(), 0.0, /*shared_inputs=*/true, n.batch});
+  out.push_back({"hvp", "theta_N", hvp_final.flatten(), 0.0, false, n.batch});
+  out.push_back({"final_params", "theta_ci", group_of(final_params, is_ci), 0.0, false, n.batch, /*stored=*/true});
+  out.push_back({"final_params", "V/U", group_of(final_params, is_vu), 0.0, false, n.batch, /*stored=*/true});
+  // The sources move by ±ppgd_step from 0.5 (values every dtype holds): not a master-weights check.
+  out.push_back({"final_params", "sources", final_sources.flatten(), 0.0, false, n.batch});
+  out.push_back({"scores", "per_document", scores, 0.0, false, n.parameters});
   return out;
 }
 
@@ -72,14 +84,14 @@ SpdProblem spd_problem(const CheckSettings& s) {
   const int64_t batch = s.global_batch();
   p.config.n_sites = s.spd_sites();
   p.config.examples = std::max<int64_t>(64, 2 * batch);
-  p.data = spd_data(p.config, batch, s.dtype, s.seed);
+  p.data = spd_data(p.config, batch, s.precision.master, s.seed);
   p.stream = std::make_shared<DataStream>(p.config.examples,
                                           StreamConfig{batch, s.steps, derive_seed(s.seed, "data-order"), true},
                                           "the decomposition workload");
   const nlohmann::json optimizer = s.optimizer_json();
   p.optimizer = make_optimizer(OptimizerConfig::from_json(JsonFields(optimizer, "magic-check optimizer"), s.steps));
-  p.initial_params = spd_init_params(p.config, s.dtype, s.seed);
-  p.initial_sources = spd_init_all_sources(p.config, s.dtype);
+  p.initial_params = spd_init_params(p.config, s.precision.master, s.seed);
+  p.initial_sources = spd_init_all_sources(p.config, s.precision.master);
   p.source_seed = derive_seed(s.seed, "spd-sources");
   return p;
 }
@@ -91,12 +103,13 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
   layout.check_batch(settings.global_batch(), "--batch");
   const dist::ThreePoolGroups groups = dist::make_three_pool_groups(runtime, layout);
   const dist::ThreePoolSpd spd(
-      {p.config, p.data, p.stream, p.optimizer, p.source_seed, planted_three_pool_conventions(mutation)}, layout,
-      groups, runtime.rank());
+      {p.config, p.data, p.stream, p.optimizer, p.source_seed, planted_three_pool_conventions(mutation),
+       planted_precision(mutation, settings.precision, runtime.world_size())},
+      layout, groups, runtime.rank());
   const dist::Group& world = *runtime.world();
   const bool leader = spd.pool_leader();
   const TrainState initial = spd.initial_state(p.initial_params, p.initial_sources);
-  const at::Tensor w = at::ones({p.config.examples}, at::TensorOptions().dtype(settings.dtype));
+  const at::Tensor w = at::ones({p.config.examples}, at::TensorOptions().dtype(settings.precision.master));
 
   StepGradRows grads;
   for (size_t t = 0; t < teacher.size(); ++t) {
@@ -124,7 +137,7 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
   const int64_t last = spd.num_steps() - 1;
   const TensorTree hvp0 = hessian_vector_product(spd, initial, 0, w, share(initial));
   const TensorTree hvpN = hessian_vector_product(spd, result.final_state, last, w, share(result.final_state));
-  return spd_outputs(grads, assemble(result.query_gradient, leader, p.initial_params, world),
+  return spd_outputs(sum_lengths(settings, p), grads, assemble(result.query_gradient, leader, p.initial_params, world),
                      assemble(hvp0, leader, p.initial_params, world), assemble(hvpN, leader, p.initial_params, world),
                      assemble(result.final_state.params, leader, p.initial_params, world),
                      assemble(result.final_state.persistent, leader, p.initial_sources, world), result.scores);
@@ -132,9 +145,9 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
 
 ReferenceRun run_reference_spd(const CheckSettings& settings) {
   const SpdProblem p = spd_problem(settings);
-  const reference::UnrolledSpdSetup setup{p.config,          p.data,       *p.stream, p.optimizer, p.initial_params,
-                                          p.initial_sources, p.source_seed};
-  const at::Tensor w = at::ones({p.config.examples}, at::TensorOptions().dtype(settings.dtype));
+  const reference::UnrolledSpdSetup setup{
+      p.config, p.data, *p.stream, p.optimizer, p.initial_params, p.initial_sources, p.source_seed, settings.precision};
+  const at::Tensor w = at::ones({p.config.examples}, at::TensorOptions().dtype(settings.precision.master));
   const auto unrolled = reference::unrolled_spd_scores(setup, w);
   StepGradRows grads;
   for (const auto& step : unrolled.step_grads) {
@@ -143,10 +156,11 @@ ReferenceRun run_reference_spd(const CheckSettings& settings) {
   const TensorTree v = hvp_direction(p.initial_params, settings.seed);
   const int64_t last = p.stream->num_steps() - 1;
   ReferenceRun run;
-  run.outputs = spd_outputs(grads, reference::spd_query_gradient(setup, unrolled.final_params),
-                            reference::spd_batch_hvp(setup, p.initial_params, p.initial_sources, w, 0, v),
-                            reference::spd_batch_hvp(setup, unrolled.final_params, unrolled.final_sources, w, last, v),
-                            unrolled.final_params, unrolled.final_sources, unrolled.scores);
+  run.outputs =
+      spd_outputs(sum_lengths(settings, p), grads, reference::spd_query_gradient(setup, unrolled.final_params),
+                  reference::spd_batch_hvp(setup, p.initial_params, p.initial_sources, w, 0, v),
+                  reference::spd_batch_hvp(setup, unrolled.final_params, unrolled.final_sources, w, last, v),
+                  unrolled.final_params, unrolled.final_sources, unrolled.scores);
   for (size_t t = 0; t < unrolled.step_params.size(); ++t) {
     run.states.push_back(TrainState{unrolled.step_params[t], {}, unrolled.step_sources[t]});
   }

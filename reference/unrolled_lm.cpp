@@ -14,6 +14,26 @@ at::Tensor rows_with_padding(const at::Tensor& table, const std::vector<int64_t>
   return at::stack(picked);
 }
 
+// The parameters as the forward sees them: every one cast to the compute dtype.
+TensorTree in_compute_dtype(const UnrolledLmSetup& setup, const TensorTree& params) {
+  return params.map([&](const at::Tensor& p) { return p.to(setup.precision.compute); });
+}
+
+at::Tensor logits_in_master(const UnrolledLmSetup& setup, const TensorTree& params, const at::Tensor& ids) {
+  return gpt_forward(setup.model, in_compute_dtype(setup, params), ids).to(setup.precision.master);
+}
+
+// ∂loss/∂xs as the policy computes it: the backward of S·loss, divided by S.
+std::vector<at::Tensor> scaled_grad(const UnrolledLmSetup& setup, const at::Tensor& loss,
+                                    const std::vector<at::Tensor>& xs, bool create_graph) {
+  const double S = setup.precision.loss_scale;
+  auto grads = torch::autograd::grad({loss * S}, xs, {}, /*retain_graph=*/true, create_graph, /*allow_unused=*/true);
+  for (auto& g : grads) {
+    if (g.defined()) g = g / S;
+  }
+  return grads;
+}
+
 at::Tensor plain_batch_loss(const UnrolledLmSetup& setup, const TensorTree& params, const at::Tensor& w, int64_t t) {
   const TokenDataset& data = *setup.train;
   const std::vector<int64_t> rows = setup.stream.rows(t);
@@ -23,7 +43,7 @@ at::Tensor plain_batch_loss(const UnrolledLmSetup& setup, const TensorTree& para
   std::vector<int64_t> zero_shape(w.sizes().begin() + 1, w.sizes().end());
   at::Tensor weights = rows_with_padding(w, rows, at::zeros(zero_shape, w.options()));
 
-  at::Tensor losses = next_token_losses(gpt_forward(setup.model, params, ids), labels);
+  at::Tensor losses = next_token_losses(logits_in_master(setup, params, ids), labels);
   at::Tensor targets = labels.narrow(1, 1, T - 1);
   at::Tensor valid = targets.ne(kIgnoreLabel).to(losses.scalar_type());
   at::Tensor token_weights =
@@ -46,7 +66,7 @@ at::Tensor plain_query_loss(const UnrolledLmSetup& setup, const TensorTree& para
     ids = ids.narrow(0, *index, 1);
     labels = labels.narrow(0, *index, 1);
   }
-  at::Tensor losses = next_token_losses(gpt_forward(setup.model, params, ids), labels);
+  at::Tensor losses = next_token_losses(logits_in_master(setup, params, ids), labels);
   at::Tensor valid = labels.narrow(1, 1, labels.size(1) - 1).ne(kIgnoreLabel).to(losses.scalar_type());
   return ((losses * valid).sum(1) / valid.sum(1)).mean();
 }
@@ -57,7 +77,7 @@ TensorTree lm_batch_hvp(const UnrolledLmSetup& setup, const TensorTree& params_i
                         const TensorTree& direction) {
   TensorTree params = params_in.requires_grad();
   at::Tensor loss = plain_batch_loss(setup, params, w.detach(), t);
-  auto g = torch::autograd::grad({loss}, params.tensors(), {}, true, true, true);
+  auto g = scaled_grad(setup, loss, params.tensors(), /*create_graph=*/true);
   at::Tensor gv = at::zeros({}, loss.options());
   size_t i = 0;
   for (const auto& d : direction) {
@@ -70,7 +90,7 @@ TensorTree lm_batch_hvp(const UnrolledLmSetup& setup, const TensorTree& params_i
 TensorTree lm_query_gradient(const UnrolledLmSetup& setup, const TensorTree& params_in) {
   TensorTree params = params_in.requires_grad();
   at::Tensor q = plain_query_loss(setup, params, std::nullopt);
-  return with_values(params, torch::autograd::grad({q}, params.tensors(), {}, false, false, true)).detach();
+  return with_values(params, scaled_grad(setup, q, params.tensors(), false)).detach();
 }
 
 UnrolledLmResult unrolled_lm_scores(const UnrolledLmSetup& setup, const at::Tensor& w_in, bool per_query) {
@@ -80,7 +100,7 @@ UnrolledLmResult unrolled_lm_scores(const UnrolledLmSetup& setup, const at::Tens
   UnrolledLmResult result;
   for (int64_t t = 0; t < setup.stream.num_steps(); ++t) {
     at::Tensor loss = plain_batch_loss(setup, params, w, t);
-    TensorTree grads = with_values(params, torch::autograd::grad({loss}, params.tensors(), {}, true, true, true));
+    TensorTree grads = with_values(params, scaled_grad(setup, loss, params.tensors(), /*create_graph=*/true));
     result.step_params.push_back(params.detach());
     result.step_grads.push_back(grads.detach());
     if (setup.clip_norm) grads = clip_by_global_norm(grads, *setup.clip_norm);
@@ -92,13 +112,13 @@ UnrolledLmResult unrolled_lm_scores(const UnrolledLmSetup& setup, const at::Tens
   if (!per_query) {
     at::Tensor q = plain_query_loss(setup, params, std::nullopt);
     result.query_loss = q.item<double>();
-    result.scores = torch::autograd::grad({q}, {w})[0];
+    result.scores = scaled_grad(setup, q, {w}, false)[0];
     return result;
   }
   std::vector<at::Tensor> rows;
   for (int64_t j = 0; j < setup.queries->size(); ++j) {
     at::Tensor q = plain_query_loss(setup, params, j);
-    rows.push_back(torch::autograd::grad({q}, {w}, {}, /*retain_graph=*/true)[0]);
+    rows.push_back(scaled_grad(setup, q, {w}, false)[0]);
   }
   result.scores = at::stack(rows);
   return result;

@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "lib/core/precision_policy.h"
 #include "lib/core/tensor_tree.h"
 #include "lib/data/data_stream.h"
 #include "lib/data/token_dataset.h"
@@ -27,7 +28,10 @@ struct UnrolledLmSetup {
   Reduction reduction = Reduction::kMean;
   std::shared_ptr<const Optimizer> optimizer;
   std::optional<double> clip_norm;
-  TensorTree initial_params;
+  TensorTree initial_params;  // in the policy's master dtype, as `w`
+  // Applied as plainly as possible: the forward on parameters cast to the compute dtype, the loss
+  // in master, every backward of S·loss divided by S, parameters and optimizer state in master.
+  PrecisionPolicy precision;
 };
 
 struct UnrolledLmResult {

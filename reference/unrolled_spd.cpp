@@ -2,6 +2,8 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include "lib/model/kernel_fallback.h"
+
 namespace magic::reference {
 namespace {
 
@@ -26,22 +28,39 @@ FullBatch gather(const UnrolledSpdSetup& setup, const at::Tensor& w, int64_t t) 
   return b;
 }
 
+at::Tensor compute(const UnrolledSpdSetup& setup, const at::Tensor& x) {
+  return x.to(setup.precision.compute);
+}
+
+at::Tensor master(const UnrolledSpdSetup& setup, const at::Tensor& x) {
+  return x.to(setup.precision.master);
+}
+
+std::vector<at::Tensor> targets_in_compute(const UnrolledSpdSetup& setup) {
+  std::vector<at::Tensor> out;
+  for (const auto& w : setup.data.target) out.push_back(compute(setup, w));
+  return out;
+}
+
 // The whole training loss of step t, with each term scaled by `terms`.
-at::Tensor plain_loss(const UnrolledSpdSetup& setup, const TensorTree& params, const TensorTree& sources,
+at::Tensor plain_loss(const UnrolledSpdSetup& setup, const TensorTree& params_in, const TensorTree& sources,
                       const FullBatch& b, int64_t t, const SpdTermWeights& terms) {
   const SpdConfig& c = setup.config;
-  const auto xs = spd_site_inputs(setup.data.target, b.x);
+  const TensorTree params = params_in.map([&](const at::Tensor& p) { return compute(setup, p); });
+  const auto target_weights = targets_in_compute(setup);
+  const auto xs = spd_site_inputs(target_weights, compute(setup, b.x));
   at::Tensor faith = at::zeros({}, b.x.options()), rec = at::zeros({b.x.size(0)}, b.x.options());
   at::Tensor ppgd = rec.clone(), importance = rec.clone();
   for (int64_t s = 0; s < c.n_sites; ++s) {
-    const at::Tensor target = at::matmul(xs[s], setup.data.target[s]);
+    const at::Tensor target = kernels::matmul(xs[s], target_weights[s]);
     const at::Tensor g = spd_gates(params, s, xs[s]);
-    const at::Tensor u = spd_stochastic_sources(setup.source_seed, t, b.rows, s, c.components, b.x.scalar_type());
-    const at::Tensor a = sources.at("a." + std::to_string(s));
-    faith = faith + spd_faithfulness(params, s, setup.data.target[s]);
-    rec = rec + spd_site_error(spd_masked_output(params, s, xs[s], g + (1 - g) * u), target);
-    ppgd = ppgd + spd_site_error(spd_masked_output(params, s, xs[s], g + (1 - g) * a), target);
-    importance = importance + g.sum(1);
+    const at::Tensor u =
+        compute(setup, spd_stochastic_sources(setup.source_seed, t, b.rows, s, c.components, b.x.scalar_type()));
+    const at::Tensor a = compute(setup, sources.at("a." + std::to_string(s)));
+    faith = faith + master(setup, spd_faithfulness(params, s, target_weights[s]));
+    rec = rec + master(setup, spd_site_error(spd_masked_output(params, s, xs[s], g + (1 - g) * u), target));
+    ppgd = ppgd + master(setup, spd_site_error(spd_masked_output(params, s, xs[s], g + (1 - g) * a), target));
+    importance = importance + master(setup, g.sum(1));
   }
   const double R = b.real_rows;
   return terms.faithfulness * c.faithfulness_coeff * faith +
@@ -51,8 +70,15 @@ at::Tensor plain_loss(const UnrolledSpdSetup& setup, const TensorTree& params, c
              spd_importance_penalty((b.w * importance).sum() / R, c.importance_beta);
 }
 
-TensorTree grads_of(const at::Tensor& loss, const TensorTree& params, bool create_graph) {
-  return with_values(params, torch::autograd::grad({loss}, params.tensors(), {}, create_graph, create_graph, true));
+// ∂loss/∂params as the policy computes them: the backward of S·loss, divided by S.
+TensorTree grads_of(const UnrolledSpdSetup& setup, const at::Tensor& loss, const TensorTree& params,
+                    bool create_graph) {
+  const double S = setup.precision.loss_scale;
+  auto g = torch::autograd::grad({loss * S}, params.tensors(), {}, create_graph, create_graph, true);
+  for (auto& x : g) {
+    if (x.defined()) x = x / S;
+  }
+  return with_values(params, g);
 }
 
 // The sign-gradient ascent of the adversarial sources on the (unscaled) PPGD term.
@@ -60,7 +86,7 @@ TensorTree next_sources(const UnrolledSpdSetup& setup, const TensorTree& params,
                         const FullBatch& b, int64_t t) {
   TensorTree a = sources.requires_grad();
   at::Tensor ppgd_term = plain_loss(setup, params.detach(), a, b, t, SpdTermWeights::only(SpdTerm::kPpgd));
-  TensorTree g = grads_of(ppgd_term, a, false);
+  TensorTree g = grads_of(setup, ppgd_term, a, false);
   return zip(sources, g, [&](const at::Tensor& x, const at::Tensor& gx) {
     return spd_sources_ascent(x, gx, setup.config.ppgd_step).detach();
   });
@@ -68,11 +94,13 @@ TensorTree next_sources(const UnrolledSpdSetup& setup, const TensorTree& params,
 
 at::Tensor plain_query_loss(const UnrolledSpdSetup& setup, const TensorTree& params) {
   const at::Tensor& xq = setup.data.queries;
-  const auto xs = spd_site_inputs(setup.data.target, xq);
+  const TensorTree pc = params.map([&](const at::Tensor& p) { return compute(setup, p); });
+  const auto target_weights = targets_in_compute(setup);
+  const auto xs = spd_site_inputs(target_weights, compute(setup, xq));
   at::Tensor err = at::zeros({xq.size(0)}, xq.options());
   for (int64_t s = 0; s < setup.config.n_sites; ++s) {
-    err = err + spd_site_error(spd_masked_output(params, s, xs[s], spd_gates(params, s, xs[s])),
-                               at::matmul(xs[s], setup.data.target[s]));
+    err = err + master(setup, spd_site_error(spd_masked_output(pc, s, xs[s], spd_gates(pc, s, xs[s])),
+                                             kernels::matmul(xs[s], target_weights[s])));
   }
   return err.mean();
 }
@@ -92,11 +120,11 @@ UnrolledSpdResult unrolled_spd_scores(const UnrolledSpdSetup& setup, const at::T
     std::map<std::string, TensorTree> grads_t;
     for (SpdTerm term : spd_terms()) {
       TensorTree leaves = params.requires_grad();
-      grads_t[spd_term_name(term)] =
-          grads_of(plain_loss(setup, leaves, sources, gather(setup, w.detach(), t), t, SpdTermWeights::only(term)),
-                   leaves, false);
+      grads_t[spd_term_name(term)] = grads_of(
+          setup, plain_loss(setup, leaves, sources, gather(setup, w.detach(), t), t, SpdTermWeights::only(term)),
+          leaves, false);
     }
-    TensorTree grads = grads_of(plain_loss(setup, params, sources, b, t, {}), params, true);
+    TensorTree grads = grads_of(setup, plain_loss(setup, params, sources, b, t, {}), params, true);
     grads_t["total"] = grads.detach();
     result.step_grads.push_back(grads_t);
     const TensorTree new_sources = next_sources(setup, params, sources, b, t);
@@ -109,20 +137,21 @@ UnrolledSpdResult unrolled_spd_scores(const UnrolledSpdSetup& setup, const at::T
   result.final_sources = sources;
   at::Tensor q = plain_query_loss(setup, params);
   result.query_loss = q.item<double>();
-  result.scores = torch::autograd::grad({q}, {w})[0];
+  result.scores = torch::autograd::grad({q * setup.precision.loss_scale}, {w})[0] / setup.precision.loss_scale;
   return result;
 }
 
 TensorTree spd_batch_hvp(const UnrolledSpdSetup& setup, const TensorTree& params_in, const TensorTree& sources,
                          const at::Tensor& w, int64_t t, const TensorTree& direction) {
   TensorTree params = params_in.requires_grad();
-  TensorTree g = grads_of(plain_loss(setup, params, sources, gather(setup, w.detach(), t), t, {}), params, true);
-  return grads_of(dot(g, direction), params, false).detach();
+  TensorTree g = grads_of(setup, plain_loss(setup, params, sources, gather(setup, w.detach(), t), t, {}), params, true);
+  return with_values(params, torch::autograd::grad({dot(g, direction)}, params.tensors(), {}, false, false, true))
+      .detach();
 }
 
 TensorTree spd_query_gradient(const UnrolledSpdSetup& setup, const TensorTree& params_in) {
   TensorTree params = params_in.requires_grad();
-  return grads_of(plain_query_loss(setup, params), params, false).detach();
+  return grads_of(setup, plain_query_loss(setup, params), params, false).detach();
 }
 
 }  // namespace magic::reference

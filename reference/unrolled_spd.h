@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/core/precision_policy.h"
 #include "lib/core/tensor_tree.h"
 #include "lib/data/data_stream.h"
 #include "lib/model/spd.h"
@@ -25,6 +26,9 @@ struct UnrolledSpdSetup {
   TensorTree initial_params;   // every ci.* and V/U
   TensorTree initial_sources;  // every a.<s>
   uint64_t source_seed = 0;    // of the stochastic masks u
+  // Applied plainly: the model on parameters, data, masks and sources cast to the compute dtype,
+  // every loss term widened to master, each backward of S·loss divided by S.
+  PrecisionPolicy precision;
 };
 
 struct UnrolledSpdResult {

@@ -31,7 +31,7 @@ TEST(MagicCheckCli, FourRanksPassAtFp64PrecisionAndWriteBothReports) {
   const std::string json = temp_path("dp4.json"), junit = temp_path("dp4.xml");
   auto o = magic_check("--topology dp=4 --json " + json + " --junit " + junit);
   ASSERT_EQ(o.exit_code, 0) << o.output;
-  EXPECT_NE(o.output.find("PASS: 23 of 23 checks"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("PASS: 39 of 39 checks"), std::string::npos) << o.output;
   auto report = nlohmann::json::parse(testing::read_file(json));
   EXPECT_EQ(report["world_size"], 4);
   EXPECT_EQ(report["passed"], true);
@@ -102,7 +102,11 @@ TEST(MagicCheckCli, ThreePoolBiteOnDistinctSizesNamesExactlyTheExpectedFactor) {
     bite[b["mutation"].get<std::string>()] = b;
   }
   EXPECT_EQ(bite.size(), 7u);
-  EXPECT_TRUE(report["bite_skipped"].empty());
+  // Every mutation of the layout ran; only those of the precision policy (fp64 here) are skipped.
+  ASSERT_EQ(report["bite_skipped"].size(), 3u);
+  for (const auto& k : report["bite_skipped"]) {
+    EXPECT_EQ(k["reason"].get<std::string>().rfind("needs a", 0), 0u) << k.dump();
+  }
   EXPECT_NE(bite["avg-ci-reduce"]["observed"]["diagnosis"].get<std::string>().find("1/n_ci (scale 0.166667)"),
             std::string::npos)
       << bite["avg-ci-reduce"].dump();
@@ -118,12 +122,14 @@ TEST(MagicCheckCli, BiteSaysWhichMutationsItSkippedAndWhy) {
   auto o = magic_check("--topology n_ci=2,n_per_block=1 --bite --steps 2 --json " + json);
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("BITE PASS: 5 of 5 applicable mutations caught with their expected level and factor "
-                          "(2 skipped: faith-on-all-ranks, avg-block-reduce)"),
+                          "(5 skipped: faith-on-all-ranks, avg-block-reduce, fp16-loss-scale-not-unscaled, "
+                          "fp16-unscale-twice, master-weights-in-compute-dtype)"),
             std::string::npos)
       << o.output;
   auto report = nlohmann::json::parse(testing::read_file(json));
-  ASSERT_EQ(report["bite_skipped"].size(), 2u);
+  ASSERT_EQ(report["bite_skipped"].size(), 5u);
   EXPECT_EQ(report["bite_skipped"][0]["reason"], "needs n_per_block >= 2 (n_per_block=1 here)");
+  EXPECT_EQ(report["bite_skipped"][2]["reason"], "needs a loss scale >= 2 (--dtype fp16; fp64 here)");
   // On this layout n_ci = n_ppgd = n_blocks = 2: the catches hold, but their factors are flagged.
   EXPECT_NE(o.output.find("cannot be told apart"), std::string::npos) << o.output;
 }
@@ -209,8 +215,46 @@ TEST(MagicCheckCli, MeshWithCpAndFsdpPassesAtFp64Precision) {
   auto report = nlohmann::json::parse(testing::read_file(json));
   EXPECT_EQ(report["world_size"], 4);
   EXPECT_EQ(report["topology"], "dp=2,cp=2,fsdp=2");
-  ASSERT_EQ(report["checks"].size(), 23u);
+  ASSERT_EQ(report["checks"].size(), 39u);  // 17 grad, query_grad, 2 hvp, 17 final_params, 2 scores
   for (const auto& row : report["checks"]) EXPECT_LE(row["worst_rel_err"].get<double>(), 1e-9) << row.dump();
+}
+
+// Low precision: judged against an fp64 golden run; every row carries the three errors and,
+// where it applies, the bound; the table says which criterion it used.
+TEST(MagicCheckCli, Bf16PassesAgainstTheFp64GoldenRunAndReportsThreeErrors) {
+  const std::string json = temp_path("bf16.json");
+  auto o = magic_check("--topology dp=2 --dtype bf16 --json " + json);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("checks within the low-precision criterion (bf16 against an fp64 golden run"),
+            std::string::npos)
+      << o.output;
+  auto report = nlohmann::json::parse(testing::read_file(json));
+  EXPECT_EQ(report["dtype"], "bf16");
+  int bounded = 0;
+  for (const auto& row : report["checks"]) {
+    const auto& p = row["precision"];
+    ASSERT_TRUE(p.is_object()) << row.dump();
+    EXPECT_GT(p["reference_vs_golden"].get<double>(), 1e-4) << row.dump();  // bf16 really ran
+    EXPECT_LE(p["candidate_vs_golden"].get<double>(), p["allowed_vs_golden"].get<double>()) << row.dump();
+    if (!p["bound"].is_null()) {
+      ++bounded;
+      EXPECT_LE(p["candidate_vs_reference"].get<double>(), p["bound"].get<double>()) << row.dump();
+    }
+  }
+  EXPECT_EQ(bounded, 18) << "the 17 grad rows at the teacher's states and the HVP at theta_0";
+}
+
+TEST(MagicCheckCli, PrecisionFlagsAreCheckedBeforeAnyRankStarts) {
+  auto o = magic_check("--topology dp=2 --dtype fp16 --loss-scale 1000");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("loss_scale 1000: expected a power of two"), std::string::npos) << o.output;
+  o = magic_check("--topology n_ci=2,n_per_block=1 --dtype bf16 --reduce-dtype bf16");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("the three-pool workload sums each pool's gradient in the master dtype"), std::string::npos)
+      << o.output;
+  o = magic_check("--topology dp=2 --dtype bf16 --mutate fp16-unscale-twice");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("needs a loss scale >= 2"), std::string::npos) << o.output;
 }
 
 // The whole mesh bite on a layout whose sizes all differ (dp=4, cp=3, fsdp=2: 12 ranks, about

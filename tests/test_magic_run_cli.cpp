@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "lib/io/safetensors.h"
 #include "tests/support.h"
 
 namespace magic {
@@ -69,6 +70,25 @@ TEST(MagicRunCli, AGoodRunPrintsRankedExamplesAndWritesScoreFiles) {
   for (const auto& e : std::filesystem::directory_iterator(out)) {
     EXPECT_EQ(e.path().string().find(".partial"), std::string::npos) << e.path();
   }
+}
+
+// fp16 on the CPU (ops without fp16 kernels run widened), scores written in the master dtype;
+// a bad policy exits 2 naming the field.
+TEST(MagicRunCli, Fp16RunsOnTheCpuAndWritesFp32Scores) {
+  const std::string out = ::testing::TempDir() + "/magic-run-fp16";
+  std::filesystem::remove_all(out);
+  Outcome o = run_magic_run("--config " + config_with("fp16", [](nlohmann::json& j) { j["dtype"] = "fp16"; }) +
+                            " --out " + out + " --top 2");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("sqrt checkpoints, fp16"), std::string::npos) << o.output;
+  const at::Tensor scores = load_safetensors(out + "/scores.safetensors").tensors.at("scores");
+  EXPECT_EQ(scores.scalar_type(), c10::kFloat);
+  EXPECT_TRUE(scores.isfinite().all().item<bool>());
+  expect_bad_input("--config " + config_with("policy",
+                                             [](nlohmann::json& j) {
+                                               j["dtype"] = {{"compute", "bf16"}, {"master", "bf16"}};
+                                             }),
+                   "dtype: master dtype bf16");
 }
 
 }  // namespace

@@ -1,18 +1,29 @@
 // Every mutation of the catalog has exactly its planted variant: an object of another type than
-// the correct one, of its family's kind; the empty name gives the correct object, and a name of
-// the other family (or none) is a programming error.
+// the correct one, of its family's kind (precision mutations: of MixedPrecision, with the correct
+// layout objects); the empty name gives the correct object, and a name of the other family (or
+// none) is a programming error.
 #include <gtest/gtest.h>
 
 #include <typeinfo>
 
 #include "checks/mutations.h"
+#include "checks/planted_precision.h"
 #include "checks/planted_variants.h"
 
 namespace magic {
 namespace {
 
 TEST(PlantedVariants, EachMutationPlantsAVariantOfItsFamilysObject) {
+  const PrecisionPolicy fp16 = PrecisionPolicy::for_compute(c10::kHalf);
   for (const auto& m : checks::mutation_catalog()) {
+    if (checks::is_precision_mutation(m.name)) {
+      EXPECT_NE(typeid(*checks::planted_precision(m.name, fp16, 2)), typeid(MixedPrecision)) << m.name;
+      const auto dp = checks::planted_data_parallel(m.name, dist::MeshParts{}, dist::Convention::kSum);
+      EXPECT_EQ(typeid(*dp), typeid(dist::DataParallel)) << m.name;
+      EXPECT_EQ(typeid(*checks::planted_three_pool_conventions(m.name)), typeid(dist::ThreePoolConventions));
+      continue;
+    }
+    EXPECT_EQ(typeid(*checks::planted_precision(m.name, fp16, 2)), typeid(MixedPrecision)) << m.name;
     if (m.family == dist::TopologyFamily::kMesh) {
       const auto planted = checks::planted_data_parallel(m.name, dist::MeshParts{}, dist::Convention::kSum);
       EXPECT_NE(typeid(*planted), typeid(dist::DataParallel)) << m.name;

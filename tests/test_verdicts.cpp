@@ -6,6 +6,7 @@
 
 #include "checks/mutations.h"
 #include "checks/pipeline_outputs.h"
+#include "checks/planted_precision.h"
 #include "lib/core/error.h"
 #include "tests/support.h"
 
@@ -135,10 +136,14 @@ TEST(JudgeMutation, AMissingRowIsNoCatchOfAScaling) {
 TEST(BitePlan, ListsTheMutationsThatDoNotApplyAndWhy) {
   const auto plan = checks::plan_bite(dist::TopologySpec::parse("n_ci=2,n_per_block=1"), checks::all_levels());
   EXPECT_EQ(plan.run.size(), 5u);
-  ASSERT_EQ(plan.skipped.size(), 2u);
+  ASSERT_EQ(plan.skipped.size(), 5u);  // two of the layout, three of the precision policy (fp64 here)
   for (const auto& k : plan.skipped) {
-    EXPECT_TRUE(k.mutation == "faith-on-all-ranks" || k.mutation == "avg-block-reduce") << k.mutation;
-    EXPECT_EQ(k.reason, "needs n_per_block >= 2 (n_per_block=1 here)");
+    if (k.mutation == "faith-on-all-ranks" || k.mutation == "avg-block-reduce") {
+      EXPECT_EQ(k.reason, "needs n_per_block >= 2 (n_per_block=1 here)");
+    } else {
+      EXPECT_TRUE(checks::is_precision_mutation(k.mutation)) << k.mutation;
+      EXPECT_EQ(k.reason.rfind("needs a", 0), 0u) << k.reason;
+    }
   }
 }
 
@@ -153,9 +158,10 @@ TEST(BitePlan, SkipsTheMutationsWhoseLevelIsNotChecked) {
   }
   EXPECT_TRUE(saw_scores);
   size_t mesh_mutations = 0;
-  for (const auto& m : checks::mutation_catalog()) mesh_mutations += m.family == dist::TopologyFamily::kMesh;
-  EXPECT_EQ(mesh_mutations, 13u);
-  EXPECT_EQ(plan.run.size() + plan.skipped.size(), mesh_mutations);  // every mesh mutation, in one list or the other
+  for (const auto& m : checks::mutation_catalog())
+    mesh_mutations += !m.family || m.family == dist::TopologyFamily::kMesh;
+  EXPECT_EQ(mesh_mutations, 18u);  // 13 of the mesh's parallelism, 5 of the precision policy
+  EXPECT_EQ(plan.run.size() + plan.skipped.size(), mesh_mutations);  // every one, in one list or the other
 }
 
 TEST(FindMutation, RefusesAMutationWhoseLevelIsNotChecked) {

@@ -47,6 +47,9 @@ void list_mutations(std::ostream& out) {
     std::vector<std::string> needs;
     for (const auto& [size, least] : m.at_least) needs.push_back(str_cat(size, " >= ", least));
     for (const auto& [size, most] : m.at_most) needs.push_back(str_cat(size, " <= ", most));
+    if (m.precision_need != checks::PrecisionNeed::kNone)
+      needs.push_back(checks::precision_need_text(m.precision_need));
+    if (needs.empty()) needs.push_back("always");
     out << "  " << m.name << "\n      " << m.description << "\n      expected: " << m.expected_level
         << (m.expected_factor.empty() ? "" : ", " + m.expected_factor) << "; applies when " << join(needs, ", ")
         << "\n";
@@ -68,7 +71,15 @@ Command parse(int argc, char** argv, int& early_exit) {
   app.add_option("--topology", topology,
                  "layout, key=value[,...]: dp=N (mesh), or n_ci=A,n_per_block=B[,n_blocks=2][,n_ppgd=2] (three-pool)");
   app.add_option("--steps", s.steps, "training steps")->capture_default_str();
-  app.add_option("--dtype", dtype, "fp64 | fp32 (tolerance 1e-9 | 1e-4)")->capture_default_str();
+  app.add_option("--dtype", dtype,
+                 "fp64 | fp32 | bf16 | fp16 (bf16/fp16: fp32 master weights and reduction, fp16 loss scale 1024; "
+                 "low precision is judged against an fp64 golden run, see README)")
+      ->capture_default_str();
+  double loss_scale = 0;
+  std::string reduce_dtype;
+  app.add_option("--loss-scale", loss_scale, "static loss scale (a power of two; default 1024 for fp16, else 1)");
+  app.add_option("--reduce-dtype", reduce_dtype,
+                 "dtype of the gradient reduction: the master (default) or compute dtype");
   app.add_option("--convention", convention,
                  "sum: honest global count + SUM (exact always); avg: local mean + AVG (exact on equal shards)")
       ->capture_default_str();
@@ -106,8 +117,10 @@ Command parse(int argc, char** argv, int& early_exit) {
   }
   if (topology.empty()) throw InputError("--topology is required (for example --topology dp=4)");
   s.topology = dist::TopologySpec::parse(topology);
-  s.dtype = parse_dtype(dtype, "--dtype");
-  if (s.dtype != c10::kDouble && s.dtype != c10::kFloat) throw InputError("--dtype: expected fp64 or fp32");
+  s.precision = PrecisionPolicy::for_compute(parse_dtype(dtype, "--dtype"));
+  if (loss_scale != 0) s.precision.loss_scale = loss_scale;
+  if (!reduce_dtype.empty()) s.precision.reduce = parse_dtype(reduce_dtype, "--reduce-dtype");
+  s.precision.validate("--dtype " + dtype);
   s.convention = dist::parse_convention(convention);
   if (!checks_list.empty()) s.levels = checks::parse_levels(checks_list);
   if (seed < 0) throw InputError("--seed: expected an integer >= 0");
@@ -124,11 +137,11 @@ Command parse(int argc, char** argv, int& early_exit) {
   if (bite && !mutate.empty()) throw InputError("--bite and --mutate: give one or the other");
   if (bite) c.request.mode = checks::CheckMode::kBite;
   if (!mutate.empty()) {
-    checks::find_mutation(mutate, s.topology, s.levels);
+    checks::find_mutation(mutate, s.topology, s.levels, s.precision);
     c.request.mode = checks::CheckMode::kMutate;
     c.request.mutation = mutate;
   }
-  if (const auto plan = checks::plan_bite(s.topology, s.levels); bite && plan.run.empty()) {
+  if (const auto plan = checks::plan_bite(s.topology, s.levels, s.precision); bite && plan.run.empty()) {
     std::vector<std::string> why;
     for (const auto& skip : plan.skipped) why.push_back(skip.mutation + ": " + skip.reason);
     throw InputError(str_cat("--bite: no mutation can run on ", s.topology.str(), " (", join(why, "; "), ")"));

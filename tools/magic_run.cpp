@@ -62,7 +62,8 @@ int run(int argc, char** argv) {
   }
   std::cout << "magic-run: " << problem.train->size() << " examples from " << config.train_path << ", "
             << problem.query->num_queries() << " queries, " << config.steps << " steps of " << config.batch_size << ", "
-            << config.optimizer.name << ", " << checkpoint_schedule_name(config.checkpoints) << " checkpoints\n";
+            << config.optimizer.name << ", " << checkpoint_schedule_name(config.checkpoints) << " checkpoints, "
+            << config.precision.str() << "\n";
   MagicOptions options;
   options.schedule = config.checkpoints;
   options.spill_dir = config.spill_dir;

@@ -2,7 +2,15 @@
 
 #include <limits>
 
+#include "lib/core/dtype.h"
+#include "lib/core/strings.h"
+
 namespace magic {
+namespace {
+
+constexpr double kRepresentableSlack = 0.5;
+
+}  // namespace
 
 CheckRow make_check_row(const std::string& level, const std::string& tensor, const at::Tensor& distributed,
                         const at::Tensor& reference, double tolerance, const std::vector<NamedFactor>& factors,
@@ -14,6 +22,63 @@ CheckRow make_check_row(const std::string& level, const std::string& tensor, con
   row.tolerance = tolerance;
   row.passed = row.stats.worst_rel_err <= tolerance;
   row.diagnosis = diagnose(row.stats, row.passed, factors);
+  return row;
+}
+
+double representable_share(const at::Tensor& x, c10::ScalarType dtype) {
+  if (x.numel() == 0) return 0.0;
+  const at::Tensor wide = x.detach().to(at::kDouble);
+  return wide.eq(wide.to(dtype).to(at::kDouble)).to(at::kDouble).mean().item<double>();
+}
+
+CheckRow make_precision_row(const std::string& level, const std::string& tensor, const at::Tensor& candidate,
+                            const at::Tensor& reference, const at::Tensor& golden, const PrecisionCriterion& criterion,
+                            const std::vector<NamedFactor>& factors, double error_scale, double direction_noise) {
+  CheckRow row;
+  row.level = level;
+  row.tensor = tensor;
+  row.stats = compare_tensors(candidate, reference, error_scale);
+  PrecisionErrors e;
+  e.candidate_golden = compare_tensors(candidate, golden, error_scale).worst_rel_err;
+  e.reference_golden = compare_tensors(reference, golden, error_scale).worst_rel_err;
+  e.allowed_golden = criterion.k * e.reference_golden + criterion.floor;
+  e.bound = criterion.bound;
+  row.tolerance = e.allowed_golden;
+  bool stored_right = true;
+  if (criterion.storage) {
+    e.candidate_representable = representable_share(candidate, *criterion.storage);
+    e.reference_representable = representable_share(reference, *criterion.storage);
+    stored_right = *e.candidate_representable <= *e.reference_representable + kRepresentableSlack;
+  }
+  const bool values_right = e.candidate_golden <= e.allowed_golden && (!e.bound || row.stats.worst_rel_err <= *e.bound);
+  const bool informative = !criterion.informative_below || e.reference_golden <= *criterion.informative_below;
+  e.values_judged = criterion.judge_values && informative;
+  row.passed = stored_right && (values_right || !e.values_judged);
+  row.precision = e;
+  row.diagnosis = diagnose(row.stats, row.passed, factors, direction_noise);
+  if (row.passed && criterion.storage) {
+    row.diagnosis.text = str_cat("master weights kept: ", format_fixed(100 * *e.candidate_representable, 0),
+                                 "% of entries fit ", dtype_name(*criterion.storage), " (reference ",
+                                 format_fixed(100 * *e.reference_representable, 0), "%)");
+  } else if (row.passed && !informative) {
+    row.diagnosis.text = str_cat("not judged by value: the policy's own result is ",
+                                 format_fixed(100 * e.reference_golden, 0), "% off fp64");
+  }
+  if (!stored_right) {
+    row.diagnosis.text =
+        str_cat(format_fixed(100 * *e.candidate_representable, 0), "% of entries fit ", dtype_name(*criterion.storage),
+                " exactly (the policy's reference: ", format_fixed(100 * *e.reference_representable, 0),
+                "%): stored in the compute dtype, not in master weights");
+  } else if (!row.passed && row.diagnosis.factors.empty()) {
+    // Not a scaling: say which of the two conditions failed, then what the direction shows.
+    const std::string why =
+        e.candidate_golden > e.allowed_golden
+            ? str_cat("error vs fp64 ", format_sci(e.candidate_golden, 1), " > ", format_sci(criterion.k, 0), " x ",
+                      format_sci(e.reference_golden, 1), " + ", format_sci(criterion.floor, 0), " (the policy's own)")
+            : str_cat("error vs the policy's reference ", format_sci(row.stats.worst_rel_err, 1), " > bound ",
+                      format_sci(*e.bound, 1));
+    row.diagnosis.text = why + "; " + row.diagnosis.text;
+  }
   return row;
 }
 

@@ -2,6 +2,7 @@
 // verdict at the tolerance, and the diagnosis when it fails.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,41 @@
 
 namespace magic {
 
+// A low-precision row compares three tensors: the fp64 golden reference G, the single-process
+// reference under the same precision policy R, and the distributed candidate D. It passes when
+//   err(D, G) <= k · err(R, G) + floor      (D is about as accurate as the policy allows)
+//   err(D, R) <= bound                      (where a bound is derived: README "Mixed precision")
+// err is the worst relative error of compare_tensors.
+//   for stored values (final parameters) where master and compute dtypes differ, also
+//   share(D) <= share(R) + 0.5, share = the fraction of entries exactly representable in the
+//   compute dtype: master weights hold values the compute dtype cannot, so a candidate whose
+//   every entry fits the compute dtype stored its weights there.
+struct PrecisionCriterion {
+  double k = 2.0;
+  double floor = 0.0;
+  std::optional<double> bound;
+  std::optional<c10::ScalarType> storage;  // the compute dtype, for stored values
+  // False: the errors are reported but only the storage check judges (final parameters; README
+  // "Mixed precision" says why).
+  bool judge_values = true;
+  // Values are judged only while err(R, G) is at most this: beyond it the policy's own result
+  // carries no signal to compare against (scores whose metagradient the rounding dominates).
+  std::optional<double> informative_below;
+};
+
+struct PrecisionErrors {
+  double candidate_golden = 0.0;  // err(D, G)
+  double reference_golden = 0.0;  // err(R, G)
+  double allowed_golden = 0.0;    // k · err(R, G) + floor
+  std::optional<double> bound;    // on err(D, R), which is the row's stats.worst_rel_err
+  // With a storage check: the shares of D's and R's entries representable in the compute dtype.
+  std::optional<double> candidate_representable, reference_representable;
+  bool values_judged = true;  // false: the errors are shown, the storage check alone judged
+};
+
+// The fraction of entries of `x` that `dtype` represents exactly.
+double representable_share(const at::Tensor& x, c10::ScalarType dtype);
+
 struct CheckRow {
   std::string level;   // grad | query_grad | hvp | final_params | scores
   std::string tensor;  // the parameter, "theta_0", "per_token", ...
@@ -17,12 +53,19 @@ struct CheckRow {
   double tolerance = 0.0;
   bool passed = true;
   Diagnosis diagnosis;
+  std::optional<PrecisionErrors> precision;  // low-precision rows only
 };
 
 // Passes when worst_rel_err <= tolerance (error_scale: see compare_tensors).
 CheckRow make_check_row(const std::string& level, const std::string& tensor, const at::Tensor& distributed,
                         const at::Tensor& reference, double tolerance, const std::vector<NamedFactor>& factors,
                         double error_scale = 0.0);
+
+// The three-tensor row above: stats and diagnosis are D against R; `direction_noise` is how far
+// from 1 the cosine of a pure scaling may fall under the policy's rounding (scale_diagnosis.h).
+CheckRow make_precision_row(const std::string& level, const std::string& tensor, const at::Tensor& candidate,
+                            const at::Tensor& reference, const at::Tensor& golden, const PrecisionCriterion& criterion,
+                            const std::vector<NamedFactor>& factors, double error_scale, double direction_noise);
 
 // A failing row for a tensor that could not be compared (missing on one side, or of another
 // shape); its statistics are NaN (null in JSON, "-" in the table) and `why` is its diagnosis.

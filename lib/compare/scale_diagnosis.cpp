@@ -52,7 +52,8 @@ std::vector<std::string> matching(const std::vector<NamedFactor>& factors, doubl
 
 }  // namespace
 
-Diagnosis diagnose(const ComparisonStats& s, bool passed, const std::vector<NamedFactor>& factors) {
+Diagnosis diagnose(const ComparisonStats& s, bool passed, const std::vector<NamedFactor>& factors,
+                   double direction_noise) {
   Diagnosis d;
   if (passed) return d;
   if (s.distributed_norm == 0.0) {
@@ -63,9 +64,12 @@ Diagnosis diagnose(const ComparisonStats& s, bool passed, const std::vector<Name
     d.text = "reference is zero but the distributed tensor is not";
     return d;
   }
-  if (s.cosine >= 1.0 - 1e-6) {
-    d.factors = matching(factors, s.scale, 1e-3);
+  if (s.cosine >= 1.0 - direction_noise) {
+    // Rounding noise e blurs the scale too (by about e = sqrt(direction_noise)).
+    const double tolerance = std::max(1e-3, std::sqrt(direction_noise));
+    d.factors = matching(factors, s.scale, tolerance);
     if (!d.factors.empty()) {
+      d.scale_tolerance = tolerance;
       d.text = str_cat(join(d.factors, " = "), " (scale ", format_fixed(s.scale, 6), ")");
       d.factor = d.factors.front();
       d.exact = true;
@@ -76,12 +80,15 @@ Diagnosis diagnose(const ComparisonStats& s, bool passed, const std::vector<Name
                        "): terms missing or extra, not a scaling");
       return d;
     }
-    d.text = str_cat("scale ", format_fixed(s.scale, 6), ", no topology factor");
-    return d;
+    if (matching(factors, s.scale, 0.25, /*nearest_only=*/true).empty()) {
+      d.text = str_cat("scale ", format_fixed(s.scale, 6), ", no topology factor");
+      return d;
+    }
   }
   if (s.cosine >= 0.9) {
     d.factors = matching(factors, s.scale, 0.25, /*nearest_only=*/true);
     if (!d.factors.empty()) {
+      d.scale_tolerance = 0.25;
       d.text = str_cat("≈ ", join(d.factors, " = "), " (scale ", format_fixed(s.scale, 4), ", cosine ",
                        format_fixed(s.cosine, 4), ")");
       d.factor = d.factors.front();

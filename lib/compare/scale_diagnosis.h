@@ -29,8 +29,12 @@ struct Diagnosis {
   std::string factor;                // the preferred factor explaining the scale ("x dp"), or empty
   std::vector<std::string> factors;  // every factor of that value ("x n_per_block", "x n_ppgd")
   bool exact = false;                // an exact match (not ≈)
+  double scale_tolerance = 0.0;      // |scale / factor - 1| the match allowed
 };
 
-Diagnosis diagnose(const ComparisonStats& stats, bool passed, const std::vector<NamedFactor>& factors);
+// `direction_noise`: the exact match needs cosine >= 1 - direction_noise (1e-6 at fp64 and fp32;
+// larger where low-precision rounding tilts even a pure scaling).
+Diagnosis diagnose(const ComparisonStats& stats, bool passed, const std::vector<NamedFactor>& factors,
+                   double direction_noise = 1e-6);
 
 }  // namespace magic

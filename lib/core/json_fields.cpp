@@ -91,6 +91,11 @@ std::string JsonFields::string(const std::string& key, const std::string& fallba
   return has(key) ? string(key) : fallback;
 }
 
+nlohmann::json JsonFields::raw(const std::string& key, const nlohmann::json& fallback) const {
+  read_.insert(key);
+  return has(key) ? (*object_)[key] : fallback;
+}
+
 std::optional<std::string> JsonFields::optional_string(const std::string& key) const {
   read_.insert(key);
   if (!has(key) || (*object_)[key].is_null()) return std::nullopt;

@@ -34,6 +34,8 @@ class JsonFields {
   std::vector<double> numbers(const std::string& key) const;
   std::optional<std::string> optional_string(const std::string& key) const;
   JsonFields object(const std::string& key) const;
+  // The value as it is (for fields with more than one form), or `fallback` when absent.
+  nlohmann::json raw(const std::string& key, const nlohmann::json& fallback) const;
   // An absent object reads as {} so defaults apply.
   JsonFields object_or_empty(const std::string& key) const;
 

@@ -92,11 +92,30 @@ void print_report(const CheckReport& r, std::ostream& out) {
       << " workload, " << r.dtype << ", " << r.convention << " convention, " << r.steps << " steps, seed " << r.seed;
   if (!r.mutation.empty()) out << ", mutation " << r.mutation;
   out << "\n\n";
-  out << pad("level", 13) << pad("tensor", 26) << pad("scale", 11) << pad("mean(dist/ref)", 16)
-      << pad("worst rel err", 15) << pad("cosine", 11) << pad("verdict", 9) << "diagnosis\n";
+  const bool three_runs = !r.rows.empty() && r.rows.front().precision.has_value();
+  if (three_runs) {
+    // err(D,G): candidate vs fp64; err(R,G): the policy's reference vs fp64; allowed = k·err(R,G) +
+    // floor ("-": values not judged); err(D,R): candidate vs the policy's reference, and its
+    // bound ("-": none applies).
+    out << pad("level", 13) << pad("tensor", 26) << pad("scale", 11) << pad("cosine", 11) << pad("err(D,G)", 10)
+        << pad("err(R,G)", 10) << pad("allowed", 10) << pad("err(D,R)", 10) << pad("bound", 10) << pad("verdict", 9)
+        << "diagnosis\n";
+  } else {
+    out << pad("level", 13) << pad("tensor", 26) << pad("scale", 11) << pad("mean(dist/ref)", 16)
+        << pad("worst rel err", 15) << pad("cosine", 11) << pad("verdict", 9) << "diagnosis\n";
+  }
   int failed = 0;
   for (const auto& row : r.rows) {
     failed += !row.passed;
+    if (three_runs && row.precision) {
+      const PrecisionErrors& e = *row.precision;
+      out << pad(row.level, 13) << pad(row.tensor, 26) << pad(fixed6(row.stats.scale), 11)
+          << pad(fixed6(row.stats.cosine), 11) << pad(sci(e.candidate_golden), 10) << pad(sci(e.reference_golden), 10)
+          << pad(e.values_judged ? sci(e.allowed_golden) : "-", 10) << pad(sci(row.stats.worst_rel_err), 10)
+          << pad(e.bound ? sci(*e.bound) : "-", 10) << pad(row.passed ? "pass" : "FAIL", 9) << row.diagnosis.text
+          << "\n";
+      continue;
+    }
     out << pad(row.level, 13) << pad(row.tensor, 26) << pad(fixed6(row.stats.scale), 11)
         << pad(fixed6(row.stats.mean_ratio), 16) << pad(sci(row.stats.worst_rel_err), 15)
         << pad(fixed6(row.stats.cosine), 11) << pad(row.passed ? "pass" : "FAIL", 9) << row.diagnosis.text << "\n";
@@ -104,10 +123,14 @@ void print_report(const CheckReport& r, std::ostream& out) {
   if (r.rows.empty()) {
     out << "\nFAIL: no tensor was compared\n";
   } else {
-    out << "\n"
-        << (failed == 0 ? "PASS" : "FAIL") << ": " << r.rows.size() - failed << " of " << r.rows.size()
-        << " checks within tolerance (" << r.dtype
-        << ": worst relative error <= " << format_sci(r.rows.front().tolerance, 0) << ")\n";
+    out << "\n" << (failed == 0 ? "PASS" : "FAIL") << ": " << r.rows.size() - failed << " of " << r.rows.size();
+    if (three_runs) {
+      out << " checks within the low-precision criterion (" << r.dtype
+          << " against an fp64 golden run: err(D,G) <= allowed, err(D,R) <= bound)\n";
+    } else {
+      out << " checks within tolerance (" << r.dtype
+          << ": worst relative error <= " << format_sci(r.rows.front().tolerance, 0) << ")\n";
+    }
   }
   for (const auto& note : r.notes) out << "note: " << note << "\n";
   if (r.bite_mode) {
@@ -141,17 +164,30 @@ nlohmann::ordered_json report_json(const CheckReport& r) {
   using json = nlohmann::ordered_json;
   json checks = json::array();
   for (const auto& row : r.rows) {
-    checks.push_back({{"level", row.level},
-                      {"tensor", row.tensor},
-                      {"scale", number(row.stats.scale)},
-                      {"mean_ratio", number(row.stats.mean_ratio)},
-                      {"worst_rel_err", number(row.stats.worst_rel_err)},
-                      {"cosine", number(row.stats.cosine)},
-                      {"tolerance", row.tolerance},
-                      {"numel", row.stats.numel},
-                      {"verdict", row.passed ? "pass" : "fail"},
-                      {"diagnosis", row.diagnosis.text},
-                      {"factor", row.diagnosis.factor}});
+    json entry{{"level", row.level},
+               {"tensor", row.tensor},
+               {"scale", number(row.stats.scale)},
+               {"mean_ratio", number(row.stats.mean_ratio)},
+               {"worst_rel_err", number(row.stats.worst_rel_err)},
+               {"cosine", number(row.stats.cosine)},
+               {"tolerance", row.tolerance},
+               {"numel", row.stats.numel},
+               {"verdict", row.passed ? "pass" : "fail"},
+               {"diagnosis", row.diagnosis.text},
+               {"factor", row.diagnosis.factor}};
+    if (row.precision) {
+      const PrecisionErrors& e = *row.precision;
+      entry["precision"] = {
+          {"candidate_vs_golden", number(e.candidate_golden)},
+          {"reference_vs_golden", number(e.reference_golden)},
+          {"allowed_vs_golden", number(e.allowed_golden)},
+          {"candidate_vs_reference", number(row.stats.worst_rel_err)},
+          {"bound", e.bound ? json(*e.bound) : json(nullptr)},
+          {"values_judged", e.values_judged},
+          {"candidate_representable", e.candidate_representable ? json(*e.candidate_representable) : json(nullptr)},
+          {"reference_representable", e.reference_representable ? json(*e.reference_representable) : json(nullptr)}};
+    }
+    checks.push_back(entry);
   }
   json bite = json::array();
   for (const auto& b : r.bite) {

@@ -5,6 +5,7 @@
 #include "lib/core/error.h"
 #include "lib/core/seed.h"
 #include "lib/core/strings.h"
+#include "lib/model/kernel_fallback.h"
 
 namespace magic {
 namespace {
@@ -14,28 +15,29 @@ std::string block(int64_t layer, const char* name) {
 }
 
 at::Tensor layer_norm(const at::Tensor& x, const TensorTree& p, const std::string& prefix) {
-  return at::layer_norm(x, {x.size(-1)}, p.at(prefix + ".weight"), p.at(prefix + ".bias"), 1e-5);
+  return kernels::layer_norm(x, p.at(prefix + ".weight"), p.at(prefix + ".bias"), 1e-5);
 }
 
 at::Tensor causal_self_attention(const GptConfig& c, const at::Tensor& x, const TensorTree& p, int64_t layer,
                                  const SequenceLayout& layout) {
   const int64_t B = x.size(0), T = x.size(1), H = c.n_heads, D = c.d_model / c.n_heads;
-  at::Tensor qkv = at::linear(x, p.at(block(layer, "attn.qkv.weight")), p.at(block(layer, "attn.qkv.bias")));
+  at::Tensor qkv = kernels::linear(x, p.at(block(layer, "attn.qkv.weight")), p.at(block(layer, "attn.qkv.bias")));
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
   auto parts = qkv.split(c.d_model, -1);
   at::Tensor q = heads(parts[0]), k = layout.gather_keys(heads(parts[1])), v = layout.gather_keys(heads(parts[2]));
-  at::Tensor qk = at::matmul(q, k.transpose(-2, -1));
+  at::Tensor qk = kernels::matmul(q, k.transpose(-2, -1));
   at::Tensor scores = c.attention_scale == 0.0 ? qk / std::sqrt(static_cast<double>(D)) : qk * c.attention_scale;
   // future[i, j]: key j comes after query i in the true order.
   at::Tensor future = layout.key_positions.unsqueeze(0) > layout.positions.unsqueeze(1);
   scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
-  at::Tensor y = at::matmul(at::softmax(scores, -1), v).transpose(1, 2).reshape({B, T, c.d_model});
-  return at::linear(y, p.at(block(layer, "attn.proj.weight")), p.at(block(layer, "attn.proj.bias")));
+  at::Tensor y = kernels::matmul(kernels::softmax(scores, -1), v).transpose(1, 2).reshape({B, T, c.d_model});
+  return kernels::linear(y, p.at(block(layer, "attn.proj.weight")), p.at(block(layer, "attn.proj.bias")));
 }
 
 at::Tensor mlp(const at::Tensor& x, const TensorTree& p, int64_t layer) {
-  at::Tensor h = at::gelu(at::linear(x, p.at(block(layer, "mlp.fc.weight")), p.at(block(layer, "mlp.fc.bias"))));
-  return at::linear(h, p.at(block(layer, "mlp.proj.weight")), p.at(block(layer, "mlp.proj.bias")));
+  at::Tensor h =
+      kernels::gelu(kernels::linear(x, p.at(block(layer, "mlp.fc.weight")), p.at(block(layer, "mlp.fc.bias"))));
+  return kernels::linear(h, p.at(block(layer, "mlp.proj.weight")), p.at(block(layer, "mlp.proj.bias")));
 }
 
 }  // namespace
@@ -120,7 +122,7 @@ at::Tensor gpt_forward(const GptConfig& c, const TensorTree& p, const at::Tensor
     x = x + mlp(layer_norm(x, p, block(l, "ln2")), p, l);
   }
   x = layer_norm(x, p, "ln_f");
-  return at::matmul(x, p.at("head.weight").t());
+  return kernels::matmul(x, p.at("head.weight").t());
 }
 
 }  // namespace magic

@@ -4,6 +4,7 @@
 
 #include "lib/core/seed.h"
 #include "lib/core/strings.h"
+#include "lib/model/kernel_fallback.h"
 
 namespace magic {
 namespace {
@@ -76,7 +77,9 @@ at::Tensor spd_inputs(const SpdConfig& c, int64_t count, c10::ScalarType dtype, 
 
 std::vector<at::Tensor> spd_site_inputs(const std::vector<at::Tensor>& target, const at::Tensor& x) {
   std::vector<at::Tensor> inputs{x};
-  for (size_t s = 0; s + 1 < target.size(); ++s) inputs.push_back(at::relu(at::matmul(inputs.back(), target[s])));
+  for (size_t s = 0; s + 1 < target.size(); ++s) {
+    inputs.push_back(kernels::relu(kernels::matmul(inputs.back(), target[s])));
+  }
   return inputs;
 }
 
@@ -126,12 +129,12 @@ TensorTree spd_init_all_sources(const SpdConfig& config, c10::ScalarType dtype) 
 }
 
 at::Tensor spd_gates(const TensorTree& p, int64_t site, const at::Tensor& x_site) {
-  at::Tensor h = at::gelu(at::matmul(x_site, p.at(key("ci", site, ".A"))) + p.at(key("ci", site, ".b")));
-  return at::sigmoid(at::matmul(h, p.at(key("ci", site, ".B"))) + p.at(key("ci", site, ".c")));
+  at::Tensor h = kernels::gelu(kernels::matmul(x_site, p.at(key("ci", site, ".A"))) + p.at(key("ci", site, ".b")));
+  return kernels::sigmoid(kernels::matmul(h, p.at(key("ci", site, ".B"))) + p.at(key("ci", site, ".c")));
 }
 
 at::Tensor spd_masked_output(const TensorTree& p, int64_t site, const at::Tensor& x_site, const at::Tensor& mask) {
-  return at::matmul(at::matmul(x_site, p.at(key("V", site))) * mask, p.at(key("U", site)));
+  return kernels::matmul(kernels::matmul(x_site, p.at(key("V", site))) * mask, p.at(key("U", site)));
 }
 
 at::Tensor spd_site_error(const at::Tensor& output, const at::Tensor& target) {
@@ -139,7 +142,7 @@ at::Tensor spd_site_error(const at::Tensor& output, const at::Tensor& target) {
 }
 
 at::Tensor spd_faithfulness(const TensorTree& p, int64_t site, const at::Tensor& weight) {
-  return (weight - at::matmul(p.at(key("V", site)), p.at(key("U", site)))).pow(2).mean();
+  return (weight - kernels::matmul(p.at(key("V", site)), p.at(key("U", site)))).pow(2).mean();
 }
 
 at::Tensor spd_importance_penalty(const at::Tensor& total, double beta) {

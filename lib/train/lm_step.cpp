@@ -8,13 +8,14 @@
 namespace magic {
 LmStep::LmStep(GptConfig model, std::shared_ptr<const TokenDataset> data, const DataStream& stream, Reduction reduction,
                std::shared_ptr<const Optimizer> optimizer, std::optional<double> clip_norm,
-               std::shared_ptr<const Parallelism> parallelism)
+               std::shared_ptr<const Parallelism> parallelism, std::shared_ptr<const MixedPrecision> precision)
     : model_(model),
       data_(std::move(data)),
       reduction_(reduction),
       optimizer_(std::move(optimizer)),
       clip_norm_(clip_norm),
-      parallelism_(std::move(parallelism)) {
+      parallelism_(std::move(parallelism)),
+      precision_(std::move(precision)) {
   for (int64_t t = 0; t < stream.num_steps(); ++t) {
     batches_.push_back(make_batch(*data_, parallelism_->local_share(stream.rows(t))));
   }
@@ -47,8 +48,8 @@ at::Tensor LmStep::loss(const TensorTree& params, int64_t t, const at::Tensor& w
   const Batch& batch = batches_.at(t);
   const SequenceLayout layout = parallelism_->sequence(batch.input_ids.size(1));
   const LocalColumns local = local_columns(layout, batch.input_ids, batch.labels, gather_weights(w, batch.rows));
-  at::Tensor logits = gpt_forward(model_, parallelism_->enter(params), local.input_ids, layout);
-  at::Tensor losses = position_losses(logits, local.targets);
+  at::Tensor logits = gpt_forward(model_, precision_->compute_params(*parallelism_, params), local.input_ids, layout);
+  at::Tensor losses = position_losses(precision_->to_master(logits), local.targets);
   at::Tensor mask = local.targets.ne(kIgnoreLabel).to(losses.scalar_type());
   const double denominator =
       reduction_ == Reduction::kMean ? parallelism_->mean_denominator(mask.sum().item<double>()) : 1.0;
@@ -58,10 +59,11 @@ at::Tensor LmStep::loss(const TensorTree& params, int64_t t, const at::Tensor& w
 
 TensorTree LmStep::gradient(const TrainState& state, int64_t t, const at::Tensor& w, bool create_graph) const {
   const TensorTree& params = state.params;
-  at::Tensor local_loss = loss(params, t, w);
+  at::Tensor local_loss = precision_->scale_loss(loss(params, t, w));
   auto grads = torch::autograd::grad({local_loss}, params.tensors(), {}, /*retain_graph=*/create_graph,
                                      /*create_graph=*/create_graph, /*allow_unused=*/true);
-  return parallelism_->apply_convention(parallelism_->reduce_gradient(with_values(params, grads)));
+  TensorTree reduced = precision_->reduce(*parallelism_, with_values(params, grads));
+  return precision_->unscale(parallelism_->apply_convention(reduced));
 }
 
 StepOutput LmStep::step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const {
@@ -72,7 +74,7 @@ StepOutput LmStep::step(const TrainState& s, int64_t t, const at::Tensor& w, boo
   at::AutoGradMode grad_mode(traced);
   if (clip_norm_) grads = clip_by_global_norm(grads, *clip_norm_, parallelism_->global_norm(grads));
   OptimizerUpdate update = optimizer_->update(traced ? params : params.detach(), grads, s.opt);
-  StepOutput out{TrainState{update.params, update.state, s.persistent}, grads};
+  StepOutput out{TrainState{precision_->store(update.params), update.state, s.persistent}, grads};
   if (!traced) {
     out.next = detach_state(out.next);
     out.grads = out.grads.detach();
@@ -84,8 +86,12 @@ at::Tensor LmStep::assemble_weight_gradient(const at::Tensor& local) const {
   return parallelism_->assemble_weight_gradient(local);
 }
 
-LmQuery::LmQuery(GptConfig model, TokenDataset queries, std::shared_ptr<const Parallelism> parallelism)
-    : model_(model), queries_(std::move(queries)), parallelism_(std::move(parallelism)) {
+LmQuery::LmQuery(GptConfig model, TokenDataset queries, std::shared_ptr<const Parallelism> parallelism,
+                 std::shared_ptr<const MixedPrecision> precision)
+    : model_(model),
+      queries_(std::move(queries)),
+      parallelism_(std::move(parallelism)),
+      precision_(std::move(precision)) {
   std::vector<int64_t> all(queries_.size());
   for (int64_t j = 0; j < queries_.size(); ++j) all[j] = j;
   local_ = parallelism_->local_share(all);
@@ -94,8 +100,11 @@ LmQuery::LmQuery(GptConfig model, TokenDataset queries, std::shared_ptr<const Pa
   local_labels_ = queries_.labels.index_select(0, rows);
 }
 
-TensorTree LmQuery::gradient(const TensorTree& params, std::optional<int64_t> index) const {
-  return parallelism_->reduce_gradient(QueryFunction::gradient(params, index));
+TensorTree LmQuery::gradient(const TensorTree& params_in, std::optional<int64_t> index) const {
+  const TensorTree params = params_in.requires_grad();
+  at::Tensor q = precision_->scale_loss(loss(params, index));
+  auto grads = torch::autograd::grad({q}, params.tensors(), {}, false, false, /*allow_unused=*/true);
+  return precision_->unscale(precision_->reduce(*parallelism_, with_values(params, grads))).detach();
 }
 
 at::Tensor LmQuery::loss(const TensorTree& params, std::optional<int64_t> index) const {
@@ -103,8 +112,8 @@ at::Tensor LmQuery::loss(const TensorTree& params, std::optional<int64_t> index)
   // enter()'s backward line up across ranks; a selection vector picks the queries that count.
   const SequenceLayout layout = parallelism_->sequence(local_ids_.size(1));
   const LocalColumns local = local_columns(layout, local_ids_, local_labels_, at::ones({local_ids_.size(0)}));
-  at::Tensor losses =
-      position_losses(gpt_forward(model_, parallelism_->enter(params), local.input_ids, layout), local.targets);
+  at::Tensor logits = gpt_forward(model_, precision_->compute_params(*parallelism_, params), local.input_ids, layout);
+  at::Tensor losses = position_losses(precision_->to_master(logits), local.targets);
   at::Tensor mask = local.targets.ne(kIgnoreLabel).to(losses.scalar_type());
   // A query's mean over all its labels: this rank's columns give a partial sum of it.
   at::Tensor per_query = (losses * mask).sum(1) / label_mask(local_labels_, losses.scalar_type()).sum(1);

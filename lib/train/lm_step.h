@@ -3,6 +3,7 @@
 // local rows, the normalizer and how the gradient is reduced).
 //   L_t(θ, w) = reduce(w_batch · ℓ(θ; batch_t))      (lm_loss.h)
 //   g = ∇θ L_t (reduced across ranks), optionally clipped;  (θ', o') = optimizer(θ, g, o)
+// under the run's precision policy (mixed_precision.h: compute dtype, loss scale, reduce dtype).
 #pragma once
 
 #include <memory>
@@ -14,6 +15,7 @@
 #include "lib/model/gpt.h"
 #include "lib/model/lm_loss.h"
 #include "lib/optim/optimizer.h"
+#include "lib/train/mixed_precision.h"
 #include "lib/train/parallelism.h"
 #include "lib/train/step_function.h"
 
@@ -23,7 +25,8 @@ class LmStep : public StepFunction {
  public:
   LmStep(GptConfig model, std::shared_ptr<const TokenDataset> data, const DataStream& stream, Reduction reduction,
          std::shared_ptr<const Optimizer> optimizer, std::optional<double> clip_norm,
-         std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>());
+         std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>(),
+         std::shared_ptr<const MixedPrecision> precision = std::make_shared<MixedPrecision>());
 
   int64_t num_steps() const override { return static_cast<int64_t>(batches_.size()); }
   StepOutput step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const override;
@@ -43,6 +46,7 @@ class LmStep : public StepFunction {
   std::shared_ptr<const Optimizer> optimizer_;
   std::optional<double> clip_norm_;
   std::shared_ptr<const Parallelism> parallelism_;
+  std::shared_ptr<const MixedPrecision> precision_;
 };
 
 // Q(θ) = mean over queries of each query's mean next-token loss (unweighted); each rank
@@ -50,7 +54,8 @@ class LmStep : public StepFunction {
 class LmQuery : public QueryFunction {
  public:
   LmQuery(GptConfig model, TokenDataset queries,
-          std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>());
+          std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>(),
+          std::shared_ptr<const MixedPrecision> precision = std::make_shared<MixedPrecision>());
 
   int64_t num_queries() const override { return queries_.size(); }
   at::Tensor loss(const TensorTree& params, std::optional<int64_t> index = std::nullopt) const override;
@@ -63,6 +68,7 @@ class LmQuery : public QueryFunction {
   std::vector<int64_t> local_;  // this rank's query indices
   at::Tensor local_ids_, local_labels_;
   std::shared_ptr<const Parallelism> parallelism_;
+  std::shared_ptr<const MixedPrecision> precision_;
 };
 
 }  // namespace magic

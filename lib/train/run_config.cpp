@@ -2,7 +2,6 @@
 
 #include <filesystem>
 
-#include "lib/core/dtype.h"
 #include "lib/core/error.h"
 #include "lib/core/json_fields.h"
 #include "lib/core/seed.h"
@@ -25,7 +24,7 @@ RunConfig RunConfig::from_json(const nlohmann::json& json, const std::string& so
   const int64_t seed = root.integer("seed", 0);
   if (seed < 0) root.fail("seed", "expected an integer >= 0");
   c.seed = static_cast<uint64_t>(seed);
-  c.dtype = parse_dtype(root.string("dtype", "fp64"), source + ": dtype");
+  c.precision = PrecisionPolicy::from_json(root.raw("dtype", "fp64"), source + ": dtype");
   c.model = GptConfig::from_json(root.object("model"));
 
   JsonFields data = root.object("data");
@@ -60,7 +59,9 @@ RunConfig RunConfig::load(const std::string& path) {
   return from_json(read_json_file(path), path, std::filesystem::path(path).parent_path().string());
 }
 
-LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const Parallelism> parallelism) {
+LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const Parallelism> parallelism,
+                           std::shared_ptr<const MixedPrecision> precision) {
+  if (!precision) precision = std::make_shared<MixedPrecision>(c.precision);
   LmProblem p;
   p.model = c.model;
   const ByteTokenizer tokenizer;
@@ -81,12 +82,13 @@ LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const Parallelism
       train->size(), StreamConfig{c.batch_size, c.steps, derive_seed(c.seed, "data-order"), c.shuffle}, c.train_path);
   auto optimizer = make_optimizer(c.optimizer);
   p.optimizer = optimizer;
-  p.step =
-      std::make_shared<LmStep>(p.model, train, *p.stream, c.reduction, optimizer, c.optimizer.clip_norm, parallelism);
-  p.query = std::make_shared<LmQuery>(p.model, std::move(queries), parallelism);
-  p.initial = TrainState{parallelism->shard(gpt_init(p.model, c.dtype, c.seed)), {}, {}};
+  p.step = std::make_shared<LmStep>(p.model, train, *p.stream, c.reduction, optimizer, c.optimizer.clip_norm,
+                                    parallelism, precision);
+  p.query = std::make_shared<LmQuery>(p.model, std::move(queries), parallelism, precision);
+  // Parameters, optimizer state and data weights live in the master dtype.
+  p.initial = TrainState{parallelism->shard(gpt_init(p.model, c.precision.master, c.seed)), {}, {}};
   p.initial.opt = optimizer->init(p.initial.params);
-  p.weights = initial_weights(*train, c.weights, c.dtype);
+  p.weights = initial_weights(*train, c.weights, c.precision.master);
   return p;
 }
 

@@ -1,6 +1,6 @@
 // The magic-run configuration file (JSON). Relative data paths are resolved against the
 // directory of the config file, so a config works from any working directory.
-//   {"seed": 0, "dtype": "fp64",
+//   {"seed": 0, "dtype": "fp64" | "bf16" | {"compute", "master", "reduce", "loss_scale"} (precision_policy.h),
 //    "model": {"vocab", "d_model", "n_layers", "n_heads", "max_len"},
 //    "data": {"train": path, "queries": path, "text_field": "text", "id_field": "id",
 //             "max_documents": n (use the first n training documents)},
@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/core/precision_policy.h"
 #include "lib/data/data_stream.h"
 #include "lib/model/gpt.h"
 #include "lib/model/lm_loss.h"
@@ -25,7 +26,7 @@ namespace magic {
 struct RunConfig {
   std::string source = "config";
   uint64_t seed = 0;
-  c10::ScalarType dtype = c10::kDouble;
+  PrecisionPolicy precision;
   GptConfig model;
   std::string train_path, query_path, text_field = "text", id_field = "id";
   std::optional<int64_t> max_documents;
@@ -57,7 +58,9 @@ struct LmProblem {
 // `parallelism` decides how each step's batch, the queries and the parameters split across
 // ranks; every rank builds the same problem (same seed, data, init) and keeps its own share
 // (initial.params and the optimizer state are this rank's shards).
+// `precision` applies config.precision (a planted variant of it in magic-check; null: the plain one).
 LmProblem build_lm_problem(const RunConfig& config,
-                           std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>());
+                           std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>(),
+                           std::shared_ptr<const MixedPrecision> precision = nullptr);
 
 }  // namespace magic

@@ -6,6 +6,7 @@
 #include "lib/distributed/collectives/collectives.h"
 #include "lib/distributed/pools/gate_exchange.h"
 #include "lib/distributed/pools/pool_rows.h"
+#include "lib/model/kernel_fallback.h"
 
 namespace magic::dist {
 namespace {
@@ -23,7 +24,13 @@ TensorTree entered(const TensorTree& params, const Group& group) {
 }  // namespace
 
 ThreePoolSpd::ThreePoolSpd(ThreePoolSpdSetup setup, ThreePoolLayout layout, ThreePoolGroups groups, int rank)
-    : setup_(std::move(setup)), layout_(std::move(layout)), groups_(std::move(groups)), rank_(rank) {}
+    : setup_(std::move(setup)), layout_(std::move(layout)), groups_(std::move(groups)), rank_(rank) {
+  for (const auto& w : setup_.data.target) target_compute_.push_back(in_compute(w));
+}
+
+TensorTree ThreePoolSpd::entered_params(const TensorTree& params, const Group& pool) const {
+  return cast_floating(entered(params, pool), setup_.precision->policy().compute);
+}
 
 bool ThreePoolSpd::pool_leader() const {
   return layout_.index_in_pool(rank_) == 0;
@@ -55,7 +62,7 @@ ThreePoolSpd::Shard ThreePoolSpd::shard_of(int64_t t, const at::Tensor& w) const
   shard.real_rows = real_rows(rows, setup_.data.inputs.size(0));
   shard.range = rows_of(layout_, rank_, shard.batch);
   shard.rows = rows_in(rows, shard.range);
-  shard.site_inputs = spd_site_inputs(setup_.data.target, inputs_of(setup_.data.inputs, shard.rows));
+  shard.site_inputs = spd_site_inputs(target_compute_, in_compute(inputs_of(setup_.data.inputs, shard.rows)));
   shard.weights = weights_of(w, shard.rows);
   return shard;
 }
@@ -79,12 +86,12 @@ std::pair<at::Tensor, at::Tensor> ThreePoolSpd::ci_loss(const TrainState& s, con
                                                         const SpdTermWeights& terms) const {
   const SpdConfig& c = setup_.config;
   const ThreePoolConventions& conventions = *setup_.conventions;
-  const TensorTree ci = entered(s.params, *groups_.ci);
+  const TensorTree ci = entered_params(s.params, *groups_.ci);
   std::vector<at::Tensor> gates;
   at::Tensor importance = at::zeros({shard.range.size()}, s.params.at(kSync).options());
   for (int64_t site = 0; site < c.n_sites; ++site) {
     gates.push_back(spd_gates(ci, site, shard.site_inputs[site]));
-    importance = importance + gates.back().sum(1);
+    importance = importance + in_master(gates.back().sum(1));
   }
   const at::Tensor local = (shard.weights * importance).sum() / shard.real_rows;
   const at::Tensor total = conventions.importance_sum(local, *groups_.ci);
@@ -92,7 +99,7 @@ std::pair<at::Tensor, at::Tensor> ThreePoolSpd::ci_loss(const TrainState& s, con
   const at::Tensor loss =
       once * terms.importance * c.importance_coeff * spd_importance_penalty(total, c.importance_beta);
   const at::Tensor tokens = send_gates(layout_, *groups_.world, rank_, consumers_of_gates(layout_, true),
-                                       at::stack(gates, 1), shard.batch, portal_id(shard.t, kTrainGates));
+                                       in_master(at::stack(gates, 1)), shard.batch, portal_id(shard.t, kTrainGates));
   return {loss + tokens, tokens};
 }
 
@@ -103,22 +110,22 @@ std::pair<at::Tensor, at::Tensor> ThreePoolSpd::block_loss(const TrainState& s, 
                                                            const at::Tensor& gates, const SpdTermWeights& terms) const {
   const SpdConfig& c = setup_.config;
   const at::Tensor& sync = s.params.at(kSync);
-  const TensorTree vu = entered(s.params, *groups_.block);
+  const TensorTree vu = entered_params(s.params, *groups_.block);
   at::Tensor rec = at::zeros({shard.range.size()}, sync.options()), faith = at::zeros({}, sync.options());
   for (int64_t site : layout_.sites_of_block(layout_.block_of(rank_))) {
     const at::Tensor& x = shard.site_inputs[site];
-    const at::Tensor g = gates.select(1, site);
-    const at::Tensor u =
-        spd_stochastic_sources(setup_.source_seed, shard.t, shard.rows, site, c.components, sync.scalar_type());
-    const at::Tensor target = at::matmul(x, setup_.data.target[site]);
-    rec = rec + spd_site_error(spd_masked_output(vu, site, x, g + (1 - g) * u), target);
-    faith = faith + spd_faithfulness(vu, site, setup_.data.target[site]);
+    const at::Tensor g = in_compute(gates.select(1, site));
+    const at::Tensor u = in_compute(
+        spd_stochastic_sources(setup_.source_seed, shard.t, shard.rows, site, c.components, sync.scalar_type()));
+    const at::Tensor target = kernels::matmul(x, target_compute_[site]);
+    rec = rec + in_master(spd_site_error(spd_masked_output(vu, site, x, g + (1 - g) * u), target));
+    faith = faith + in_master(spd_faithfulness(vu, site, target_compute_[site]));
   }
   const double once = setup_.conventions->faithfulness_coefficient(pool_leader());
   const at::Tensor loss =
       terms.reconstruction * c.reconstruction_coeff * (shard.weights * rec).sum() / shard.real_rows +
       once * terms.faithfulness * c.faithfulness_coeff * faith;
-  const at::Tensor flat = vu.flatten() * (pool_leader() ? 1.0 : 0.0);
+  const at::Tensor flat = in_master(vu.flatten()) * (pool_leader() ? 1.0 : 0.0);
   at::Tensor tokens = at::zeros({}, sync.options());
   for (int p : layout_.ppgd_ranks()) {
     tokens = tokens + portal_send(flat, *groups_.world, p, portal_id(shard.t, kTrainComponents));
@@ -143,9 +150,9 @@ at::Tensor ThreePoolSpd::ppgd_loss(const TrainState& s, const Shard& shard, cons
     }
     int64_t offset = 0;
     for (int64_t site : sites) {
-      vu.insert(str_cat("V.", site), flat.narrow(0, offset, c.width * C).view({c.width, C}));
+      vu.insert(str_cat("V.", site), in_compute(flat.narrow(0, offset, c.width * C).view({c.width, C})));
       offset += c.width * C;
-      vu.insert(str_cat("U.", site), flat.narrow(0, offset, C * c.width).view({C, c.width}));
+      vu.insert(str_cat("U.", site), in_compute(flat.narrow(0, offset, C * c.width).view({C, c.width})));
       offset += C * c.width;
     }
   }
@@ -153,10 +160,10 @@ at::Tensor ThreePoolSpd::ppgd_loss(const TrainState& s, const Shard& shard, cons
   at::Tensor ppgd = at::zeros({shard.range.size()}, gates.options());
   for (int64_t site = 0; site < c.n_sites; ++site) {
     const at::Tensor& x = shard.site_inputs[site];
-    const at::Tensor g = gates.select(1, site);
-    const at::Tensor a = s.persistent.at(str_cat("a.", site));
-    ppgd =
-        ppgd + spd_site_error(spd_masked_output(vu, site, x, g + (1 - g) * a), at::matmul(x, setup_.data.target[site]));
+    const at::Tensor g = in_compute(gates.select(1, site));
+    const at::Tensor a = in_compute(s.persistent.at(str_cat("a.", site)));
+    ppgd = ppgd + in_master(spd_site_error(spd_masked_output(vu, site, x, g + (1 - g) * a),
+                                           kernels::matmul(x, target_compute_[site])));
   }
   return terms.ppgd * c.ppgd_coeff * (shard.weights * ppgd).sum() / shard.real_rows;
 }
@@ -164,7 +171,8 @@ at::Tensor ThreePoolSpd::ppgd_loss(const TrainState& s, const Shard& shard, cons
 TensorTree ThreePoolSpd::differentiate(const TrainState& s, int64_t t, const at::Tensor& w, const SpdTermWeights& terms,
                                        bool create_graph, at::Tensor* sources_grad) const {
   wait_portal_sends(*groups_.world);  // those of earlier passes (REPLAY's vector-Jacobian products included)
-  const auto [loss, tokens] = local_loss(s, t, w, terms);
+  const auto [unscaled_loss, tokens] = local_loss(s, t, w, terms);
+  const at::Tensor loss = setup_.precision->scale_loss(unscaled_loss);
   std::vector<at::Tensor> inputs = s.params.tensors();
   const bool with_sources = sources_grad != nullptr && !s.persistent.empty();
   if (with_sources) {
@@ -175,8 +183,11 @@ TensorTree ThreePoolSpd::differentiate(const TrainState& s, int64_t t, const at:
   // Whatever differentiates this gradient again (REPLAY, HVPs) reaches the portals this rank
   // sent, as their receivers reach the portals they received: the sends' tokens ride on sync.
   if (create_graph) out.set(kSync, out.at(kSync) + 0.0 * tokens);
-  if (with_sources) *sources_grad = with_values(s.persistent, grads, s.params.size()).detach().flatten();
-  return setup_.conventions->reduced_gradient(role(), out, layout_);
+  if (with_sources) {
+    *sources_grad =
+        with_values(s.persistent, grads, s.params.size()).detach().flatten() / setup_.precision->policy().loss_scale;
+  }
+  return setup_.precision->unscale(setup_.conventions->reduced_gradient(role(), out, layout_));
 }
 
 TensorTree ThreePoolSpd::gradient(const TrainState& state, int64_t t, const at::Tensor& w, bool create_graph) const {
@@ -200,7 +211,7 @@ StepOutput ThreePoolSpd::step(const TrainState& s, int64_t t, const at::Tensor& 
   at::AutoGradMode grad_mode(traced);
   const TensorTree real = without_sync(in.params);
   OptimizerUpdate update = setup_.optimizer->update(traced ? real : real.detach(), without_sync(grads), s.opt);
-  TrainState next{update.params, update.state, in.persistent};
+  TrainState next{setup_.precision->store(update.params), update.state, in.persistent};
   // sync stays exactly 0 but keeps its gradient (and so every collective) in the graph.
   next.params.insert(kSync, in.params.at(kSync) + 0.0 * grads.at(kSync));
   if (role() == PoolRole::kPpgd) {
@@ -240,19 +251,21 @@ at::Tensor ThreePoolSpd::loss(const TensorTree& params, std::optional<int64_t> i
   const RowRange mine = rows_of(layout_, rank_, Q);
   at::Tensor local = at::zeros({}, sync.options());
   if (role() == PoolRole::kCi) {
-    const auto xs = spd_site_inputs(setup_.data.target, queries.narrow(0, mine.begin, mine.size()));
-    const TensorTree ci = entered(params, *groups_.ci);
+    const auto xs = spd_site_inputs(target_compute_, in_compute(queries.narrow(0, mine.begin, mine.size())));
+    const TensorTree ci = entered_params(params, *groups_.ci);
     std::vector<at::Tensor> gates;
     for (int64_t site = 0; site < S; ++site) gates.push_back(spd_gates(ci, site, xs[site]));
-    local = local + send_gates(layout_, world, rank_, consumers_of_gates(layout_, false), at::stack(gates, 1), Q, id);
+    local = local + send_gates(layout_, world, rank_, consumers_of_gates(layout_, false),
+                               in_master(at::stack(gates, 1)), Q, id);
   } else if (role() == PoolRole::kBlock) {
     const at::Tensor gates = receive_gates(layout_, world, rank_, sync, Q, S, C, id);
-    const TensorTree vu = entered(params, *groups_.block);
-    const auto xs = spd_site_inputs(setup_.data.target, queries.narrow(0, mine.begin, mine.size()));
+    const TensorTree vu = entered_params(params, *groups_.block);
+    const auto xs = spd_site_inputs(target_compute_, in_compute(queries.narrow(0, mine.begin, mine.size())));
     for (int64_t site : layout_.sites_of_block(layout_.block_of(rank_))) {
-      const at::Tensor target = at::matmul(xs[site], setup_.data.target[site]);
-      local = local + spd_site_error(spd_masked_output(vu, site, xs[site], gates.select(1, site)), target).sum() /
-                          static_cast<double>(Q);
+      const at::Tensor target = kernels::matmul(xs[site], target_compute_[site]);
+      const at::Tensor error =
+          spd_site_error(spd_masked_output(vu, site, xs[site], in_compute(gates.select(1, site))), target);
+      local = local + in_master(error).sum() / static_cast<double>(Q);
     }
   } else {
     local = local + 0.0 * sync;

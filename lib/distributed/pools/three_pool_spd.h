@@ -26,6 +26,7 @@
 #include "lib/distributed/pools/three_pool_layout.h"
 #include "lib/model/spd.h"
 #include "lib/optim/optimizer.h"
+#include "lib/train/mixed_precision.h"
 #include "lib/train/step_function.h"
 
 namespace magic::dist {
@@ -37,6 +38,10 @@ struct ThreePoolSpdSetup {
   std::shared_ptr<const Optimizer> optimizer;
   uint64_t source_seed = 0;
   std::shared_ptr<const ThreePoolConventions> conventions = std::make_shared<ThreePoolConventions>();
+  // The precision policy (mixed_precision.h): parameters enter the compute dtype after their
+  // pool's copy (so the pools' sums run in the master dtype); the loss terms, the portals'
+  // payloads, the sources and the data weights stay in the master dtype.
+  std::shared_ptr<const MixedPrecision> precision = std::make_shared<MixedPrecision>();
 };
 
 class ThreePoolSpd : public StepFunction, public QueryFunction {
@@ -82,7 +87,13 @@ class ThreePoolSpd : public StepFunction, public QueryFunction {
   TensorTree differentiate(const TrainState& s, int64_t t, const at::Tensor& w, const SpdTermWeights& terms,
                            bool create_graph, at::Tensor* sources_grad) const;
 
+  at::Tensor in_compute(const at::Tensor& x) const { return x.to(setup_.precision->policy().compute); }
+  at::Tensor in_master(const at::Tensor& x) const { return x.to(setup_.precision->policy().master); }
+  // The pool's replicated parameters as the forward uses them.
+  TensorTree entered_params(const TensorTree& params, const Group& pool) const;
+
   ThreePoolSpdSetup setup_;
+  std::vector<at::Tensor> target_compute_;  // the target MLP's weights in the compute dtype
   ThreePoolLayout layout_;
   ThreePoolGroups groups_;
   int rank_;

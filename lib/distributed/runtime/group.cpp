@@ -142,8 +142,13 @@ void Group::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* operati
   }
 }
 
+at::Tensor Group::on_wire(const at::Tensor& tensor) const {
+  const bool widen = kind_ == BackendKind::kGloo && tensor.scalar_type() == at::kBFloat16;
+  return widen ? tensor.to(at::kFloat) : tensor.is_contiguous() ? tensor : tensor.contiguous();
+}
+
 void Group::all_reduce_sum_(at::Tensor& tensor) const {
-  std::vector<at::Tensor> buffers{tensor.is_contiguous() ? tensor : tensor.contiguous()};
+  std::vector<at::Tensor> buffers{on_wire(tensor)};
   wait(backend_->allreduce(buffers), "all_reduce");
   if (!buffers[0].is_same(tensor)) tensor.copy_(buffers[0]);
 }
@@ -155,11 +160,11 @@ at::Tensor Group::sum(const at::Tensor& tensor) const {
 }
 
 at::Tensor Group::all_gather(const at::Tensor& tensor, int64_t dim) const {
-  std::vector<at::Tensor> inputs{tensor.contiguous()};
+  std::vector<at::Tensor> inputs{on_wire(tensor).contiguous()};
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < size(); ++r) outputs[0].push_back(at::empty_like(inputs[0]));
   wait(backend_->allgather(outputs, inputs), "all_gather");
-  return at::cat(outputs[0], dim);
+  return at::cat(outputs[0], dim).to(tensor.scalar_type());
 }
 
 at::Tensor Group::reduce_scatter_sum(const at::Tensor& tensor, int64_t dim) const {
@@ -176,7 +181,7 @@ at::Tensor Group::reduce_scatter_sum(const at::Tensor& tensor, int64_t dim) cons
 }
 
 void Group::broadcast_(at::Tensor& tensor, int root) const {
-  std::vector<at::Tensor> buffers{tensor.is_contiguous() ? tensor : tensor.contiguous()};
+  std::vector<at::Tensor> buffers{on_wire(tensor)};
   c10d::BroadcastOptions options;
   options.rootRank = root;
   wait(backend_->broadcast(buffers, options), "broadcast");
@@ -186,7 +191,7 @@ void Group::broadcast_(at::Tensor& tensor, int root) const {
 c10::intrusive_ptr<c10d::Work> Group::send_async(const at::Tensor& tensor, int destination, int tag) const {
   if (tracing())
     std::fprintf(stderr, "[collective] rank %d posts send to %d tag %d\n", global_rank(), destination, tag);
-  std::vector<at::Tensor> buffers{tensor.contiguous()};
+  std::vector<at::Tensor> buffers{on_wire(tensor).contiguous()};
   return backend_->send(buffers, destination, tag);
 }
 
@@ -196,7 +201,7 @@ void Group::wait_send(const c10::intrusive_ptr<c10d::Work>& work) const {
 
 void Group::recv_(at::Tensor& tensor, int source, int tag) const {
   if (tracing()) std::fprintf(stderr, "[collective] rank %d recv from %d tag %d\n", global_rank(), source, tag);
-  std::vector<at::Tensor> buffers{tensor.is_contiguous() ? tensor : tensor.contiguous()};
+  std::vector<at::Tensor> buffers{on_wire(tensor)};
   wait(backend_->recv(buffers, source, tag), "recv");
   if (!buffers[0].is_same(tensor)) tensor.copy_(buffers[0]);
 }

@@ -59,6 +59,9 @@ class Group {
   Group(std::string name, std::vector<int> ranks, int rank, c10::intrusive_ptr<compat::CollectiveBackend> backend,
         BackendKind kind);
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* operation) const;
+  // The buffer a tensor travels in: Gloo has no bf16, so bf16 travels as fp32 (exactly) and a
+  // sum of bf16 tensors is rounded to bf16 once, after the sum (NCCL rounds each partial sum).
+  at::Tensor on_wire(const at::Tensor& tensor) const;
 
   std::string name_;
   std::vector<int> ranks_;

@@ -1,0 +1,66 @@
+// precision_correlation: what a precision policy does to attribution scores. Runs magic-run's
+// single-process pipeline on one config under fp64 and under each lower policy and prints, for
+// each, the Spearman and Pearson correlation of its per-example scores with the fp64 scores and
+// the overlap of the 10 most helpful and 10 most harmful examples, with the run times.
+//
+//   precision_correlation [--config fixtures/runs/demo.json] [--dtypes fp32,bf16,fp16]
+#include <ATen/Parallel.h>
+
+#include <cstring>
+#include <iostream>
+#include <sstream>
+
+#include "lib/compare/correlation.h"
+#include "lib/core/dtype.h"
+#include "lib/core/strings.h"
+#include "lib/train/magic_pipeline.h"
+#include "lib/train/run_config.h"
+
+namespace {
+
+using namespace magic;
+
+struct Run {
+  at::Tensor scores;
+  double query_loss, seconds;
+};
+
+Run run(RunConfig config, const PrecisionPolicy& precision) {
+  config.precision = precision;
+  const LmProblem problem = build_lm_problem(config);
+  MagicOptions options;
+  options.schedule = config.checkpoints;
+  const MagicResult r = run_magic(*problem.step, *problem.query, problem.initial, problem.weights, options);
+  at::Tensor per_example = r.scores.dim() == 2 ? r.scores.sum(1) : r.scores;
+  return {per_example.to(at::kDouble), r.query_loss, r.train_seconds + r.replay_seconds};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_path = std::string(MAGIC_SOURCE_DIR) + "/fixtures/runs/demo.json", dtypes = "fp32,bf16,fp16";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--config") == 0) config_path = argv[i + 1];
+    if (std::strcmp(argv[i], "--dtypes") == 0) dtypes = argv[i + 1];
+  }
+  at::set_num_threads(1);
+  const RunConfig config = RunConfig::load(config_path);
+  const Run golden = run(config, PrecisionPolicy::for_compute(c10::kDouble));
+  std::cout
+      << "config " << config_path << ": " << golden.scores.numel() << " examples, " << config.steps
+      << " steps; fp64 query loss " << format_fixed(golden.query_loss, 4) << ", " << format_fixed(golden.seconds, 1)
+      << " s\n\n| policy | Spearman | Pearson | top-10 helpful overlap | top-10 harmful overlap | query loss | s |\n"
+      << "|---|---:|---:|---:|---:|---:|---:|\n";
+  std::stringstream list(dtypes);
+  std::string name;
+  while (std::getline(list, name, ',')) {
+    const PrecisionPolicy policy = PrecisionPolicy::for_compute(parse_dtype(name, "--dtypes"));
+    const Run r = run(config, policy);
+    std::cout << "| " << policy.str() << " | " << format_fixed(spearman(r.scores, golden.scores), 4) << " | "
+              << format_fixed(pearson(r.scores, golden.scores), 4) << " | "
+              << format_fixed(lowest_k_overlap(r.scores, golden.scores, 10), 1) << " | "
+              << format_fixed(highest_k_overlap(r.scores, golden.scores, 10), 1) << " | "
+              << format_fixed(r.query_loss, 4) << " | " << format_fixed(r.seconds, 1) << " |\n";
+  }
+  return 0;
+}

@@ -1,0 +1,42 @@
+// False alarms of the low-precision comparison (README "Mixed precision"): clean runs in bf16 and
+// fp16 on random mesh layouts (dp, cp, fsdp; world <= 4), sequence lengths, batches, steps,
+// optimizers, checkpoint schedules and seeds must pass every row against the fp64 golden run.
+// ctest runs 20 cases; the long label 500 (the acceptance asks for >= 200 with none failing).
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+
+#include "lib/core/dtype.h"
+#include "lib/core/strings.h"
+#include "tests/properties/counted_property.h"
+#include "tests/properties/property_support.h"
+
+namespace magic {
+namespace {
+
+TEST(PrecisionProperties, CleanLowPrecisionRunsNeverRaiseAnAlarm) {
+  testing::check_counted("low precision: clean runs pass against fp64", [] {
+    checks::CheckSettings s;
+    const int64_t cp = *rc::gen::inRange<int64_t>(1, 3);
+    const int64_t dp = *rc::gen::inRange<int64_t>(1, 4 / cp + 1);
+    const int64_t shards = *rc::gen::element<int64_t>(1, dp);
+    s.topology = dist::TopologySpec::parse(str_cat("dp=", dp, ",cp=", cp, ",fsdp=", shards));
+    s.precision = PrecisionPolicy::for_compute(*rc::gen::element(c10::kBFloat16, c10::kHalf));
+    s.max_len = *rc::gen::element<int64_t>(8, 12, 16);
+    s.steps = *rc::gen::inRange<int64_t>(1, 5);
+    s.optimizer = *rc::gen::element<std::string>("sgd", "adam", "adamw");
+    s.checkpoints = *rc::gen::element<std::string>("all", "sqrt");
+    s.seed = *rc::gen::inRange<uint64_t>(0, 100000);
+    s.batch_size = *rc::gen::inRange<int64_t>(dp, 12);
+    RC_CLASSIFY(s.precision.compute == c10::kBFloat16, "bf16");
+    RC_CLASSIFY(cp > 1, "cp");
+    RC_CLASSIFY(shards > 1, "sharded");
+    const CheckReport report = testing::run_threads(s);
+    RC_LOG() << s.topology.str() << " " << s.precision.str() << " " << s.optimizer << " steps " << s.steps << " seed "
+             << s.seed << " max_len " << s.max_len << " batch " << s.batch_size << "\n"
+             << testing::failures(report);
+    RC_ASSERT(report.rows_pass());
+  });
+}
+
+}  // namespace
+}  // namespace magic

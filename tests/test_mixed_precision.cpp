@@ -1,0 +1,152 @@
+// The precision policy as the step applies it: the loss scale is exact, master weights keep the
+// update, bf16 travels over Gloo; and the three-tensor row's verdicts, each with the planted
+// error it must fail on.
+#include <gtest/gtest.h>
+
+#include "lib/compare/check_row.h"
+#include "lib/core/seed.h"
+#include "lib/distributed/runtime/runtime.h"
+#include "tests/support.h"
+
+namespace magic {
+namespace {
+
+LmProblem problem_with(const PrecisionPolicy& policy, const std::string& optimizer = "sgd") {
+  testing::TinyRun run;
+  run.optimizer = optimizer;
+  RunConfig config = testing::tiny_run_config(run);
+  config.precision = policy;
+  return build_lm_problem(config);
+}
+
+TensorTree step0_gradient(const LmProblem& p) {
+  return p.step->gradient(TrainState{p.initial.params.requires_grad(), p.initial.opt, {}}, 0, p.weights, false)
+      .detach();
+}
+
+TEST(MixedPrecision, ThePowerOfTwoLossScaleIsExactWhereNothingUnderflows) {
+  // bf16 has fp32's exponent range: S·L's backward is S times L's, bit for bit, and g/S undoes it.
+  PrecisionPolicy scaled = PrecisionPolicy::for_compute(c10::kBFloat16);
+  scaled.loss_scale = 1024;
+  const TensorTree a = step0_gradient(problem_with(PrecisionPolicy::for_compute(c10::kBFloat16)));
+  const TensorTree b = step0_gradient(problem_with(scaled));
+  for (const auto& e : a) EXPECT_TRUE(at::equal(e.tensor, b.at(e.name))) << e.name;
+  // ... and the gradient really is computed in bf16 (it differs from fp32's).
+  const TensorTree fp32 = step0_gradient(problem_with(PrecisionPolicy::for_compute(c10::kFloat)));
+  EXPECT_FALSE(at::equal(a.at("head.weight"), fp32.at("head.weight")));
+}
+
+TEST(MixedPrecision, MasterWeightsKeepUpdatesTheComputeDtypeCannotHold) {
+  const LmProblem p = problem_with(PrecisionPolicy::for_compute(c10::kBFloat16), "adam");
+  const StepOutput out = p.step->step(p.initial, 0, p.weights, false);
+  const at::Tensor w = out.next.params.at("blocks.0.ln1.weight");
+  EXPECT_EQ(w.scalar_type(), c10::kFloat);
+  EXPECT_EQ(out.next.opt.at("mu.blocks.0.ln1.weight").scalar_type(), c10::kFloat);
+  // Adam's first step moves the gains (1) by about lr = 0.01 to values like 0.99, between bf16's
+  // neighbours 0.98828125 and 0.9921875: the fp32 master copy holds them, bf16 could not.
+  EXPECT_FALSE(at::equal(w, w.to(c10::kBFloat16).to(c10::kFloat)));
+}
+
+TEST(MixedPrecision, Bf16TravelsOverGlooAsFp32AndIsRoundedOnceAfterTheSum) {
+  const at::Tensor a = at::tensor({1.0, 1.0 / 3, 1e-3}, at::kFloat).to(at::kBFloat16),
+                   b = at::tensor({1.0 / 256, 2.0 / 3, -1e-3}, at::kFloat).to(at::kBFloat16);
+  const at::Tensor expected = (a.to(at::kFloat) + b.to(at::kFloat)).to(at::kBFloat16);
+  dist::run_ranks_in_threads(2, [&](dist::Runtime& rt) {
+    const at::Tensor mine = rt.rank() == 0 ? a : b;
+    const at::Tensor sum = rt.world()->sum(mine);
+    EXPECT_EQ(sum.scalar_type(), at::kBFloat16);
+    EXPECT_TRUE(at::equal(sum, expected));
+    EXPECT_TRUE(at::equal(rt.world()->all_gather(mine, 0), at::cat({a, b})));
+  });
+}
+
+// G: golden; R = G + e (the policy's own error); D: the candidate.
+struct ThreeTensors {
+  at::Tensor golden, reference;
+};
+
+ThreeTensors three_tensors() {
+  at::Generator gen = make_generator(7);
+  const at::Tensor g = at::randn({400}, gen, at::TensorOptions().dtype(at::kDouble));
+  return {g, g + 0.01 * at::randn({400}, gen, at::TensorOptions().dtype(at::kDouble))};
+}
+
+CheckRow row_for(const at::Tensor& candidate, const ThreeTensors& t, std::optional<double> bound) {
+  PrecisionCriterion criterion;
+  criterion.k = 2.0;
+  criterion.floor = 1e-3;
+  criterion.bound = bound;
+  return make_precision_row("grad", "w", candidate, t.reference, t.golden, criterion, candidate_factors({{"dp", 4}}),
+                            0.0, 1e-4);
+}
+
+TEST(PrecisionRow, PassesANoisyCandidateAndFailsEachPlantedError) {
+  const ThreeTensors t = three_tensors();
+  at::Generator gen = make_generator(8);
+  const at::Tensor noise = 0.002 * at::randn({400}, gen, at::TensorOptions().dtype(at::kDouble));
+  const CheckRow clean = row_for(t.reference + noise, t, 0.05);
+  EXPECT_TRUE(clean.passed) << clean.diagnosis.text;
+  ASSERT_TRUE(clean.precision.has_value());
+  EXPECT_NEAR(clean.precision->allowed_golden, 2.0 * clean.precision->reference_golden + 1e-3, 1e-15);
+
+  // A factor: fails both conditions and is named.
+  const CheckRow scaled = row_for(4.0 * t.reference, t, 0.05);
+  EXPECT_FALSE(scaled.passed);
+  EXPECT_EQ(scaled.diagnosis.factor, "x dp") << scaled.diagnosis.text;
+
+  // Twice the policy's own error against fp64 in a new direction: fails the k condition.
+  const CheckRow drifted = row_for(t.golden + 3.0 * (t.reference - t.golden).roll(1), t, std::nullopt);
+  EXPECT_FALSE(drifted.passed);
+  EXPECT_NE(drifted.diagnosis.text.find("error vs fp64"), std::string::npos) << drifted.diagnosis.text;
+
+  // Within k of fp64 but farther than the bound from R: fails the bound, which says so.
+  const CheckRow loose = row_for(t.golden - (t.reference - t.golden), t, 0.005);
+  EXPECT_LE(loose.precision->candidate_golden, loose.precision->allowed_golden);
+  EXPECT_FALSE(loose.passed);
+  EXPECT_NE(loose.diagnosis.text.find("error vs the policy's reference"), std::string::npos) << loose.diagnosis.text;
+  // Without a bound (a row downstream of training) the same candidate passes.
+  EXPECT_TRUE(row_for(t.golden - (t.reference - t.golden), t, std::nullopt).passed);
+}
+
+TEST(PrecisionRow, ValuesAreNotJudgedWhereThePolicysOwnResultCarriesNoSignal) {
+  const ThreeTensors t = three_tensors();
+  PrecisionCriterion criterion;
+  criterion.k = 8.0;
+  criterion.informative_below = 0.1;
+  auto row = [&](const at::Tensor& reference, const at::Tensor& candidate) {
+    return make_precision_row("scores", "per_token", candidate, reference, t.golden, criterion, {}, 0.0, 1e-4);
+  };
+  // R within 10% of fp64: a candidate 20 times farther fails.
+  EXPECT_FALSE(row(t.reference, t.golden + 20.0 * (t.reference - t.golden)).passed);
+  // R itself 100% off: nothing to judge D by; the row passes and says why.
+  const at::Tensor noise = t.golden.roll(7);
+  const CheckRow unjudged = row(noise, t.golden + 20.0 * (noise - t.golden));
+  EXPECT_TRUE(unjudged.passed);
+  EXPECT_FALSE(unjudged.precision->values_judged);
+  EXPECT_NE(unjudged.diagnosis.text.find("not judged by value"), std::string::npos) << unjudged.diagnosis.text;
+}
+
+TEST(PrecisionRow, StoredValuesThatAllFitTheComputeDtypeFailTheMasterWeightsCheck) {
+  const ThreeTensors t = three_tensors();
+  const at::Tensor reference = t.reference.to(at::kFloat), golden = t.golden;
+  PrecisionCriterion criterion;
+  criterion.k = 4.0;
+  criterion.floor = 0.05;
+  criterion.storage = c10::kBFloat16;
+  auto row = [&](const at::Tensor& candidate) {
+    return make_precision_row("final_params", "w", candidate, reference, golden, criterion, {}, 0.0, 1e-4);
+  };
+  EXPECT_TRUE(row(reference).passed);
+  EXPECT_EQ(row(reference).precision->reference_representable, representable_share(reference, c10::kBFloat16));
+  // The same values rounded to bf16: within k of fp64's error, but every entry fits bf16.
+  const CheckRow rounded = row(reference.to(at::kBFloat16).to(at::kFloat));
+  EXPECT_LE(rounded.precision->candidate_golden, rounded.precision->allowed_golden);
+  EXPECT_EQ(*rounded.precision->candidate_representable, 1.0);
+  EXPECT_FALSE(rounded.passed);
+  EXPECT_NE(rounded.diagnosis.text.find("100% of entries fit bf16 exactly"), std::string::npos)
+      << rounded.diagnosis.text;
+  EXPECT_EQ(representable_share(at::tensor({1.0, 0.5, 1.0 / 3}, at::kDouble), c10::kBFloat16), 2.0 / 3);
+}
+
+}  // namespace
+}  // namespace magic
