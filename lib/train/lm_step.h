@@ -31,6 +31,7 @@ class LmStep : public StepFunction {
   int64_t num_steps() const override { return static_cast<int64_t>(batches_.size()); }
   StepOutput step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const override;
   at::Tensor assemble_weight_gradient(const at::Tensor& local) const override;
+  double cotangent_scale() const override { return precision_->policy().loss_scale; }
 
   TensorTree gradient(const TrainState& state, int64_t t, const at::Tensor& w, bool create_graph) const override;
   // Step t's training loss (global value).

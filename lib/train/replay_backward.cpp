@@ -43,8 +43,18 @@ StepVjp step_vjp(const StepFunction& step, const TrainState& state, int64_t t, c
   std::vector<at::Tensor> inputs = floating_leaves(s);
   inputs.push_back(w_leaf);
 
+  // ×S before, ÷S after: exact for a power of two S (lib/core/precision_policy.h).
+  const double S = step.cotangent_scale();
+  if (S != 1.0) {
+    for (auto& g : grad_outputs) g = g * S;
+  }
   auto grads = torch::autograd::grad(outputs, inputs, grad_outputs, /*retain_graph=*/false,
                                      /*create_graph=*/false, /*allow_unused=*/true);
+  if (S != 1.0) {
+    for (auto& g : grads) {
+      if (g.defined()) g = g / S;
+    }
+  }
   StepVjp result;
   size_t index = 0;
   result.cotangent.params = take(s.params, grads, index);

@@ -32,6 +32,10 @@ class StepFunction {
   // which must require grad, at the state's persistent values; with create_graph it can be
   // differentiated again.
   virtual TensorTree gradient(const TrainState& state, int64_t t, const at::Tensor& w, bool create_graph) const = 0;
+  // REPLAY multiplies each step's cotangents by this before the vector-Jacobian product and
+  // divides what it yields: the loss scale, so that the low-precision parts of the backward of
+  // the backward see cotangents of the size the training backward saw (fp16 would flush them).
+  virtual double cotangent_scale() const { return 1.0; }
 };
 
 // ∇²L_t(θ) v = ∇<∇L_t(θ), v>, through whatever collectives the step's gradient uses.

@@ -55,6 +55,7 @@ class ThreePoolSpd : public StepFunction, public QueryFunction {
   StepOutput step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const override;
   TensorTree gradient(const TrainState& state, int64_t t, const at::Tensor& w, bool create_graph) const override;
   at::Tensor assemble_weight_gradient(const at::Tensor& local) const override;
+  double cotangent_scale() const override { return setup_.precision->policy().loss_scale; }
   // One loss term's gradient (the check's per-term rows), with the step's reduction.
   TensorTree term_gradient(const TrainState& state, int64_t t, const at::Tensor& w, SpdTerm term) const;
 
