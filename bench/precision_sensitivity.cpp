@@ -1,9 +1,10 @@
 // precision_sensitivity: the smallest scale error c each precision still detects. Plants g -> c·g
 // on the gradient reduction (every step, every parameter) of the lm workload on dp=4, ranks as
 // threads, and runs magic-check's comparison (fp64: at the tolerance; lower: the three-run
-// criterion against fp64) for |c - 1| from 0.1% to 50%, in both directions. Prints, per
-// precision, whether each c was caught and at which level, and the smallest |c - 1| caught in
-// both directions with every larger one caught too.
+// criterion against fp64, and the reduction rows) for |c - 1| from 0.1% to 50%, in both
+// directions. Prints, per precision, whether each c was caught and at which level, by every row
+// and by the rows against the reference alone (what a scale error outside the reduction meets),
+// and the smallest |c - 1| caught in both directions with every larger one caught too.
 //
 //   precision_sensitivity [--topology dp=4] [--dtypes bf16,fp16,fp32,fp64]
 #include <ATen/Parallel.h>
@@ -22,22 +23,39 @@ namespace {
 
 using namespace magic;
 
-// The first failing level of the comparison with gradients scaled by c ("" if none failed).
-std::string first_failure(const checks::CheckSettings& s, const checks::ReferenceRun& reference,
-                          const checks::PipelineOutputs* golden, double c) {
-  std::string level;
+// The first failing level ("" if none failed) of the comparison with gradients scaled by c: over
+// every row, and over the rows against the reference alone (without the reduction rows, which see
+// a scale planted in the reduction itself; a scale error upstream of it, in the loss, shows only
+// against the reference).
+struct Failures {
+  std::string all, against_reference;
+};
+
+Failures first_failures(const checks::CheckSettings& s, const checks::ReferenceRun& reference,
+                        const checks::PipelineOutputs* golden, double c) {
+  Failures out;
   dist::run_ranks_in_threads(static_cast<int>(s.topology.world_size()), [&](dist::Runtime& rt) {
     const auto outputs = checks::run_distributed_lm(s, rt, str_cat(checks::kScaledGradientPrefix, c), reference.states);
     if (rt.rank() != 0) return;
-    int best = 1 << 20;
+    int all = 1 << 20, against_reference = 1 << 20;
     for (const auto& row : checks::compare_outputs(outputs, reference.outputs, s, golden)) {
-      if (!row.passed && checks::level_rank(row.level) < best) {
-        best = checks::level_rank(row.level);
-        level = row.level;
+      if (row.passed) continue;
+      const int rank = checks::level_rank(row.level);
+      if (rank < all) {
+        all = rank;
+        out.all = row.level;
+      }
+      if (!row.reduction && rank < against_reference) {
+        against_reference = rank;
+        out.against_reference = row.level;
       }
     }
   });
-  return level;
+  return out;
+}
+
+std::string verdict(const std::string& level) {
+  return level.empty() ? "missed" : "caught at " + level;
 }
 
 }  // namespace
@@ -64,18 +82,24 @@ int main(int argc, char** argv) {
       golden = checks::run_reference_lm(fp64);
     }
     std::cout << name << " on " << topology << ":\n";
-    double smallest = -1;
+    double smallest = -1, smallest_reference = -1;
+    bool all_caught = true, reference_caught = true;
     for (auto it = deltas.rbegin(); it != deltas.rend(); ++it) {
-      const std::string up = first_failure(s, reference, golden ? &golden->outputs : nullptr, 1 + *it);
-      const std::string down = first_failure(s, reference, golden ? &golden->outputs : nullptr, 1 - *it);
+      const Failures up = first_failures(s, reference, golden ? &golden->outputs : nullptr, 1 + *it);
+      const Failures down = first_failures(s, reference, golden ? &golden->outputs : nullptr, 1 - *it);
       std::cout << "  |c-1| = " << format_fixed(*it, 3) << ": c = " << format_fixed(1 + *it, 3) << " "
-                << (up.empty() ? "missed" : "caught at " + up) << ", c = " << format_fixed(1 - *it, 3) << " "
-                << (down.empty() ? "missed" : "caught at " + down) << "\n";
-      if (up.empty() || down.empty()) break;
-      smallest = *it;
+                << verdict(up.all) << " (against the reference: " << verdict(up.against_reference)
+                << "), c = " << format_fixed(1 - *it, 3) << " " << verdict(down.all)
+                << " (against the reference: " << verdict(down.against_reference) << ")\n";
+      all_caught = all_caught && !up.all.empty() && !down.all.empty();
+      reference_caught = reference_caught && !up.against_reference.empty() && !down.against_reference.empty();
+      if (all_caught) smallest = *it;
+      if (reference_caught) smallest_reference = *it;
+      if (!all_caught && !reference_caught) break;
     }
-    std::cout << "  smallest |c-1| detected (with every larger one): "
-              << (smallest < 0 ? "none" : format_fixed(smallest, 3)) << "\n";
+    auto shown = [](double d) { return d < 0 ? std::string("none") : format_fixed(d, 3); };
+    std::cout << "  smallest |c-1| detected (with every larger one): " << shown(smallest)
+              << "; by the rows against the reference alone: " << shown(smallest_reference) << "\n";
   }
   return 0;
 }

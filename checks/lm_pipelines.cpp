@@ -2,6 +2,7 @@
 
 #include "checks/planted_precision.h"
 #include "checks/planted_variants.h"
+#include "checks/reduction_probe.h"
 
 #include "lib/core/dtype.h"
 #include "lib/core/seed.h"
@@ -49,7 +50,7 @@ struct SumLengths {
 
 SumLengths sum_lengths(const CheckSettings& s, const LmProblem& problem, const TensorTree& full_params) {
   const int64_t labels_per_row = s.max_len - 1;
-  return {s.global_batch() * labels_per_row, problem.query->num_queries() * labels_per_row, full_params.numel()};
+  return {s.global_batch() * labels_per_row, problem.query->queries().size() * labels_per_row, full_params.numel()};
 }
 
 PipelineOutputs lm_outputs(const SumLengths& n, const std::vector<TensorTree>& step_grads, const TensorTree& query_grad,
@@ -85,26 +86,40 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
   const dist::MeshGroups groups = dist::make_mesh_groups(runtime, dist::MeshLayout(settings.topology));
   const TensorTree full_init = gpt_init(config.model, config.precision.master, config.seed);
   auto parallel = planted_data_parallel(mutation, dist::mesh_parts(groups, full_init), settings.convention);
-  const LmProblem problem =
-      build_lm_problem(config, parallel, planted_precision(mutation, config.precision, runtime.world_size()));
+  // The grad level also records each rank's local gradient where it enters the reduction.
+  auto tap = std::make_shared<ReductionTap>();
+  const LmProblem problem = build_lm_problem(config, tapped_parallelism(parallel, tap),
+                                             planted_precision(mutation, config.precision, runtime.world_size()));
+  const bool probe = has_reduction_rows(settings);
+  // c of the reduction probe: the gradient the step returns is Σ_r partial_r / S (/ R under AVG).
+  const double c =
+      1.0 / config.precision.loss_scale / (settings.convention == dist::Convention::kAvg ? runtime.world_size() : 1);
   // Sharded tensors (parameters and everything shaped like them) are compared at full shape.
   std::vector<TensorTree> step_grads;
+  std::vector<std::map<std::string, ReductionTerms>> step_sums;
   for (size_t t = 0; t < teacher.size(); ++t) {
     dist::set_phase(str_cat("step gradients at step ", t));
     const TrainState at_reference{parallel->shard(teacher[t].params).requires_grad(), problem.initial.opt, {}};
+    if (probe) tap->arm();
     step_grads.push_back(parallel->unshard(
         problem.step->gradient(at_reference, static_cast<int64_t>(t), problem.weights, false).detach()));
+    if (!probe) continue;
+    std::map<std::string, ReductionTerms> sums;
+    for (const auto& [name, partial] : tap->take(full_init)) sums[name] = exact_reduction(*groups.world, partial, c);
+    step_sums.push_back(std::move(sums));
   }
   MagicOptions options;
   options.schedule = config.checkpoints;
   MagicResult result = run_magic(*problem.step, *problem.query, problem.initial, problem.weights, options);
   const TensorTree v = parallel->shard(hvp_direction(full_init, settings.seed));
   const int64_t last = problem.step->num_steps() - 1;
-  return lm_outputs(
-      sum_lengths(settings, problem, full_init), step_grads, parallel->unshard(result.query_gradient),
-      parallel->unshard(hessian_vector_product(*problem.step, problem.initial, 0, problem.weights, v)),
-      parallel->unshard(hessian_vector_product(*problem.step, result.final_state, last, problem.weights, v)),
-      parallel->unshard(result.final_state.params), result.scores);
+  PipelineOutputs out =
+      lm_outputs(sum_lengths(settings, problem, full_init), step_grads, parallel->unshard(result.query_gradient),
+                 parallel->unshard(hessian_vector_product(*problem.step, problem.initial, 0, problem.weights, v)),
+                 parallel->unshard(hessian_vector_product(*problem.step, result.final_state, last, problem.weights, v)),
+                 parallel->unshard(result.final_state.params), result.scores);
+  if (probe) append_reduction_outputs(out, step_grads, step_sums);
+  return out;
 }
 
 ReferenceRun run_reference_lm(const CheckSettings& settings) {

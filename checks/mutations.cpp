@@ -19,9 +19,7 @@ const std::vector<Mutation>& mutation_catalog() {
        "grad",
        "",
        kMesh,
-       {{"dp", 2}},
-       {},
-       PrecisionNeed::kResolvesSmallErrors},
+       {{"dp", 2}}},
       {"local-normalizer",
        "SUM reduction of losses normalized by each rank's own count instead of the global one",
        "grad",
@@ -48,14 +46,7 @@ const std::vector<Mutation>& mutation_catalog() {
        "",
        kMesh,
        {{"holders", 2}}},
-      {"extra-divide-scores",
-       "the assembled scores are divided by dp once more",
-       "scores",
-       "1/dp",
-       kMesh,
-       {{"dp", 2}},
-       {},
-       PrecisionNeed::kResolvesScores},
+      {"extra-divide-scores", "the assembled scores are divided by dp once more", "scores", "1/dp", kMesh, {{"dp", 2}}},
       {"cp-dp-only-normalizer",
        "the loss is normalized by the valid-label count over dp only, not dp*cp",
        "grad",
@@ -161,9 +152,7 @@ const std::vector<Mutation>& mutation_catalog() {
        kMesh,
        {{"world", 2}},
        {},
-       PrecisionNeed::kReduceInMaster,
-       "each rank's gradient is already rounded to the compute dtype; summing R of them in it adds about "
-       "u*sqrt(R)/2, below the u*sqrt(n) two correct runs differ by, until R is in the hundreds"},
+       PrecisionNeed::kReduceInMaster},
       {"master-weights-in-compute-dtype",
        "the update is applied to weights stored in the compute dtype (no master copy)",
        "final_params",
@@ -179,9 +168,7 @@ const std::vector<Mutation>& mutation_catalog() {
        kMesh,
        {{"world", 2}},
        {},
-       PrecisionNeed::kFp16,
-       "the entries it flushes (|g| < 2^-24 * world) are below 1e-6 of the largest, under every row's "
-       "max-normalized error"},
+       PrecisionNeed::kFp16},
   };
   return catalog;
 }
@@ -239,16 +226,6 @@ std::string unmet_precision(PrecisionNeed need, const PrecisionPolicy& p) {
                  ? ""
                  : str_cat("its error (5.6e-4 of the HVP at fp64) is below ", dtype_name(p.compute),
                            "'s own rounding; needs fp32 or finer");
-    case PrecisionNeed::kResolvesScores:
-      return unit_roundoff(p.compute) <= unit_roundoff(c10::kHalf)
-                 ? ""
-                 : str_cat(dtype_name(p.compute), "'s own error in the scores (10-40% per token on this workload) ",
-                           "is the size of the bug's; needs fp16 or finer");
-    case PrecisionNeed::kResolvesSmallErrors:
-      return unit_roundoff(p.compute) <= unit_roundoff(c10::kHalf)
-                 ? ""
-                 : str_cat("its error (a few percent) is below ", dtype_name(p.compute),
-                           "'s own rounding of the gradients; needs fp16 or finer");
   }
   return "";
 }
@@ -267,9 +244,6 @@ std::string precision_need_text(PrecisionNeed need) {
       return "reduce dtype = master, above compute (--dtype bf16 | fp16)";
     case PrecisionNeed::kFp16:
       return "fp16 compute (--dtype fp16)";
-    case PrecisionNeed::kResolvesSmallErrors:
-    case PrecisionNeed::kResolvesScores:
-      return "compute dtype fp16 or finer";
     case PrecisionNeed::kResolvesTinyErrors:
       return "compute dtype fp32 or finer";
   }
@@ -305,8 +279,6 @@ BitePlan plan_bite(const dist::TopologySpec& topology, const std::vector<Level>&
     if (m.family && m.family != topology.family()) continue;
     if (const std::string unmet = unmet_requirement(m, topology, precision); !unmet.empty()) {
       plan.skipped.push_back({m.name, unmet});
-    } else if (!m.beyond_resolution.empty()) {
-      plan.skipped.push_back({m.name, "beyond this check's resolution: " + m.beyond_resolution});
     } else if (!checks_level(levels, m.expected_level)) {
       plan.skipped.push_back({m.name, level_unchecked(m, levels)});
     } else {

@@ -18,14 +18,11 @@ namespace magic::checks {
 // What a precision mutation needs of the run's precision policy to exist.
 enum class PrecisionNeed {
   kNone,
-  kLowPrecision,         // compute dtype below the master dtype (master weights exist)
-  kLossScale,            // loss_scale >= 2
-  kReduceInMaster,       // the policy reduces in the master dtype, which is not the compute dtype
-  kFp16,                 // fp16 compute
-  kResolvesSmallErrors,  // a compute dtype at least as fine as fp16: bf16's own rounding of the
-                         // check's gradients (4-25%) hides an error of a few percent
-  kResolvesScores,       // fp16 or finer: bf16's scores carry 10-40% error of their own
-  kResolvesTinyErrors,   // fp32 or finer: an error of ~5e-4 is below bf16's and fp16's rounding
+  kLowPrecision,        // compute dtype below the master dtype (master weights exist)
+  kLossScale,           // loss_scale >= 2
+  kReduceInMaster,      // the policy reduces in the master dtype, which is not the compute dtype
+  kFp16,                // fp16 compute
+  kResolvesTinyErrors,  // fp32 or finer: an error of ~5e-4 is below bf16's and fp16's rounding
 };
 
 // "compute below master (bf16, fp16)", "loss_scale >= 2 (fp16)", ...
@@ -45,9 +42,6 @@ struct Mutation {
   std::vector<std::pair<std::string, int64_t>> at_least;
   std::vector<std::pair<std::string, int64_t>> at_most = {};
   PrecisionNeed precision_need = PrecisionNeed::kNone;
-  // Non-empty: the bug is real but its effect is below what a check on one machine resolves
-  // (this says why); --bite lists it as skipped, --mutate still runs it.
-  std::string beyond_resolution = "";
 };
 
 // The sizes factors are named after: the topology's, and "loss_scale" where it is >= 2.

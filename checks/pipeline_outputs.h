@@ -2,11 +2,13 @@
 // same order by the distributed pipeline and by the reference of a workload.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "checks/check_settings.h"
 #include "lib/compare/check_row.h"
+#include "lib/compare/reduction_row.h"
 #include "lib/train/train_state.h"
 
 namespace magic::checks {
@@ -25,6 +27,9 @@ struct NamedTensor {
   int64_t sum_length = 0;
   // A stored value (final parameters): checked for being kept in the master dtype.
   bool stored = false;
+  // A distributed reduced gradient checked against the exact sum of its terms, the ranks' local
+  // gradients (checks/reduction_probe.h): a row of its own with no reference partner.
+  std::optional<ReductionTerms> reduction = std::nullopt;
 };
 using PipelineOutputs = std::vector<NamedTensor>;
 

@@ -4,8 +4,7 @@
 // n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3, 12 ranks), so that the factor the diagnosis observes
 // names exactly one size, in fp64 unless the mutation needs a lower precision (then fp16, whose
 // loss scale 1024 is a size of its own); fp32 is judged against fp64; empty shards are fine.
-// The mutations beyond a single machine's resolution are shown not to be caught (the reason
-// --bite gives for skipping them).
+// The reduction bugs are caught by the reduction rows alone.
 #include <gtest/gtest.h>
 
 #include "checks/mutations.h"
@@ -31,14 +30,6 @@ checks::CheckSettings distinct_settings_for(const checks::Mutation& m) {
     }
   }
   throw std::logic_error("no test layout for " + m.name);
-}
-
-std::vector<checks::Mutation> mutations_within_resolution(bool within) {
-  std::vector<checks::Mutation> out;
-  for (const auto& m : checks::mutation_catalog()) {
-    if (m.beyond_resolution.empty() == within) out.push_back(m);
-  }
-  return out;
 }
 
 TEST_P(EachMutation, IsCaughtAtItsLevelWithItsFactor) {
@@ -77,25 +68,65 @@ std::string mutation_name(const ::testing::TestParamInfo<checks::Mutation>& info
   return name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Catalog, EachMutation, ::testing::ValuesIn(mutations_within_resolution(true)), mutation_name);
+INSTANTIATE_TEST_SUITE_P(Catalog, EachMutation, ::testing::ValuesIn(checks::mutation_catalog()), mutation_name);
 
-// --bite skips these with a stated reason; this shows the reason holds: planted alone on dp=3 in
-// fp16 (where they apply), the run passes every row.
-TEST(DataParallelCheck, MutationsBeyondResolutionAreNotCaughtOnOneMachine) {
-  const auto beyond = mutations_within_resolution(false);
-  ASSERT_EQ(beyond.size(), 2u);
-  for (const auto& m : beyond) {
+// The two reduction bugs no comparison with the reference resolves (each rank's gradient is
+// already rounded to the compute dtype, so one more rounding of their sum hides in the u·√n two
+// correct runs differ by): judged against the exact sum of their own terms, every reduction row
+// fails (a sum in the compute dtype says so: every entry fits it), while the rows against the
+// reference pass.
+TEST(DataParallelCheck, ReductionRowsSeeASumRoundedBelowThePolicy) {
+  struct Case {
+    const char* mutation;
+    c10::ScalarType compute;
+    const char* says;
+  };
+  for (const Case& c : {Case{"reduce-in-compute-dtype", c10::kBFloat16, "it was rounded to bf16"},
+                        Case{"fp16-predivide-underflow", c10::kHalf, "summed coarser than fp32"}}) {
     checks::CheckRequest request;
-    request.settings = distinct_settings_for(m);
-    EXPECT_EQ(request.settings.precision.compute, c10::kHalf) << m.name;
+    request.settings.topology = dist::TopologySpec::parse("dp=3");
+    request.settings.precision = PrecisionPolicy::for_compute(c.compute);
+    request.settings.levels = {checks::Level::kGrad};
     request.mode = checks::CheckMode::kMutate;
-    request.mutation = m.name;
+    request.mutation = c.mutation;
     const CheckReport report = testing::run_check_in_threads(request);
-    ASSERT_EQ(report.bite.size(), 1u);
-    EXPECT_FALSE(report.bite.front().caught) << m.name;
-    EXPECT_EQ(report.bite.front().observed_level, "")
-        << m.name << " failed a row: " << report.bite.front().observed_diagnosis;
+    int reduction_rows = 0;
+    for (const auto& row : report.rows) {
+      if (!row.reduction) {
+        EXPECT_TRUE(row.passed) << c.mutation << " " << row.tensor << ": " << row.diagnosis.text;
+        continue;
+      }
+      ++reduction_rows;
+      EXPECT_FALSE(row.passed) << c.mutation << " " << row.tensor;
+      EXPECT_NE(row.diagnosis.text.find(c.says), std::string::npos)
+          << c.mutation << " " << row.tensor << ": " << row.diagnosis.text;
+    }
+    EXPECT_EQ(reduction_rows, 17) << "one per parameter of the lm workload";
+    EXPECT_TRUE(report.bite.front().caught) << report.bite.front().observed_diagnosis;
   }
+}
+
+// On dp=2 in bf16 the policy's own token scores are 57% off fp64: the scores level carries no
+// signal on this run, so --bite skips the mutation expected there, saying why, and a bite that ran
+// nothing fails rather than pass on nothing.
+TEST(DataParallelCheck, BiteSkipsAMutationWhoseLevelCarriesNoSignalOnThisRun) {
+  checks::CheckRequest request;
+  request.settings.topology = dist::TopologySpec::parse("dp=2");
+  request.settings.precision = PrecisionPolicy::for_compute(c10::kBFloat16);
+  request.settings.levels = {checks::Level::kScores};
+  request.mode = checks::CheckMode::kBite;
+  const CheckReport report = testing::run_check_in_threads(request);
+  EXPECT_TRUE(report.bite.empty());
+  bool skipped = false;
+  for (const auto& k : report.bite_skipped) {
+    if (k.mutation == "extra-divide-scores") {
+      skipped = true;
+      EXPECT_NE(k.reason.find("carries no signal on this run"), std::string::npos) << k.reason;
+    }
+  }
+  EXPECT_TRUE(skipped);
+  EXPECT_TRUE(report.rows_pass());
+  EXPECT_EQ(report.exit_code(), 1) << "no mutation ran";
 }
 
 TEST(DataParallelCheck, Fp32IsJudgedAgainstTheFp64GoldenRun) {
@@ -105,6 +136,10 @@ TEST(DataParallelCheck, Fp32IsJudgedAgainstTheFp64GoldenRun) {
   const CheckReport report = testing::run_check_in_threads(request);
   EXPECT_TRUE(report.rows_pass());
   for (const auto& row : report.rows) {
+    if (row.reduction) {  // the sum in fp32 of fp32 terms, against its exact value
+      EXPECT_LE(row.reduction->worst, row.reduction->bound) << row.tensor;
+      continue;
+    }
     ASSERT_TRUE(row.precision.has_value()) << row.tensor;
     EXPECT_GT(row.precision->reference_golden, 0.0) << row.tensor;  // fp32 really ran
     EXPECT_LE(row.precision->candidate_golden, row.precision->allowed_golden) << row.tensor;

@@ -13,6 +13,9 @@
 #include <set>
 #include <thread>
 
+#include "checks/mutations.h"
+#include "lib/core/dtype.h"
+#include "lib/core/strings.h"
 #include "tests/support.h"
 #include "tests/xml_reader.h"
 
@@ -230,8 +233,15 @@ TEST(MagicCheckCli, Bf16PassesAgainstTheFp64GoldenRunAndReportsThreeErrors) {
       << o.output;
   auto report = nlohmann::json::parse(testing::read_file(json));
   EXPECT_EQ(report["dtype"], "bf16");
-  int bounded = 0;
+  int bounded = 0, reductions = 0;
   for (const auto& row : report["checks"]) {
+    if (row.contains("reduction")) {  // judged against its own terms, not against fp64
+      ++reductions;
+      EXPECT_FALSE(row.contains("precision")) << row.dump();
+      EXPECT_EQ(row["reduction"]["terms"], 2) << row.dump();
+      EXPECT_LE(row["reduction"]["worst_error"].get<double>(), row["reduction"]["bound"].get<double>()) << row.dump();
+      continue;
+    }
     const auto& p = row["precision"];
     ASSERT_TRUE(p.is_object()) << row.dump();
     EXPECT_GT(p["reference_vs_golden"].get<double>(), 1e-4) << row.dump();  // bf16 really ran
@@ -242,6 +252,7 @@ TEST(MagicCheckCli, Bf16PassesAgainstTheFp64GoldenRunAndReportsThreeErrors) {
     }
   }
   EXPECT_EQ(bounded, 18) << "the 17 grad rows at the teacher's states and the HVP at theta_0";
+  EXPECT_EQ(reductions, 17) << "one reduction row per parameter";
 }
 
 TEST(MagicCheckCli, PrecisionFlagsAreCheckedBeforeAnyRankStarts) {
@@ -257,24 +268,51 @@ TEST(MagicCheckCli, PrecisionFlagsAreCheckedBeforeAnyRankStarts) {
   EXPECT_NE(o.output.find("needs a loss scale >= 2"), std::string::npos) << o.output;
 }
 
-// The whole mesh bite on a layout whose sizes all differ (dp=4, cp=3, fsdp=2: 12 ranks, about
-// two minutes here): every applicable mutation caught, each factor one name. Label `long`
-// (ctest --preset long runs it with MAGIC_LONG_TESTS=1); skipped otherwise.
-TEST(MagicCheckCliLong, MeshBiteOnDistinctSizesNamesExactlyTheExpectedFactor) {
+// The whole bite on layouts whose sizes all differ (dp=4, cp=3, fsdp=2: 12 ranks; the three-pool
+// n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3: 12 ranks), in fp64, bf16 and fp16: every applicable
+// mutation caught, each factor one name, and every factor mutation that applies to the layout in
+// fp64 applies and is caught in bf16 and fp16 as well (none skipped for precision). Label `long`
+// (ctest --preset long runs it with MAGIC_LONG_TESTS=1, one to two and a half minutes a case);
+// skipped otherwise.
+class MagicCheckCliLong : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(MagicCheckCliLong, BiteOnDistinctSizesNamesExactlyTheExpectedFactor) {
   if (std::getenv("MAGIC_LONG_TESTS") == nullptr) GTEST_SKIP() << "long: ctest --preset long";
-  const std::string json = temp_path("mesh-bite.json");
-  auto o = magic_check("--topology dp=4,cp=3,fsdp=2 --bite --json " + json);
+  const auto [layout, dtype] = GetParam();
+  const std::string json = temp_path("bite-distinct.json");
+  auto o = magic_check(str_cat("--topology ", layout, " --dtype ", dtype, " --bite --json ", json));
   ASSERT_EQ(o.exit_code, 0) << o.output;
   auto report = nlohmann::json::parse(testing::read_file(json));
-  EXPECT_EQ(report["bite"].size(), 11u);
+  const auto topology = dist::TopologySpec::parse(layout);
+  const auto plan = checks::plan_bite(topology, checks::all_levels(), PrecisionPolicy::for_compute(parse_dtype(dtype)));
+  EXPECT_EQ(report["bite"].size(), plan.run.size());
+  std::set<std::string> run;
   for (const auto& b : report["bite"]) {
+    run.insert(b["mutation"].get<std::string>());
     EXPECT_TRUE(b["caught"].get<bool>()) << b.dump();
     EXPECT_TRUE(b["factor_distinct"].get<bool>()) << b.dump();
     if (!b["expected"]["factor"].get<std::string>().empty()) {
       EXPECT_EQ(b["observed"]["factor"], b["expected"]["factor"]) << b.dump();
     }
   }
+  for (const auto& m : checks::mutation_catalog()) {
+    const bool of_layout = !m.family || m.family == topology.family();
+    if (of_layout && !m.expected_factor.empty() && checks::unmet_requirement(m, topology).empty()) {
+      EXPECT_EQ(run.count(m.name), 1u) << m.name << " is a factor mutation of " << layout << " not run in " << dtype;
+    }
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(DistinctSizes, MagicCheckCliLong,
+                         ::testing::Values(std::pair{"dp=4,cp=3,fsdp=2", "fp64"}, std::pair{"dp=4,cp=3,fsdp=2", "bf16"},
+                                           std::pair{"dp=4,cp=3,fsdp=2", "fp16"},
+                                           std::pair{"n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3", "bf16"},
+                                           std::pair{"n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3", "fp16"}),
+                         [](const auto& info) {
+                           std::string name = std::string(info.param.first) + "_" + info.param.second;
+                           for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace magic

@@ -126,6 +126,34 @@ TEST(PrecisionRow, ValuesAreNotJudgedWhereThePolicysOwnResultCarriesNoSignal) {
   EXPECT_NE(unjudged.diagnosis.text.find("not judged by value"), std::string::npos) << unjudged.diagnosis.text;
 }
 
+// A factor bug fails a judged row even within its floor (bf16's for scores, u·√n = 0.42, lets 1/2
+// through by value): D against R pointing the same way, scaled by a size of the layout.
+TEST(PrecisionRow, AScaleThatATopologyFactorExplainsFailsWhateverTheNoise) {
+  const ThreeTensors t = three_tensors();
+  at::Generator gen = make_generator(9);
+  const at::Tensor noise = 0.3 * at::randn({400}, gen, at::TensorOptions().dtype(at::kDouble));
+  PrecisionCriterion criterion;
+  criterion.k = 8.0;
+  criterion.floor = 0.8;  // as wide as bf16's for scores: 1/dp is within it by value
+  const auto factors = candidate_factors({{"dp", 4}});
+  auto row = [&](const at::Tensor& candidate, std::optional<double> informative_below = std::nullopt) {
+    criterion.informative_below = informative_below;
+    return make_precision_row("scores", "per_token", candidate, t.reference, t.golden, criterion, factors, 0.0, 1e-4);
+  };
+  const CheckRow noisy = row(t.reference + noise);  // 30% noise, no scaling
+  EXPECT_TRUE(noisy.passed) << noisy.diagnosis.text;
+  const CheckRow divided = row(0.25 * (t.reference + noise));
+  EXPECT_LE(divided.precision->candidate_golden, divided.precision->allowed_golden) << "within the floor";
+  EXPECT_FALSE(divided.passed);
+  EXPECT_EQ(divided.diagnosis.factor, "1/dp") << divided.diagnosis.text;
+  // A length off by 20%: no size of this layout, not a factor bug.
+  EXPECT_TRUE(row(1.2 * t.reference).passed);
+  // Where R carries no signal (values not judged) a length ratio proves nothing.
+  const CheckRow unjudged = row(0.25 * (t.reference + noise), 0.001);
+  EXPECT_FALSE(unjudged.precision->values_judged);
+  EXPECT_TRUE(unjudged.passed) << unjudged.diagnosis.text;
+}
+
 TEST(PrecisionRow, StoredValuesThatAllFitTheComputeDtypeFailTheMasterWeightsCheck) {
   const ThreeTensors t = three_tensors();
   const at::Tensor reference = t.reference.to(at::kFloat), golden = t.golden;

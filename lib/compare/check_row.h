@@ -15,6 +15,8 @@ namespace magic {
 // reference under the same precision policy R, and the distributed candidate D. It passes when
 //   err(D, G) <= k · err(R, G) + floor      (D is about as accurate as the policy allows)
 //   err(D, R) <= bound                      (where a bound is derived: README "Mixed precision")
+//   scale(D, R) is no topology factor       (the diagnosis names none, exactly or as ≈; where
+//                                           values are judged)
 // err is the worst relative error of compare_tensors.
 //   for stored values (final parameters) where master and compute dtypes differ, also
 //   share(D) <= share(R) + 0.5, share = the fraction of entries exactly representable in the
@@ -31,6 +33,9 @@ struct PrecisionCriterion {
   // Values are judged only while err(R, G) is at most this: beyond it the policy's own result
   // carries no signal to compare against (scores whose metagradient the rounding dominates).
   std::optional<double> informative_below;
+  // The reference error informative_below is compared with, where it is not the row's own: a
+  // per-document score sums its tokens' scores, so it carries signal only where they do.
+  std::optional<double> signal_error;
 };
 
 struct PrecisionErrors {
@@ -43,8 +48,19 @@ struct PrecisionErrors {
   bool values_judged = true;  // false: the errors are shown, the storage check alone judged
 };
 
+
 // The fraction of entries of `x` that `dtype` represents exactly.
 double representable_share(const at::Tensor& x, c10::ScalarType dtype);
+
+// A reduction row (lib/compare/reduction_row.h): the reduced gradient against the exact sum of the
+// terms it added, entry by entry, in units of their summed magnitudes.
+struct ReductionErrors {
+  double worst = 0.0;          // max_i |g_i - c·e_i| / (c·(Σ_r|x_ri| + R·η))
+  double bound = 0.0;          // γ_{R-1}(u_reduce) + 2·u_master
+  int64_t terms = 0;           // R
+  int64_t entries_over = 0;    // entries beyond the bound
+  double typical_error = 0.0;  // median of |g_i - c·e_i| / |c·e_i| over entries with e_i != 0
+};
 
 struct CheckRow {
   std::string level;   // grad | query_grad | hvp | final_params | scores
@@ -54,7 +70,12 @@ struct CheckRow {
   bool passed = true;
   Diagnosis diagnosis;
   std::optional<PrecisionErrors> precision;  // low-precision rows only
+  std::optional<ReductionErrors> reduction;  // reduction rows only
 };
+
+// Whether a row's verdict says anything: false for a low-precision row whose values were not
+// judged and that had no storage check (its pass is "nothing to compare against").
+bool row_judged(const CheckRow& row);
 
 // Passes when worst_rel_err <= tolerance (error_scale: see compare_tensors).
 CheckRow make_check_row(const std::string& level, const std::string& tensor, const at::Tensor& distributed,

@@ -30,8 +30,10 @@ namespace {
 
 // Every factor within `tolerance` of `scale`, the preferred one first: "x dp = x world".
 // Products of two sizes are named only when no single size explains the scale. With
-// `nearest_only` (approximate matches) only the factors nearest to the scale in ratio are named:
-// ≈ 3.07 with dp=4 and cp=3 is "≈ x cp", though 3.07/4 is within the tolerance too.
+// `nearest_only` only the factors nearest to the scale in ratio are named: ≈ 3.07 with dp=4 and
+// cp=3 is "≈ x cp", though 3.07/4 is within the tolerance too; likewise an exact match under
+// low-precision noise, whose tolerance can be wide (0.2503 in bf16 scores is "1/dp", not
+// "1/dp = 1/cp"). Equal sizes stay equally near: "x n_per_block = x n_ppgd".
 std::vector<std::string> matching(const std::vector<NamedFactor>& factors, double scale, double tolerance,
                                   bool nearest_only = false) {
   std::vector<const NamedFactor*> single, product;
@@ -67,7 +69,7 @@ Diagnosis diagnose(const ComparisonStats& s, bool passed, const std::vector<Name
   if (s.cosine >= 1.0 - direction_noise) {
     // Rounding noise e blurs the scale too (by about e = sqrt(direction_noise)).
     const double tolerance = std::max(1e-3, std::sqrt(direction_noise));
-    d.factors = matching(factors, s.scale, tolerance);
+    d.factors = matching(factors, s.scale, tolerance, /*nearest_only=*/true);
     if (!d.factors.empty()) {
       d.scale_tolerance = tolerance;
       d.text = str_cat(join(d.factors, " = "), " (scale ", format_fixed(s.scale, 6), ")");

@@ -1,5 +1,6 @@
 #include "lib/io/report.h"
 
+#include <algorithm>
 #include <iomanip>
 #include <sstream>
 
@@ -76,6 +77,7 @@ bool CheckReport::rows_pass() const {
 }
 
 bool CheckReport::all_caught() const {
+  if (bite.empty()) return false;  // a bite that ran nothing proves nothing
   for (const auto& b : bite) {
     if (!b.caught) return false;
   }
@@ -92,31 +94,43 @@ void print_report(const CheckReport& r, std::ostream& out) {
       << " workload, " << r.dtype << ", " << r.convention << " convention, " << r.steps << " steps, seed " << r.seed;
   if (!r.mutation.empty()) out << ", mutation " << r.mutation;
   out << "\n\n";
-  const bool three_runs = !r.rows.empty() && r.rows.front().precision.has_value();
+  // The tensor column fits the longest name ("blocks.0.attn.proj.weight[reduction]").
+  size_t tensor_width = 26;
+  for (const auto& row : r.rows) tensor_width = std::max(tensor_width, row.tensor.size() + 1);
+  const bool three_runs =
+      std::any_of(r.rows.begin(), r.rows.end(), [](const CheckRow& row) { return row.precision || row.reduction; });
   if (three_runs) {
     // err(D,G): candidate vs fp64; err(R,G): the policy's reference vs fp64; allowed = k·err(R,G) +
     // floor ("-": values not judged); err(D,R): candidate vs the policy's reference, and its
     // bound ("-": none applies).
-    out << pad("level", 13) << pad("tensor", 26) << pad("scale", 11) << pad("cosine", 11) << pad("err(D,G)", 10)
-        << pad("err(R,G)", 10) << pad("allowed", 10) << pad("err(D,R)", 10) << pad("bound", 10) << pad("verdict", 9)
-        << "diagnosis\n";
+    out << pad("level", 13) << pad("tensor", tensor_width) << pad("scale", 11) << pad("cosine", 11)
+        << pad("err(D,G)", 10) << pad("err(R,G)", 10) << pad("allowed", 10) << pad("err(D,R)", 10) << pad("bound", 10)
+        << pad("verdict", 9) << "diagnosis\n";
   } else {
-    out << pad("level", 13) << pad("tensor", 26) << pad("scale", 11) << pad("mean(dist/ref)", 16)
+    out << pad("level", 13) << pad("tensor", tensor_width) << pad("scale", 11) << pad("mean(dist/ref)", 16)
         << pad("worst rel err", 15) << pad("cosine", 11) << pad("verdict", 9) << "diagnosis\n";
   }
   int failed = 0;
   for (const auto& row : r.rows) {
     failed += !row.passed;
+    if (three_runs && row.reduction) {
+      // A reduction row: err(D,R) is the reduced gradient against the exact sum of its terms.
+      out << pad(row.level, 13) << pad(row.tensor, tensor_width) << pad(fixed6(row.stats.scale), 11)
+          << pad(fixed6(row.stats.cosine), 11) << pad("-", 10) << pad("-", 10) << pad("-", 10)
+          << pad(sci(row.reduction->worst), 10) << pad(sci(row.reduction->bound), 10)
+          << pad(row.passed ? "pass" : "FAIL", 9) << row.diagnosis.text << "\n";
+      continue;
+    }
     if (three_runs && row.precision) {
       const PrecisionErrors& e = *row.precision;
-      out << pad(row.level, 13) << pad(row.tensor, 26) << pad(fixed6(row.stats.scale), 11)
+      out << pad(row.level, 13) << pad(row.tensor, tensor_width) << pad(fixed6(row.stats.scale), 11)
           << pad(fixed6(row.stats.cosine), 11) << pad(sci(e.candidate_golden), 10) << pad(sci(e.reference_golden), 10)
           << pad(e.values_judged ? sci(e.allowed_golden) : "-", 10) << pad(sci(row.stats.worst_rel_err), 10)
           << pad(e.bound ? sci(*e.bound) : "-", 10) << pad(row.passed ? "pass" : "FAIL", 9) << row.diagnosis.text
           << "\n";
       continue;
     }
-    out << pad(row.level, 13) << pad(row.tensor, 26) << pad(fixed6(row.stats.scale), 11)
+    out << pad(row.level, 13) << pad(row.tensor, tensor_width) << pad(fixed6(row.stats.scale), 11)
         << pad(fixed6(row.stats.mean_ratio), 16) << pad(sci(row.stats.worst_rel_err), 15)
         << pad(fixed6(row.stats.cosine), 11) << pad(row.passed ? "pass" : "FAIL", 9) << row.diagnosis.text << "\n";
   }
@@ -146,8 +160,8 @@ void print_report(const CheckReport& r, std::ostream& out) {
       if (b.caught && !b.factor_distinct) blurred.push_back(b.mutation + " (" + b.observed_factor + ")");
     }
     for (const auto& k : r.bite_skipped) out << pad(k.mutation, 33) << "skipped: " << k.reason << "\n";
-    out << (caught == static_cast<int>(r.bite.size()) ? "BITE PASS" : "BITE FAIL") << ": " << caught << " of "
-        << r.bite.size() << " applicable mutations caught with their expected level and factor";
+    out << (r.all_caught() ? "BITE PASS" : "BITE FAIL") << ": " << caught << " of " << r.bite.size()
+        << " applicable mutations caught with their expected level and factor";
     if (!r.bite_skipped.empty()) {
       out << " (" << r.bite_skipped.size() << " skipped: " << skipped_names(r.bite_skipped) << ")";
     }
@@ -186,6 +200,14 @@ nlohmann::ordered_json report_json(const CheckReport& r) {
           {"values_judged", e.values_judged},
           {"candidate_representable", e.candidate_representable ? json(*e.candidate_representable) : json(nullptr)},
           {"reference_representable", e.reference_representable ? json(*e.reference_representable) : json(nullptr)}};
+    }
+    if (row.reduction) {
+      const ReductionErrors& e = *row.reduction;
+      entry["reduction"] = {{"worst_error", number(e.worst)},
+                            {"bound", number(e.bound)},
+                            {"terms", e.terms},
+                            {"entries_over_bound", e.entries_over},
+                            {"typical_error", number(e.typical_error)}};
     }
     checks.push_back(entry);
   }

@@ -44,6 +44,7 @@ struct CheckReport {
 
   // False when a row failed, and when there are no rows at all (nothing was checked).
   bool rows_pass() const;
+  // Every mutation run was caught, and at least one ran.
   bool all_caught() const;
   // 0 when everything that should pass passed: the rows of a clean run, and under --bite every
   // mutation caught; 1 otherwise (a --mutate run whose bug is caught fails its rows: 1).

@@ -1,0 +1,126 @@
+#include "checks/reduction_probe.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace magic::checks {
+
+void ReductionTap::arm() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  partials_.clear();
+  armed_ = true;
+}
+
+bool ReductionTap::armed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return armed_;
+}
+
+void ReductionTap::record(const std::string& name, const at::Tensor& cotangent) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (armed_) partials_[name] = cotangent.detach().clone();
+}
+
+std::map<std::string, at::Tensor> ReductionTap::take(const TensorTree& shapes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  armed_ = false;
+  std::map<std::string, at::Tensor> out;
+  for (const auto& p : shapes) {
+    const auto it = partials_.find(p.name);
+    out[p.name] = it != partials_.end() ? it->second : at::zeros(p.tensor.sizes(), p.tensor.options());
+  }
+  partials_.clear();
+  return out;
+}
+
+namespace {
+
+// Identity forward; the backward records the cotangent (the rank's local gradient, before any
+// collective touched it) and returns it unchanged.
+struct TapFunction : torch::autograd::Function<TapFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, ReductionTap* tap,
+                            const std::string& name) {
+    ctx->saved_data["tap"] = reinterpret_cast<int64_t>(tap);
+    ctx->saved_data["name"] = name;
+    return x.view_as(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    reinterpret_cast<ReductionTap*>(ctx->saved_data["tap"].toInt())
+        ->record(ctx->saved_data["name"].toStringRef(), grad[0]);
+    return {grad[0], at::Tensor(), at::Tensor()};
+  }
+};
+
+class TappedParallelism : public Parallelism {
+ public:
+  TappedParallelism(std::shared_ptr<const Parallelism> inner, std::shared_ptr<ReductionTap> tap)
+      : inner_(std::move(inner)), tap_(std::move(tap)) {}
+
+  TensorTree enter(const TensorTree& params) const override {
+    TensorTree entered = inner_->enter(params);
+    if (!tap_->armed()) return entered;
+    return entered.map_named([this](const std::string& name, const at::Tensor& p) {
+      return p.is_floating_point() ? TapFunction::apply(p, tap_.get(), name) : p;
+    });
+  }
+  std::vector<int64_t> local_share(const std::vector<int64_t>& global) const override {
+    return inner_->local_share(global);
+  }
+  double mean_denominator(double local_valid_labels) const override {
+    return inner_->mean_denominator(local_valid_labels);
+  }
+  SequenceLayout sequence(int64_t length) const override { return inner_->sequence(length); }
+  TensorTree shard(const TensorTree& full) const override { return inner_->shard(full); }
+  TensorTree unshard(const TensorTree& local) const override { return inner_->unshard(local); }
+  at::Tensor global_norm(const TensorTree& grads) const override { return inner_->global_norm(grads); }
+  TensorTree reduce_gradient(const TensorTree& grads) const override { return inner_->reduce_gradient(grads); }
+  TensorTree apply_convention(const TensorTree& grads) const override { return inner_->apply_convention(grads); }
+  at::Tensor sum_across_ranks(const at::Tensor& local) const override { return inner_->sum_across_ranks(local); }
+  at::Tensor assemble_weight_gradient(const at::Tensor& local) const override {
+    return inner_->assemble_weight_gradient(local);
+  }
+
+ private:
+  std::shared_ptr<const Parallelism> inner_;
+  std::shared_ptr<ReductionTap> tap_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Parallelism> tapped_parallelism(std::shared_ptr<const Parallelism> inner,
+                                                      std::shared_ptr<ReductionTap> tap) {
+  return std::make_shared<TappedParallelism>(std::move(inner), std::move(tap));
+}
+
+ReductionTerms exact_reduction(const dist::Group& world, const at::Tensor& partial, double c) {
+  const at::Tensor wide = partial.detach().to(at::kDouble);
+  const at::Tensor both = world.sum(at::stack({wide, wide.abs()}));
+  return ReductionTerms{both[0] * c, both[1] * c, world.size(), c};
+}
+
+bool has_reduction_rows(const CheckSettings& settings) {
+  return settings.precision.low_precision() && settings.resolved_workload() == "lm";
+}
+
+std::string reduction_row_name(const std::string& gradient) {
+  return gradient + "[reduction]";
+}
+
+void append_reduction_outputs(PipelineOutputs& out, const std::vector<TensorTree>& step_grads,
+                              const std::vector<std::map<std::string, ReductionTerms>>& step_sums) {
+  for (const auto& p : step_grads.front()) {
+    std::vector<at::Tensor> reduced, exact, magnitude;
+    for (size_t t = 0; t < step_grads.size(); ++t) {
+      const ReductionTerms& sums = step_sums.at(t).at(p.name);
+      reduced.push_back(step_grads[t].at(p.name).reshape({-1}));
+      exact.push_back(sums.exact.reshape({-1}));
+      magnitude.push_back(sums.magnitude.reshape({-1}));
+    }
+    const ReductionTerms& first = step_sums.front().at(p.name);
+    NamedTensor row{"grad", reduction_row_name(p.name), at::cat(reduced)};
+    row.reduction = ReductionTerms{at::cat(exact), at::cat(magnitude), first.terms, first.c};
+    out.push_back(std::move(row));
+  }
+}
+
+}  // namespace magic::checks

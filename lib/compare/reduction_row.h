@@ -1,0 +1,30 @@
+// The row of a gradient reduction judged against the exact sum of its own terms (the bound is
+// stated and derived in checks/reduction_probe.h and README "Mixed precision"): it passes when
+// every entry g_i of the reduced gradient satisfies
+//   |g_i − c·e_i| <= (γ_{R−1}(u_reduce) + 2·u_master) · c·(m_i + R·η_reduce)
+// (e = Σ_r x_r and m = Σ_r |x_r| over the R ranks' local gradients, in fp64). A failing row names
+// a topology factor when g is a scaled sum, else how far off it is and, when every entry of the
+// sum fits a coarser dtype, that the sum was rounded to it.
+#pragma once
+
+#include "lib/compare/check_row.h"
+
+namespace magic {
+
+struct ReductionTerms {
+  at::Tensor exact, magnitude;  // c·e, c·m
+  int64_t terms = 0;            // R
+  double c = 1.0;
+};
+
+// γ_n(u) = n·u / (1 − n·u)
+double gamma_bound(int64_t n, double u);
+
+// The smallest positive (subnormal) value of a floating dtype.
+double smallest_subnormal(c10::ScalarType dtype);
+
+CheckRow make_reduction_row(const std::string& level, const std::string& tensor, const at::Tensor& reduced,
+                            const ReductionTerms& terms, c10::ScalarType reduce, c10::ScalarType master,
+                            const std::vector<NamedFactor>& factors);
+
+}  // namespace magic
