@@ -60,15 +60,29 @@ at::Tensor plain_batch_loss(const UnrolledLmSetup& setup, const TensorTree& para
   throw std::logic_error("bad reduction");
 }
 
+// The document of every query chunk, and how many documents there are.
+at::Tensor query_documents(const UnrolledLmSetup& setup) {
+  std::vector<int64_t> documents;
+  for (const auto& ex : setup.queries->examples) documents.push_back(ex.document);
+  return at::tensor(documents, at::kLong);
+}
+
+int64_t query_document_count(const UnrolledLmSetup& setup) {
+  return query_documents(setup).max().item<int64_t>() + 1;
+}
+
+// Q = mean over query documents of each document's mean next-token loss over the label positions
+// of all its chunks; with `index`, document `index` alone.
 at::Tensor plain_query_loss(const UnrolledLmSetup& setup, const TensorTree& params, std::optional<int64_t> index) {
-  at::Tensor ids = setup.queries->input_ids, labels = setup.queries->labels;
-  if (index) {
-    ids = ids.narrow(0, *index, 1);
-    labels = labels.narrow(0, *index, 1);
-  }
+  const at::Tensor ids = setup.queries->input_ids, labels = setup.queries->labels;
   at::Tensor losses = next_token_losses(logits_in_master(setup, params, ids), labels);
   at::Tensor valid = labels.narrow(1, 1, labels.size(1) - 1).ne(kIgnoreLabel).to(losses.scalar_type());
-  return ((losses * valid).sum(1) / valid.sum(1)).mean();
+  const at::Tensor documents = query_documents(setup);
+  const int64_t count = query_document_count(setup);
+  at::Tensor loss_sums = at::zeros({count}, losses.options()).index_add(0, documents, (losses * valid).sum(1));
+  at::Tensor label_counts = at::zeros({count}, losses.options()).index_add(0, documents, valid.sum(1));
+  at::Tensor per_document = loss_sums / label_counts;
+  return index ? per_document[*index] : per_document.mean();
 }
 
 }  // namespace
@@ -116,7 +130,7 @@ UnrolledLmResult unrolled_lm_scores(const UnrolledLmSetup& setup, const at::Tens
     return result;
   }
   std::vector<at::Tensor> rows;
-  for (int64_t j = 0; j < setup.queries->size(); ++j) {
+  for (int64_t j = 0; j < query_document_count(setup); ++j) {
     at::Tensor q = plain_query_loss(setup, params, j);
     rows.push_back(scaled_grad(setup, q, {w}, false)[0]);
   }

@@ -43,15 +43,41 @@ TEST(TextLoader, PlainTextSplitsOnBlankLines) {
 }
 
 TEST(TextLoader, MalformedJsonlNamesFileAndLine) {
-  const auto bad = write_temp("bad.jsonl", "{\"text\": \"one\"}\n\n{\"text\": \"two\"\n");
-  EXPECT_NE(testing::input_error_of([&] { load_jsonl(bad); }).find("bad.jsonl:3: malformed JSON line"), std::string::npos)
+  const auto bad = write_temp("bad.jsonl", "{\"id\": 1, \"text\": \"one\"}\n\n{\"id\": 2, \"text\": \"two\"\n");
+  EXPECT_NE(testing::input_error_of([&] { load_jsonl(bad); }).find("bad.jsonl:3: malformed JSON line"),
+            std::string::npos)
       << testing::input_error_of([&] { load_jsonl(bad); });
   const auto missing = write_temp("missing.jsonl", "{\"body\": \"x\"}\n");
   EXPECT_NE(testing::input_error_of([&] { load_jsonl(missing); }).find("missing.jsonl:1: missing text field 'text'"),
             std::string::npos);
-  const auto wrong = write_temp("wrong.jsonl", "{\"text\": 7}\n");
-  EXPECT_NE(testing::input_error_of([&] { load_jsonl(wrong); }).find("must be a string, got number"), std::string::npos);
-  EXPECT_NE(testing::input_error_of([&] { load_jsonl("/nonexistent/x.jsonl"); }).find("cannot open"), std::string::npos);
+  const auto wrong = write_temp("wrong.jsonl", "{\"id\": 1, \"text\": 7}\n");
+  EXPECT_NE(testing::input_error_of([&] { load_jsonl(wrong); }).find("must be a string, got number"),
+            std::string::npos);
+  EXPECT_NE(testing::input_error_of([&] { load_jsonl("/nonexistent/x.jsonl"); }).find("cannot open"),
+            std::string::npos);
+}
+
+// Scores join to examples by id: an id is required where id_field names one (like the text), is a
+// string or an integer, and is unique; an empty id_field names documents by file and line.
+TEST(TextLoader, IdsAreRequiredUniqueAndOfAJoinableType) {
+  const auto no_id = write_temp("no-id.jsonl", "{\"id\": \"a\", \"text\": \"x\"}\n{\"text\": \"y\"}\n");
+  EXPECT_NE(testing::input_error_of([&] { load_jsonl(no_id); }).find("no-id.jsonl:2: missing id field 'id'"),
+            std::string::npos)
+      << testing::input_error_of([&] { load_jsonl(no_id); });
+  const auto twice =
+      write_temp("twice.jsonl", "{\"id\": \"a\", \"text\": \"x\"}\n\n{\"id\": \"a\", \"text\": \"y\"}\n");
+  EXPECT_NE(
+      testing::input_error_of([&] { load_jsonl(twice); }).find("twice.jsonl:3: duplicate id 'a' (first on line 1)"),
+      std::string::npos)
+      << testing::input_error_of([&] { load_jsonl(twice); });
+  const auto listed = write_temp("listed.jsonl", "{\"id\": [1], \"text\": \"x\"}\n");
+  EXPECT_NE(testing::input_error_of([&] { load_jsonl(listed); }).find("must be a string or an integer, got array"),
+            std::string::npos);
+  const auto numbered = write_temp("numbered.jsonl", "{\"id\": 7, \"text\": \"x\"}\n");
+  EXPECT_EQ(load_jsonl(numbered).at(0).id, "7");
+  const auto unnamed = load_jsonl(no_id, "text", "");
+  ASSERT_EQ(unnamed.size(), 2u);
+  EXPECT_NE(unnamed[1].id.find("no-id.jsonl:2"), std::string::npos) << unnamed[1].id;
 }
 
 TEST(TokenDataset, ChunksToMaxLenAndPadsWithIgnoredLabels) {

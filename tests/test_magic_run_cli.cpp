@@ -41,6 +41,8 @@ TEST(MagicRunCli, BadInputsExitTwoWithAClearMessage) {
                    "too few examples for one batch");
   expect_bad_input("--config " + config_with("len", [](nlohmann::json& j) { j["model"]["max_len"] = 1; }),
                    "max_len: expected >= 2");
+  expect_bad_input("--config " + config_with("heads", [](nlohmann::json& j) { j["model"]["n_heads"] = 3; }),
+                   "n_heads: expected a divisor of d_model");
   expect_bad_input("--config " + config_with("opt", [](nlohmann::json& j) { j["optimizer"]["name"] = "lion"; }),
                    "unknown optimizer 'lion'; expected one of sgd, adam, adamw");
   expect_bad_input("--config " + config_with("sched",
@@ -53,9 +55,45 @@ TEST(MagicRunCli, BadInputsExitTwoWithAClearMessage) {
   expect_bad_input("--config " + config_with("ckpt", [](nlohmann::json& j) { j["training"]["checkpoints"] = "half"; }),
                    "unknown checkpoint schedule 'half'");
   const std::string bad_jsonl = ::testing::TempDir() + "/broken.jsonl";
-  std::ofstream(bad_jsonl) << "{\"text\": \"fine\"}\n{\"text\": \"fine\"}\n{not json}\n";
+  std::ofstream(bad_jsonl) << "{\"id\": 1, \"text\": \"fine\"}\n{\"id\": 2, \"text\": \"fine\"}\n{not json}\n";
   expect_bad_input("--config " + config_with("jsonl", [&](nlohmann::json& j) { j["data"]["train"] = bad_jsonl; }),
                    "broken.jsonl:3: malformed JSON line");
+}
+
+// Flags and the output directory are checked before the config is even loaded: each exits 2 at
+// once, naming the flag, with nothing trained and nothing created.
+TEST(MagicRunCli, BadFlagsExitTwoBeforeTraining) {
+  const std::string config = config_with("flags", [](nlohmann::json&) {});
+  const std::string file = ::testing::TempDir() + "/not-a-directory";
+  std::ofstream(file) << "x";
+  for (const auto& [args, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {"--top -3", "--top -3: expected a count >= 0"},
+           {"--query 1", "--query 1: needs --per-query"},
+           {"--per-query --query -1", "--query -1: expected an index >= 0"},
+           {"--out " + file, "--out " + file + ": is a file; expected a directory"},
+           {"--out " + file + "/scores", "is a file; cannot create a directory under it"}}) {
+    Outcome o = run_magic_run("--config " + config + " " + args);
+    EXPECT_EQ(o.exit_code, 2) << args << "\n" << o.output;
+    EXPECT_NE(o.output.find(fragment), std::string::npos) << args << "\n" << o.output;
+    EXPECT_EQ(o.output.find("examples from"), std::string::npos) << "trained despite " << args;
+  }
+}
+
+// A run whose training diverges stops at the first non-finite value with exit 1, naming the step
+// and the tensor, and writes no score files.
+TEST(MagicRunCli, ADivergentRunStopsNamingTheStepAndWritesNothing) {
+  const std::string out = ::testing::TempDir() + "/magic-run-divergent";
+  std::filesystem::remove_all(out);
+  const std::string config = config_with("divergent", [](nlohmann::json& j) {
+    j["optimizer"] = {{"name", "sgd"}, {"lr", 1e300}};
+  });
+  Outcome o = run_magic_run("--config " + config + " --out " + out);
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_NE(o.output.find("magic-run: stopped: training step "), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find(" is not finite ("), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("no scores written"), std::string::npos) << o.output;
+  EXPECT_FALSE(std::filesystem::exists(out + "/scores.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(out + "/scores.tsv"));
 }
 
 TEST(MagicRunCli, AGoodRunPrintsRankedExamplesAndWritesScoreFiles) {

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "lib/core/strings.h"
+#include "lib/model/gpt.h"
+#include "lib/model/lm_loss.h"
 #include "lib/train/magic_pipeline.h"
 #include "tests/support.h"
 
@@ -98,6 +100,39 @@ TEST(ReplayScores, PerQueryModeEqualsOneRunPerQueryAndAveragesToTheMean) {
   // Q is the mean of the per-query losses, so its scores are the mean of the per-query scores.
   MagicResult mean = run_magic(*problem.step, *problem.query, problem.initial, problem.weights, {});
   EXPECT_LE(testing::relative_error(per_query.scores.mean(0), mean.scores), 1e-12);
+}
+
+// Queries are documents: a query longer than max_len (here every query, max_len 24) is cut into
+// chunks and scored as one query, the mean of its token losses over all its chunks; Q is the mean
+// over documents, and per-query mode has one row per document.
+TEST(ReplayScores, AQueryLongerThanTheContextIsOneQueryOverAllItsChunks) {
+  TinyRun run;
+  const RunConfig config = testing::tiny_run_config(run);
+  const LmProblem problem = build_lm_problem(config);
+  const TokenDataset& chunks = problem.query->queries();
+  const auto documents = static_cast<int64_t>(problem.query_documents.size());
+  ASSERT_GT(chunks.size(), documents) << "the test needs queries longer than max_len";
+  EXPECT_EQ(problem.query->num_queries(), documents);
+
+  // Q by hand: per document, its chunks' token losses summed over its label count.
+  const TensorTree& params = problem.initial.params;
+  std::vector<double> loss_sum(documents, 0.0), labels(documents, 0.0);
+  for (int64_t k = 0; k < chunks.size(); ++k) {
+    const at::Tensor ids = chunks.input_ids.narrow(0, k, 1), chunk_labels = chunks.labels.narrow(0, k, 1);
+    const at::Tensor losses = next_token_losses(gpt_forward(problem.model, params, ids), chunk_labels);
+    const at::Tensor valid = chunk_labels.narrow(1, 1, chunk_labels.size(1) - 1).ne(kIgnoreLabel);
+    loss_sum[chunks.examples[k].document] += losses.masked_select(valid).sum().item<double>();
+    labels[chunks.examples[k].document] += valid.sum().item<double>();
+  }
+  double expected = 0.0;
+  for (int64_t d = 0; d < documents; ++d) expected += loss_sum[d] / labels[d] / static_cast<double>(documents);
+  EXPECT_NEAR(problem.query->loss(params).item<double>(), expected, 1e-12);
+  EXPECT_NEAR(problem.query->loss(params, 2).item<double>(), loss_sum[2] / labels[2], 1e-12);
+
+  MagicOptions options;
+  options.per_query = true;
+  const MagicResult per_query = run_magic(*problem.step, *problem.query, problem.initial, problem.weights, options);
+  EXPECT_EQ(per_query.scores.size(0), documents);
 }
 
 TEST(ReplayScores, SpillingCheckpointsToDiskGivesBitIdenticalScores) {

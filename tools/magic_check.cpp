@@ -2,10 +2,8 @@
 // reference, compares gradients, Hessian-vector products, final parameters and scores, and says
 // which tensor is off and by which factor. --bite plants known bugs and proves each is caught.
 #include <ATen/Parallel.h>
-#include <unistd.h>
 #include <CLI/CLI.hpp>
 
-#include <filesystem>
 #include <iostream>
 
 #include "checks/mutations.h"
@@ -15,6 +13,7 @@
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/launcher.h"
 #include "lib/distributed/runtime/progress.h"
+#include "lib/io/output_path.h"
 #include "lib/io/report.h"
 
 namespace {
@@ -27,19 +26,6 @@ struct Command {
   std::string launch = "spawn";
   bool list_mutations = false;
 };
-
-// A report path must be writable before any rank starts, not after the run.
-void check_writable(const std::string& flag, const std::string& path) {
-  if (path.empty()) return;
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty() && !std::filesystem::is_directory(parent)) {
-    throw InputError(str_cat(flag, " ", path, ": directory ", parent.string(), " does not exist"));
-  }
-  if (access(parent.empty() ? "." : parent.c_str(), W_OK) != 0) {
-    throw InputError(
-        str_cat(flag, " ", path, ": directory ", parent.empty() ? "." : parent.string(), " is not writable"));
-  }
-}
 
 void list_mutations(std::ostream& out) {
   out << "Mutations (--mutate NAME; --bite runs all that apply). Expected: first failing level, factor.\n";
@@ -147,8 +133,8 @@ Command parse(int argc, char** argv, int& early_exit) {
     throw InputError(str_cat("--bite: no mutation can run on ", s.topology.str(), " (", join(why, "; "), ")"));
   }
   s.validate();
-  check_writable("--json", c.json_path);
-  check_writable("--junit", c.junit_path);
+  require_writable_file(c.json_path, "--json");
+  require_writable_file(c.junit_path, "--junit");
   return c;
 }
 

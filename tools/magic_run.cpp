@@ -4,10 +4,13 @@
 #include <CLI/CLI.hpp>
 
 #include <iostream>
+#include <optional>
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
+#include "lib/io/output_path.h"
 #include "lib/io/score_file.h"
+#include "lib/train/finite_guard.h"
 #include "lib/train/magic_pipeline.h"
 #include "lib/train/run_config.h"
 
@@ -35,9 +38,9 @@ int run(int argc, char** argv) {
       "magic-run: MAGIC data attribution (metagradients through the whole training run).\n"
       "Example: magic-run --config fixtures/runs/demo.json --out out/demo"};
   std::string config_path, out_dir;
-  size_t top = 5;
+  int64_t top = 5;
   bool per_query = false;
-  int64_t query_index = -1;
+  std::optional<int64_t> query_index;
   app.add_option("--config", config_path, "run configuration (JSON; see README 'magic-run configuration')")->required();
   app.add_option("--out", out_dir, "directory for scores.safetensors and scores.tsv (not written if omitted)");
   app.add_option("--top", top, "how many helpful and harmful examples to print")->capture_default_str();
@@ -54,12 +57,21 @@ int run(int argc, char** argv) {
     return kExitBadInput;
   }
 
+  // Flags and the output directory before anything is loaded or trained.
+  if (top < 0) throw InputError(str_cat("--top ", top, ": expected a count >= 0"));
+  if (query_index && !per_query) {
+    throw InputError(str_cat("--query ", *query_index, ": needs --per-query (one REPLAY per query)"));
+  }
+  if (query_index && *query_index < 0) throw InputError(str_cat("--query ", *query_index, ": expected an index >= 0"));
+  if (!out_dir.empty()) require_writable_directory(out_dir, "--out");
+
   const RunConfig config = RunConfig::load(config_path);
   const LmProblem problem = build_lm_problem(config);
-  if (query_index >= problem.query->num_queries()) {
+  if (query_index && *query_index >= problem.query->num_queries()) {
     throw InputError(
-        str_cat("--query ", query_index, ": expected an index below the ", problem.query->num_queries(), " queries"));
+        str_cat("--query ", *query_index, ": expected an index below the ", problem.query->num_queries(), " queries"));
   }
+  const int64_t shown_query = query_index.value_or(0);
   std::cout << "magic-run: " << problem.train->size() << " examples from " << config.train_path << ", "
             << problem.query->num_queries() << " queries, " << config.steps << " steps of " << config.batch_size << ", "
             << config.optimizer.name << ", " << checkpoint_schedule_name(config.checkpoints) << " checkpoints, "
@@ -68,6 +80,7 @@ int run(int argc, char** argv) {
   options.schedule = config.checkpoints;
   options.spill_dir = config.spill_dir;
   options.per_query = per_query;
+  options.stop_on_non_finite = true;
   MagicResult result = run_magic(*problem.step, *problem.query, problem.initial, problem.weights, options);
   std::cout << "query loss " << format_fixed(result.query_loss, 4) << "; training "
             << format_fixed(result.train_seconds, 2) << " s, REPLAY " << format_fixed(result.replay_seconds, 2)
@@ -83,16 +96,16 @@ int run(int argc, char** argv) {
   }
   for (const auto& q : problem.query_documents) table.query_ids.push_back(q.id);
   at::Tensor totals = example_totals(table);
-  if (per_query) totals = totals[std::max<int64_t>(query_index, 0)];
+  if (per_query) totals = totals[shown_query];
   std::vector<int64_t> order(totals.size(0));
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
   std::sort(order.begin(), order.end(),
             [&](int64_t a, int64_t b) { return totals[a].item<double>() < totals[b].item<double>(); });
-  std::string query_name = per_query ? problem.query_documents[std::max<int64_t>(query_index, 0)].id : "the query set";
+  std::string query_name = per_query ? problem.query_documents[shown_query].id : "the query set";
   std::cout << "\nScores are dQ/dw: negative means up-weighting the example lowers the loss on " << query_name << ".\n";
-  print_ranked("Most helpful (most negative score):", totals, order, problem, top);
+  print_ranked("Most helpful (most negative score):", totals, order, problem, static_cast<size_t>(top));
   std::reverse(order.begin(), order.end());
-  print_ranked("Most harmful (most positive score):", totals, order, problem, top);
+  print_ranked("Most harmful (most positive score):", totals, order, problem, static_cast<size_t>(top));
   if (!out_dir.empty()) {
     write_score_files(out_dir, table);
     std::cout << "\nwrote " << out_dir << "/scores.safetensors and " << out_dir << "/scores.tsv\n";
@@ -108,6 +121,9 @@ int main(int argc, char** argv) {
   } catch (const magic::InputError& e) {
     std::cerr << "magic-run: error: " << e.what() << "\n";
     return magic::kExitBadInput;
+  } catch (const magic::NonFiniteError& e) {
+    std::cerr << "magic-run: stopped: " << e.what() << "; no scores written\n";
+    return magic::kExitCheckFailed;
   } catch (const std::exception& e) {
     std::cerr << "magic-run: failed: " << e.what() << "\n";
     return magic::kExitBadInput;

@@ -1,6 +1,7 @@
 #include "lib/data/text_loader.h"
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "lib/core/error.h"
@@ -25,6 +26,7 @@ std::vector<TextDocument> load_jsonl(const std::string& path, const std::string&
                                      const std::string& id_field) {
   std::ifstream in = open_text(path);
   std::vector<TextDocument> docs;
+  std::map<std::string, int64_t> lines_of_ids;
   std::string line;
   for (int64_t number = 1; std::getline(in, line); ++number) {
     if (is_blank(line)) continue;
@@ -42,8 +44,23 @@ std::vector<TextDocument> load_jsonl(const std::string& path, const std::string&
       throw InputError(str_cat(where, ": field '", text_field, "' must be a string, got ", text->type_name()));
     }
     TextDocument doc{where, text->get<std::string>()};
-    auto id = id_field.empty() ? object.end() : object.find(id_field);
-    if (id != object.end()) doc.id = id->is_string() ? id->get<std::string>() : id->dump();
+    if (!id_field.empty()) {
+      auto id = object.find(id_field);
+      if (id == object.end()) {
+        throw InputError(str_cat(where, ": missing id field '", id_field,
+                                 "' (set \"id_field\": \"\" to name documents by file and line)"));
+      }
+      if (!id->is_string() && !id->is_number_integer()) {
+        throw InputError(
+            str_cat(where, ": field '", id_field, "' must be a string or an integer, got ", id->type_name()));
+      }
+      doc.id = id->is_string() ? id->get<std::string>() : id->dump();
+      const auto [seen, fresh] = lines_of_ids.emplace(doc.id, number);
+      if (!fresh) {
+        throw InputError(str_cat(where, ": duplicate id '", doc.id, "' (first on line ", seen->second,
+                                 "); ids must be unique to join scores to examples"));
+      }
+    }
     docs.push_back(std::move(doc));
   }
   return docs;

@@ -12,8 +12,10 @@ struct TextDocument {
   std::string text;
 };
 
-// Errors name the file and the 1-based line: malformed JSON, a missing or non-string field.
-// Blank lines are skipped. Without `id_field` (or when a line lacks it), ids are "file:line".
+// Errors name the file and the 1-based line: malformed JSON, a missing or non-string text field,
+// a missing id field (like a missing text field), an id of another type than string or integer, a
+// duplicate id (scores join to examples by id). Blank lines are skipped. With an empty `id_field`
+// ids are "file:line".
 std::vector<TextDocument> load_jsonl(const std::string& path, const std::string& text_field = "text",
                                      const std::string& id_field = "id");
 

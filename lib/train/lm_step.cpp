@@ -2,6 +2,8 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include "lib/core/error.h"
+#include "lib/core/strings.h"
 #include "lib/data/tokenizer.h"
 #include "lib/optim/clip.h"
 
@@ -92,9 +94,21 @@ LmQuery::LmQuery(GptConfig model, TokenDataset queries, std::shared_ptr<const Pa
       queries_(std::move(queries)),
       parallelism_(std::move(parallelism)),
       precision_(std::move(precision)) {
+  for (const auto& ex : queries_.examples) documents_ = std::max(documents_, ex.document + 1);
+  document_labels_.assign(static_cast<size_t>(documents_), 0.0);
+  const at::Tensor labels_per_chunk = label_mask(queries_.labels, at::kDouble).sum(1);
   std::vector<int64_t> all(queries_.size());
-  for (int64_t j = 0; j < queries_.size(); ++j) all[j] = j;
+  for (int64_t j = 0; j < queries_.size(); ++j) {
+    all[j] = j;
+    document_labels_[queries_.examples[j].document] += labels_per_chunk[j].item<double>();
+  }
+  for (int64_t d = 0; d < documents_; ++d) {
+    if (document_labels_[d] == 0.0) {
+      throw InputError(str_cat("query document ", d, " has no chunk of >= 2 tokens: nothing to predict"));
+    }
+  }
   local_ = parallelism_->local_share(all);
+  for (int64_t k : local_) local_document_.push_back(queries_.examples[k].document);
   at::Tensor rows = at::tensor(local_, at::kLong);
   local_ids_ = queries_.input_ids.index_select(0, rows);
   local_labels_ = queries_.labels.index_select(0, rows);
@@ -115,14 +129,17 @@ at::Tensor LmQuery::loss(const TensorTree& params, std::optional<int64_t> index)
   at::Tensor logits = gpt_forward(model_, precision_->compute_params(*parallelism_, params), local.input_ids, layout);
   at::Tensor losses = position_losses(precision_->to_master(logits), local.targets);
   at::Tensor mask = local.targets.ne(kIgnoreLabel).to(losses.scalar_type());
-  // A query's mean over all its labels: this rank's columns give a partial sum of it.
-  at::Tensor per_query = (losses * mask).sum(1) / label_mask(local_labels_, losses.scalar_type()).sum(1);
-  std::vector<double> selection(local_.size(), index ? 0.0 : 1.0 / static_cast<double>(queries_.size()));
+  // A document's mean over all its chunks' labels: this rank's chunks and columns give a partial
+  // sum of it, each chunk's sum over the document's label count.
+  std::vector<double> weight(local_.size());
   for (size_t k = 0; k < local_.size(); ++k) {
-    if (index && local_[k] == *index) selection[k] = 1.0;
+    const int64_t d = local_document_[k];
+    const double chosen = index ? (d == *index ? 1.0 : 0.0) : 1.0 / static_cast<double>(documents_);
+    weight[k] = chosen / document_labels_[d];
   }
-  at::Tensor select = at::tensor(selection, at::TensorOptions().dtype(at::kDouble)).to(per_query.scalar_type());
-  return with_global_value(*parallelism_, (per_query * select).sum());
+  at::Tensor per_chunk = (losses * mask).sum(1);
+  at::Tensor select = at::tensor(weight, at::TensorOptions().dtype(at::kDouble)).to(per_chunk.scalar_type());
+  return with_global_value(*parallelism_, (per_chunk * select).sum());
 }
 
 }  // namespace magic

@@ -50,15 +50,16 @@ class LmStep : public StepFunction {
   std::shared_ptr<const MixedPrecision> precision_;
 };
 
-// Q(θ) = mean over queries of each query's mean next-token loss (unweighted); each rank
-// evaluates its share of the queries.
+// Q(θ) = mean over query documents of each document's mean next-token loss (unweighted) over all
+// its chunks' label positions: a query longer than max_len is one query. Query J (per-query mode)
+// is document J. Each rank evaluates its share of the chunks.
 class LmQuery : public QueryFunction {
  public:
   LmQuery(GptConfig model, TokenDataset queries,
           std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>(),
           std::shared_ptr<const MixedPrecision> precision = std::make_shared<MixedPrecision>());
 
-  int64_t num_queries() const override { return queries_.size(); }
+  int64_t num_queries() const override { return documents_; }
   at::Tensor loss(const TensorTree& params, std::optional<int64_t> index = std::nullopt) const override;
   TensorTree gradient(const TensorTree& params, std::optional<int64_t> index = std::nullopt) const override;
   const TokenDataset& queries() const { return queries_; }
@@ -66,7 +67,10 @@ class LmQuery : public QueryFunction {
  private:
   GptConfig model_;
   TokenDataset queries_;
-  std::vector<int64_t> local_;  // this rank's query indices
+  int64_t documents_ = 0;
+  std::vector<int64_t> local_;           // this rank's query chunks
+  std::vector<int64_t> local_document_;  // the document of each
+  std::vector<double> document_labels_;  // label positions of each document, over all its chunks
   at::Tensor local_ids_, local_labels_;
   std::shared_ptr<const Parallelism> parallelism_;
   std::shared_ptr<const MixedPrecision> precision_;

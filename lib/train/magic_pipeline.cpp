@@ -2,7 +2,9 @@
 
 #include <chrono>
 
+#include "lib/core/strings.h"
 #include "lib/distributed/runtime/progress.h"
+#include "lib/train/finite_guard.h"
 #include "lib/train/replay_backward.h"
 
 namespace magic {
@@ -19,22 +21,34 @@ MagicResult run_magic(const StepFunction& step, const QueryFunction& query, cons
   MagicResult result;
   CheckpointStore store(checkpoint_steps(options.schedule, step.num_steps()), options.spill_dir);
   auto start = std::chrono::steady_clock::now();
-  result.final_state = train_forward(step, initial, w, &store, options.on_step);
+  StepObserver observer = options.on_step;
+  if (options.stop_on_non_finite) {
+    observer = [&options](int64_t t, const TrainState& before, const StepOutput& out) {
+      const std::string where = str_cat("training step ", t);
+      require_finite(out.grads.with_prefix("gradient of "), where);
+      require_finite(out.next.params.with_prefix("parameter "), where);
+      if (options.on_step) options.on_step(t, before, out);
+    };
+  }
+  result.final_state = train_forward(step, initial, w, &store, observer);
   result.train_seconds = seconds_since(start);
   result.checkpoints = store.count();
   result.checkpoint_bytes = store.bytes();
   {
     at::NoGradGuard no_grad;
-    result.query_loss = query.loss(result.final_state.params).item<double>();
+    const at::Tensor loss = query.loss(result.final_state.params);
+    if (options.stop_on_non_finite) require_finite(loss, "the query loss", "after training");
+    result.query_loss = loss.item<double>();
   }
 
   {
     dist::PhaseScope phase("query gradient");
     result.query_gradient = query.gradient(result.final_state.params);
+    if (options.stop_on_non_finite) require_finite(result.query_gradient.with_prefix("dQ/d"), "query gradient");
   }
 
   start = std::chrono::steady_clock::now();
-  ReplayBackward replay(step, store, w);
+  ReplayBackward replay(step, store, w, options.stop_on_non_finite);
   if (options.per_query) {
     std::vector<at::Tensor> rows;
     for (int64_t j = 0; j < query.num_queries(); ++j) {
@@ -49,6 +63,7 @@ MagicResult run_magic(const StepFunction& step, const QueryFunction& query, cons
     result.peak_states_held = r.peak_states_held;
   }
   result.replay_seconds = seconds_since(start);
+  if (options.stop_on_non_finite) require_finite(result.scores, "scores", "after REPLAY");
   return result;
 }
 

@@ -17,6 +17,9 @@ struct MagicOptions {
   std::optional<std::string> spill_dir;  // spill checkpoints to disk under this directory
   bool per_query = false;                // one REPLAY per query: scores [Q, ...w.shape]
   StepObserver on_step;                  // sees every forward-training step
+  // Stop at the first value that is not finite (finite_guard.h): a training step's gradient or
+  // parameters, the query loss and gradient, a REPLAY step's cotangent, the scores.
+  bool stop_on_non_finite = false;
 };
 
 struct MagicResult {

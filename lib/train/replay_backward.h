@@ -28,7 +28,9 @@ struct ReplayResult {
 
 class ReplayBackward {
  public:
-  ReplayBackward(const StepFunction& step, const CheckpointStore& store, at::Tensor w);
+  // `stop_on_non_finite`: throw NonFiniteError (finite_guard.h) at the first step whose cotangent
+  // or score contribution is not finite, naming the step.
+  ReplayBackward(const StepFunction& step, const CheckpointStore& store, at::Tensor w, bool stop_on_non_finite = false);
 
   // `dq_dparams`: ∂Q/∂θ_N. The store must hold checkpoint 0 (every schedule does).
   ReplayResult run(const TensorTree& dq_dparams) const;
@@ -37,6 +39,7 @@ class ReplayBackward {
   const StepFunction& step_;
   const CheckpointStore& store_;
   at::Tensor w_;
+  bool stop_on_non_finite_;
 };
 
 }  // namespace magic

@@ -77,6 +77,15 @@ LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const Parallelism
   auto train =
       std::make_shared<TokenDataset>(tokenize_documents(p.train_documents, tokenizer, c.model.max_len, c.train_path));
   TokenDataset queries = tokenize_documents(p.query_documents, tokenizer, c.model.max_len, c.query_path);
+  // Queries are documents (LmQuery): each must give at least one example to be scored on.
+  std::vector<bool> scored(p.query_documents.size(), false);
+  for (const auto& ex : queries.examples) scored[ex.document] = true;
+  for (size_t d = 0; d < scored.size(); ++d) {
+    if (!scored[d]) {
+      throw InputError(
+          str_cat(c.query_path, ": query '", p.query_documents[d].id, "' has fewer than 2 tokens: nothing to predict"));
+    }
+  }
   p.train = train;
   p.stream = std::make_shared<DataStream>(
       train->size(), StreamConfig{c.batch_size, c.steps, derive_seed(c.seed, "data-order"), c.shuffle}, c.train_path);
