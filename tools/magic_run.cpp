@@ -1,6 +1,7 @@
 // magic-run: real MAGIC attribution on real data. Trains the configured model with checkpoints,
 // evaluates the query loss, backpropagates through training with REPLAY, writes per-example (or
 // per-token, per-query) scores and prints the most helpful and most harmful examples.
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -12,6 +13,7 @@
 #include "lib/io/score_file.h"
 #include "lib/train/finite_guard.h"
 #include "lib/train/magic_pipeline.h"
+#include "lib/train/progress_meter.h"
 #include "lib/train/run_config.h"
 
 namespace {
@@ -81,6 +83,23 @@ int run(int argc, char** argv) {
   options.spill_dir = config.spill_dir;
   options.per_query = per_query;
   options.stop_on_non_finite = true;
+  // Progress on stderr: a bar on a terminal, a line every 5 s otherwise; each phase closes with a
+  // summary. REPLAY's meter starts with its first step (after training and the query gradient).
+  const bool terminal = isatty(STDERR_FILENO) != 0;
+  const int64_t steps = problem.step->num_steps();
+  const int64_t replay_steps = steps * (per_query ? problem.query->num_queries() : 1);
+  ProgressMeter training("training", steps, std::cerr, terminal);
+  std::optional<ProgressMeter> replay;
+  int64_t replayed = 0;
+  options.on_step = [&](int64_t t, const TrainState&, const StepOutput&) {
+    training.update(t + 1);
+    if (t + 1 == steps) training.finish();
+  };
+  options.on_replay_step = [&](int64_t, const StepVjp&) {
+    if (!replay) replay.emplace("REPLAY", replay_steps, std::cerr, terminal);
+    replay->update(++replayed);
+    if (replayed == replay_steps) replay->finish();
+  };
   MagicResult result = run_magic(*problem.step, *problem.query, problem.initial, problem.weights, options);
   std::cout << "query loss " << format_fixed(result.query_loss, 4) << "; training "
             << format_fixed(result.train_seconds, 2) << " s, REPLAY " << format_fixed(result.replay_seconds, 2)

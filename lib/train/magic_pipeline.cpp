@@ -48,7 +48,16 @@ MagicResult run_magic(const StepFunction& step, const QueryFunction& query, cons
   }
 
   start = std::chrono::steady_clock::now();
-  ReplayBackward replay(step, store, w, options.stop_on_non_finite);
+  ReplayObserver replay_observer = options.on_replay_step;
+  if (options.stop_on_non_finite) {
+    replay_observer = [&options](int64_t t, const StepVjp& vjp) {
+      const std::string where = str_cat("REPLAY step ", t);
+      require_finite(vjp.cotangent.params.with_prefix("dQ/d"), where);
+      require_finite(vjp.dw, "its contribution to the scores", where);
+      if (options.on_replay_step) options.on_replay_step(t, vjp);
+    };
+  }
+  ReplayBackward replay(step, store, w, replay_observer);
   if (options.per_query) {
     std::vector<at::Tensor> rows;
     for (int64_t j = 0; j < query.num_queries(); ++j) {

@@ -8,6 +8,7 @@
 
 #include "lib/train/checkpoint_schedule.h"
 #include "lib/train/forward_training.h"
+#include "lib/train/replay_backward.h"
 #include "lib/train/step_function.h"
 
 namespace magic {
@@ -17,6 +18,7 @@ struct MagicOptions {
   std::optional<std::string> spill_dir;  // spill checkpoints to disk under this directory
   bool per_query = false;                // one REPLAY per query: scores [Q, ...w.shape]
   StepObserver on_step;                  // sees every forward-training step
+  ReplayObserver on_replay_step;         // sees every REPLAY step (per-query: every query's)
   // Stop at the first value that is not finite (finite_guard.h): a training step's gradient or
   // parameters, the query loss and gradient, a REPLAY step's cotangent, the scores.
   bool stop_on_non_finite = false;

@@ -4,7 +4,6 @@
 
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/progress.h"
-#include "lib/train/finite_guard.h"
 
 namespace magic {
 namespace {
@@ -66,8 +65,8 @@ StepVjp step_vjp(const StepFunction& step, const TrainState& state, int64_t t, c
 }
 
 ReplayBackward::ReplayBackward(const StepFunction& step, const CheckpointStore& store, at::Tensor w,
-                               bool stop_on_non_finite)
-    : step_(step), store_(store), w_(w.detach()), stop_on_non_finite_(stop_on_non_finite) {}
+                               ReplayObserver observer)
+    : step_(step), store_(store), w_(w.detach()), observer_(std::move(observer)) {}
 
 ReplayResult ReplayBackward::run(const TensorTree& dq_dparams) const {
   const int64_t n = step_.num_steps();
@@ -92,11 +91,7 @@ ReplayResult ReplayBackward::run(const TensorTree& dq_dparams) const {
     for (int64_t t = end - 1; t >= begin; --t) {
       dist::set_phase(str_cat("REPLAY step ", t));
       StepVjp vjp = step_vjp(step_, segment.back(), t, w_, *lambda);
-      if (stop_on_non_finite_) {
-        const std::string where = str_cat("REPLAY step ", t);
-        require_finite(vjp.cotangent.params.with_prefix("dQ/d"), where);
-        require_finite(vjp.dw, "its contribution to the scores", where);
-      }
+      if (observer_) observer_(t, vjp);
       segment.pop_back();
       lambda = std::move(vjp.cotangent);
       result.dw += vjp.dw;

@@ -6,6 +6,8 @@
 // checkpoints plus one segment; recomputation is about one extra forward pass.
 #pragma once
 
+#include <functional>
+
 #include "lib/train/checkpoint_store.h"
 #include "lib/train/step_function.h"
 
@@ -20,6 +22,8 @@ struct StepVjp {
 StepVjp step_vjp(const StepFunction& step, const TrainState& state, int64_t t, const at::Tensor& w,
                  const TrainState& cotangent_next);
 
+using ReplayObserver = std::function<void(int64_t step, const StepVjp& vjp)>;
+
 struct ReplayResult {
   at::Tensor dw;                 // dQ/dw: the scores
   TrainState initial_cotangent;  // dQ/ds_0
@@ -28,9 +32,8 @@ struct ReplayResult {
 
 class ReplayBackward {
  public:
-  // `stop_on_non_finite`: throw NonFiniteError (finite_guard.h) at the first step whose cotangent
-  // or score contribution is not finite, naming the step.
-  ReplayBackward(const StepFunction& step, const CheckpointStore& store, at::Tensor w, bool stop_on_non_finite = false);
+  // `observer` sees every step's product as it is taken (progress, the non-finite guard).
+  ReplayBackward(const StepFunction& step, const CheckpointStore& store, at::Tensor w, ReplayObserver observer = {});
 
   // `dq_dparams`: ∂Q/∂θ_N. The store must hold checkpoint 0 (every schedule does).
   ReplayResult run(const TensorTree& dq_dparams) const;
@@ -39,7 +42,7 @@ class ReplayBackward {
   const StepFunction& step_;
   const CheckpointStore& store_;
   at::Tensor w_;
-  bool stop_on_non_finite_;
+  ReplayObserver observer_;
 };
 
 }  // namespace magic

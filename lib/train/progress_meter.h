@@ -1,0 +1,44 @@
+// Progress of a long phase (training, REPLAY) for a person watching: on a terminal a bar redrawn
+// in place, otherwise a line every few seconds, each with the rate and the time left; and a closing
+// summary line. The clock is injectable so tests can drive it.
+//   training  [########............]  600/1500 steps  8.1 steps/s  ETA 1m51s
+//   training: 600/1500 steps (40%), 8.1 steps/s, ETA 1m51s
+//   training: 1500 steps in 3m05s (8.1 steps/s)
+#pragma once
+
+#include <functional>
+#include <ostream>
+#include <string>
+
+namespace magic {
+
+// "3m05s", "42.0s", "1h02m"
+std::string format_duration(double seconds);
+
+class ProgressMeter {
+ public:
+  using Clock = std::function<double()>;  // seconds, monotonic
+
+  ProgressMeter(std::string label, int64_t total, std::ostream& out, bool terminal, double interval_seconds = 5.0,
+                Clock clock = {});
+
+  // `done` of `total` units finished.
+  void update(int64_t done);
+  // The closing summary (once; further updates are ignored).
+  void finish();
+
+ private:
+  std::string status(int64_t done, double elapsed) const;
+
+  std::string label_;
+  int64_t total_;
+  std::ostream& out_;
+  bool terminal_;
+  double interval_;
+  Clock clock_;
+  double start_, last_shown_;
+  int64_t done_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace magic

@@ -1,0 +1,46 @@
+// Progress a person can follow: off a terminal, one line per interval with the rate and the time
+// left, nothing in between, and a closing summary; on a terminal a bar redrawn in place.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "lib/train/progress_meter.h"
+
+namespace magic {
+namespace {
+
+TEST(ProgressMeter, PrintsALineEveryIntervalWithRateAndEtaThenASummary) {
+  double now = 100.0;
+  std::ostringstream out;
+  ProgressMeter meter("training", 1500, out, /*terminal=*/false, 5.0, [&] { return now; });
+  now = 102.0;
+  meter.update(200);  // 2 s: within the interval, nothing printed
+  EXPECT_EQ(out.str(), "");
+  now = 106.0;
+  meter.update(600);  // 6 s, 100 steps/s, 900 left: 9 s
+  EXPECT_EQ(out.str(), "training: 600/1500 steps (40%), 100.0 steps/s, ETA 9.0s\n");
+  now = 107.0;
+  meter.update(700);
+  now = 250.0;
+  meter.update(1500);
+  meter.finish();
+  meter.update(1500);  // after the summary: ignored
+  EXPECT_EQ(out.str(),
+            "training: 600/1500 steps (40%), 100.0 steps/s, ETA 9.0s\n"
+            "training: 1500/1500 steps (100%), 10.0 steps/s, ETA 0.0s\n"
+            "training: 1500 steps in 2m30s (10.0 steps/s)\n");
+}
+
+TEST(ProgressMeter, RedrawsABarInPlaceOnATerminal) {
+  double now = 0.0;
+  std::ostringstream out;
+  ProgressMeter meter("REPLAY", 40, out, /*terminal=*/true, 5.0, [&] { return now; });
+  now = 1.0;
+  meter.update(10);
+  EXPECT_EQ(out.str(), "\rREPLAY  [#####...............]  10/40 steps  10.0 steps/s  ETA 3.0s\x1b[K");
+  EXPECT_EQ(format_duration(3725), "1h02m");
+  EXPECT_EQ(format_duration(65), "1m05s");
+}
+
+}  // namespace
+}  // namespace magic
