@@ -3,6 +3,8 @@
 
 #include "lib/core/error.h"
 #include "lib/train/checkpoint_schedule.h"
+#include "lib/train/magic_pipeline.h"
+#include "tests/support.h"
 
 namespace magic {
 namespace {
@@ -57,6 +59,28 @@ TEST(Isqrt, ExactAroundPerfectSquares) {
       EXPECT_EQ(isqrt(r * r - 1), r - 1);
     }
   }
+}
+
+// The estimate of REPLAY's peak states (the memory check before a run) equals what REPLAY counts
+// while it runs, for every schedule, in memory and spilled; `all` needs no schedule to be built.
+TEST(CheckpointSchedule, PeakStatesHeldIsWhatReplayHolds) {
+  for (auto schedule : {CheckpointSchedule::kAll, CheckpointSchedule::kSqrt, CheckpointSchedule::kLog}) {
+    for (bool spilled : {false, true}) {
+      testing::TinyRun run;
+      run.checkpoints = checkpoint_schedule_name(schedule);
+      run.steps = 7;
+      const LmProblem p = testing::tiny_lm_problem(run);
+      MagicOptions options;
+      options.schedule = schedule;
+      if (spilled) options.spill_dir = ::testing::TempDir();
+      const MagicResult r = run_magic(*p.step, *p.query, p.initial, p.weights, options);
+      // REPLAY counts spilled checkpoints among the states it holds; in memory they are not.
+      EXPECT_EQ(peak_states_held(schedule, 7, spilled), r.peak_states_held - (spilled ? r.checkpoints : 0))
+          << checkpoint_schedule_name(schedule) << (spilled ? " spilled" : "");
+    }
+  }
+  EXPECT_EQ(peak_states_held(CheckpointSchedule::kAll, 1000000000000, false), 1000000000001);
+  EXPECT_EQ(peak_states_held(CheckpointSchedule::kSqrt, 240, false), 45);  // 30 checkpoints + 15
 }
 
 }  // namespace

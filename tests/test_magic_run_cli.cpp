@@ -79,6 +79,18 @@ TEST(MagicRunCli, BadFlagsExitTwoBeforeTraining) {
   }
 }
 
+// A run that cannot fit in memory is refused before anything is built, with the estimate, what is
+// available and the keys that change it (a billion-step config used to grow to 24 GB first).
+TEST(MagicRunCli, ARunThatCannotFitIsRefusedWithTheFigures) {
+  const std::string config = config_with("huge", [](nlohmann::json& j) { j["training"]["steps"] = 1000000000000; });
+  Outcome o = run_magic_run("--config " + config);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("training.steps 1000000000000 with sqrt checkpoints needs about "), std::string::npos)
+      << o.output;
+  EXPECT_NE(o.output.find(" available; lower training.steps"), std::string::npos) << o.output;
+  EXPECT_EQ(o.output.find("examples from"), std::string::npos) << o.output;
+}
+
 // A run whose training diverges stops at the first non-finite value with exit 1, naming the step
 // and the tensor, and writes no score files.
 TEST(MagicRunCli, ADivergentRunStopsNamingTheStepAndWritesNothing) {

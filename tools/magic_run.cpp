@@ -13,6 +13,7 @@
 #include "lib/io/score_file.h"
 #include "lib/train/finite_guard.h"
 #include "lib/train/magic_pipeline.h"
+#include "lib/train/memory_estimate.h"
 #include "lib/train/progress_meter.h"
 #include "lib/train/run_config.h"
 
@@ -68,6 +69,8 @@ int run(int argc, char** argv) {
   if (!out_dir.empty()) require_writable_directory(out_dir, "--out");
 
   const RunConfig config = RunConfig::load(config_path);
+  const MemoryEstimate memory = estimate_run_memory(config);
+  require_memory(config, memory, available_memory_bytes());
   const LmProblem problem = build_lm_problem(config);
   if (query_index && *query_index >= problem.query->num_queries()) {
     throw InputError(
@@ -77,7 +80,7 @@ int run(int argc, char** argv) {
   std::cout << "magic-run: " << problem.train->size() << " examples from " << config.train_path << ", "
             << problem.query->num_queries() << " queries, " << config.steps << " steps of " << config.batch_size << ", "
             << config.optimizer.name << ", " << checkpoint_schedule_name(config.checkpoints) << " checkpoints, "
-            << config.precision.str() << "\n";
+            << config.precision.str() << "; estimated peak memory " << memory.str() << "\n";
   MagicOptions options;
   options.schedule = config.checkpoints;
   options.spill_dir = config.spill_dir;

@@ -1,5 +1,6 @@
 #include "lib/train/checkpoint_schedule.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "lib/core/error.h"
@@ -52,6 +53,16 @@ std::vector<int64_t> checkpoint_steps(CheckpointSchedule schedule, int64_t n) {
     }
   }
   return steps;
+}
+
+int64_t peak_states_held(CheckpointSchedule schedule, int64_t n, bool spilled) {
+  if (schedule == CheckpointSchedule::kAll) return (spilled ? 0 : n) + 1;
+  const std::vector<int64_t> steps = checkpoint_steps(schedule, n);
+  int64_t longest = 0;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    longest = std::max(longest, (k + 1 < steps.size() ? steps[k + 1] : n) - steps[k]);
+  }
+  return (spilled ? 0 : static_cast<int64_t>(steps.size())) + longest;
 }
 
 }  // namespace magic

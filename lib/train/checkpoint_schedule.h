@@ -20,4 +20,9 @@ int64_t isqrt(int64_t n);  // floor(sqrt(n)), exact
 // Strictly increasing steps in [0, N), starting at 0.
 std::vector<int64_t> checkpoint_steps(CheckpointSchedule schedule, int64_t num_steps);
 
+// The most states REPLAY holds at once: the checkpoints it keeps (none when they are spilled to
+// disk) plus the longest segment it recomputes between two of them. Closed form for `all`, so a
+// huge N costs nothing to estimate.
+int64_t peak_states_held(CheckpointSchedule schedule, int64_t num_steps, bool spilled);
+
 }  // namespace magic

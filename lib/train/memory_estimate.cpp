@@ -1,0 +1,62 @@
+#include "lib/train/memory_estimate.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "lib/core/error.h"
+#include "lib/core/strings.h"
+
+namespace magic {
+
+std::string format_bytes(double bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int unit = 0;
+  while (bytes >= 1024.0 && unit < 6) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  return unit == 0 ? str_cat(static_cast<int64_t>(bytes), " B") : str_cat(format_fixed(bytes, 1), " ", kUnits[unit]);
+}
+
+std::string MemoryEstimate::str() const {
+  return str_cat(format_bytes(total()), " (", states, " states of ", format_bytes(static_cast<double>(state_bytes)),
+                 ", batches ", format_bytes(static_cast<double>(batch_bytes)), ")");
+}
+
+MemoryEstimate estimate_run_memory(const RunConfig& c) {
+  MemoryEstimate e;
+  // Parameters of the configured GPT, counted from a real (small) initialization.
+  const int64_t parameters = gpt_init(c.model, at::kFloat, 0).numel();
+  const int64_t element = static_cast<int64_t>(c10::elementSize(c.precision.master));
+  // Adam keeps m and v beside the parameters; SGD with momentum one trace.
+  const int64_t copies = c.optimizer.name == "sgd" ? (c.optimizer.momentum != 0.0 ? 2 : 1) : 3;
+  e.state_bytes = parameters * element * copies;
+  e.states = peak_states_held(c.checkpoints, c.steps, c.spill_dir.has_value());
+  // Per step: row indices, token ids and labels (int64), data weights (per token at most).
+  const double per_step = static_cast<double>(c.batch_size) * (8.0 + 16.0 * c.model.max_len);
+  e.batch_bytes = static_cast<int64_t>(std::min(per_step * static_cast<double>(c.steps), 9.0e18));
+  return e;
+}
+
+int64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string key;
+    int64_t kib = 0;
+    if (fields >> key >> kib && key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+void require_memory(const RunConfig& c, const MemoryEstimate& e, int64_t available) {
+  if (available <= 0 || e.total() <= static_cast<double>(available)) return;
+  throw InputError(str_cat(
+      c.source, ": training.steps ", c.steps, " with ", checkpoint_schedule_name(c.checkpoints),
+      " checkpoints needs about ", e.str(), ", above the ", format_bytes(static_cast<double>(available)),
+      " available; lower training.steps or training.batch_size, use \"checkpoints\": \"sqrt\" (the fewest states",
+      " held), or set training.spill_dir to keep checkpoints on disk"));
+}
+
+}  // namespace magic

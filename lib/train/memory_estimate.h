@@ -1,0 +1,39 @@
+// What a magic-run will hold in memory, estimated from its config before anything is built, so a
+// run that cannot fit is refused at once with the figures and the setting that changes them
+// (instead of growing until the machine runs out: a billion-step config used to reach 24 GB).
+//   states   REPLAY's peak states held (checkpoints plus the longest recomputed segment;
+//            checkpoint_schedule.h) × one state (parameters and optimizer state, master dtype)
+//   batches  every step's rows, token ids and labels, built before training
+// One step's activations (the double-backward graph) come on top and are not counted.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "lib/train/run_config.h"
+
+namespace magic {
+
+struct MemoryEstimate {
+  int64_t states = 0;       // states held at the peak
+  int64_t state_bytes = 0;  // one state
+  int64_t batch_bytes = 0;  // all steps' batches
+
+  double total() const { return static_cast<double>(states) * state_bytes + static_cast<double>(batch_bytes); }
+  // "1.2 GiB (45 states of 1.3 MiB, batches 12.0 MiB)"
+  std::string str() const;
+};
+
+MemoryEstimate estimate_run_memory(const RunConfig& config);
+
+// MemAvailable from /proc/meminfo, in bytes; 0 when it cannot be read.
+int64_t available_memory_bytes();
+
+// InputError naming the figures, what is available and the config keys that change them when the
+// estimate exceeds `available` (0: unknown, nothing is refused).
+void require_memory(const RunConfig& config, const MemoryEstimate& estimate, int64_t available);
+
+// "512 B", "3.4 MiB", "24.0 GiB", "1.1 PiB"
+std::string format_bytes(double bytes);
+
+}  // namespace magic
