@@ -32,9 +32,11 @@ std::string fresh_dir(const std::string& name) {
 }
 
 // Where the launchers of this test program put their rank logs (failed runs keep theirs): one
-// directory, emptied when the program starts, rather than a new /tmp/magic-ranks-* per run.
+// directory per test process, rather than a new /tmp/magic-ranks-* per run. Per process, because
+// ctest runs tests in parallel processes: one shared directory, emptied by each process as it
+// starts, was emptied under another's running launcher ("cannot create .../rank-1.log").
 const std::string& logs_root() {
-  static const std::string root = fresh_dir("kept-logs");
+  static const std::string root = fresh_dir("kept-logs-" + std::to_string(getpid()));
   return root;
 }
 

@@ -274,7 +274,8 @@ TEST(MagicCheckCli, PrecisionFlagsAreCheckedBeforeAnyRankStarts) {
 // fp64 applies and is caught in bf16 and fp16 as well (none skipped for precision). Label `long`
 // (ctest --preset long runs it with MAGIC_LONG_TESTS=1, one to two and a half minutes a case);
 // skipped otherwise.
-class MagicCheckCliLong : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+using LayoutAndDtype = std::pair<std::string, std::string>;
+class MagicCheckCliLong : public ::testing::TestWithParam<LayoutAndDtype> {};
 
 TEST_P(MagicCheckCliLong, BiteOnDistinctSizesNamesExactlyTheExpectedFactor) {
   if (std::getenv("MAGIC_LONG_TESTS") == nullptr) GTEST_SKIP() << "long: ctest --preset long";
@@ -304,12 +305,13 @@ TEST_P(MagicCheckCliLong, BiteOnDistinctSizesNamesExactlyTheExpectedFactor) {
 }
 
 INSTANTIATE_TEST_SUITE_P(DistinctSizes, MagicCheckCliLong,
-                         ::testing::Values(std::pair{"dp=4,cp=3,fsdp=2", "fp64"}, std::pair{"dp=4,cp=3,fsdp=2", "bf16"},
-                                           std::pair{"dp=4,cp=3,fsdp=2", "fp16"},
-                                           std::pair{"n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3", "bf16"},
-                                           std::pair{"n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3", "fp16"}),
+                         ::testing::Values(LayoutAndDtype{"dp=4,cp=3,fsdp=2", "fp64"},
+                                           LayoutAndDtype{"dp=4,cp=3,fsdp=2", "bf16"},
+                                           LayoutAndDtype{"dp=4,cp=3,fsdp=2", "fp16"},
+                                           LayoutAndDtype{"n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3", "bf16"},
+                                           LayoutAndDtype{"n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3", "fp16"}),
                          [](const auto& info) {
-                           std::string name = std::string(info.param.first) + "_" + info.param.second;
+                           std::string name = info.param.first + "_" + info.param.second;
                            for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
                            return name;
                          });

@@ -42,7 +42,7 @@ TEST(MagicRunCli, BadInputsExitTwoWithAClearMessage) {
   expect_bad_input("--config " + config_with("len", [](nlohmann::json& j) { j["model"]["max_len"] = 1; }),
                    "max_len: expected >= 2");
   expect_bad_input("--config " + config_with("heads", [](nlohmann::json& j) { j["model"]["n_heads"] = 3; }),
-                   "n_heads: expected a divisor of d_model");
+                   "d_model 8 must be divisible by n_heads 3");
   expect_bad_input("--config " + config_with("opt", [](nlohmann::json& j) { j["optimizer"]["name"] = "lion"; }),
                    "unknown optimizer 'lion'; expected one of sgd, adam, adamw");
   expect_bad_input("--config " + config_with("sched",

@@ -62,9 +62,6 @@ void GptConfig::validate(const std::string& where) const {
   positive("d_model", d_model);
   positive("n_layers", n_layers);
   positive("n_heads", n_heads);
-  if (d_model % n_heads != 0) {
-    throw InputError(str_cat(where, ".n_heads: expected a divisor of d_model ", d_model, ", got ", n_heads));
-  }
   if (max_len < 2) {
     throw InputError(str_cat(where, ".max_len: expected >= 2 (a sequence needs a token and its next), got ", max_len));
   }
