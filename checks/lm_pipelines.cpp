@@ -10,6 +10,7 @@
 #include "lib/distributed/parallel/data_parallel.h"
 #include "lib/distributed/parallel/mesh_layout.h"
 #include "lib/distributed/runtime/progress.h"
+#include "lib/train/distributed_lm.h"
 #include "lib/train/magic_pipeline.h"
 #include "reference/unrolled_lm.h"
 
@@ -83,9 +84,9 @@ PipelineOutputs lm_outputs(const SumLengths& n, const std::vector<TensorTree>& s
 PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Runtime& runtime,
                                    const std::string& mutation, const std::vector<TrainState>& teacher) {
   const RunConfig config = lm_check_config(settings);
-  const dist::MeshGroups groups = dist::make_mesh_groups(runtime, dist::MeshLayout(settings.topology));
+  const dist::MeshParts parts = lm_mesh_parts(runtime, settings.topology, config.model);
   const TensorTree full_init = gpt_init(config.model, config.precision.master, config.seed);
-  auto parallel = planted_data_parallel(mutation, dist::mesh_parts(groups, full_init), settings.convention);
+  auto parallel = planted_data_parallel(mutation, parts, settings.convention);
   // The grad level also records each rank's local gradient where it enters the reduction.
   auto tap = std::make_shared<ReductionTap>();
   const LmProblem problem = build_lm_problem(config, tapped_parallelism(parallel, tap),
@@ -105,7 +106,7 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
         problem.step->gradient(at_reference, static_cast<int64_t>(t), problem.weights, false).detach()));
     if (!probe) continue;
     std::map<std::string, ReductionTerms> sums;
-    for (const auto& [name, partial] : tap->take(full_init)) sums[name] = exact_reduction(*groups.world, partial, c);
+    for (const auto& [name, partial] : tap->take(full_init)) sums[name] = exact_reduction(*parts.groups.world, partial, c);
     step_sums.push_back(std::move(sums));
   }
   MagicOptions options;

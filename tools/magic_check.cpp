@@ -1,7 +1,6 @@
 // magic-check: runs the MAGIC pipeline distributed on a given layout and as a single-process
 // reference, compares gradients, Hessian-vector products, final parameters and scores, and says
 // which tensor is off and by which factor. --bite plants known bugs and proves each is caught.
-#include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -11,8 +10,8 @@
 #include "lib/core/dtype.h"
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
-#include "lib/distributed/runtime/launcher.h"
 #include "lib/distributed/runtime/progress.h"
+#include "lib/distributed/runtime/rank_program.h"
 #include "lib/io/output_path.h"
 #include "lib/io/report.h"
 
@@ -23,7 +22,7 @@ using namespace magic;
 struct Command {
   checks::CheckRequest request;
   std::string json_path, junit_path;
-  std::string launch = "spawn";
+  dist::RankProgram program;
   bool list_mutations = false;
 };
 
@@ -80,7 +79,7 @@ Command parse(int argc, char** argv, int& early_exit) {
   app.add_option("--optimizer", s.optimizer, "sgd | adam | adamw")->capture_default_str();
   app.add_option("--batch", s.batch_size,
                  "global batch rows (default: 3 x dp + 1, uneven shards; three-pool: 4 x lcm of the pool sizes)");
-  app.add_option("--launch", c.launch,
+  app.add_option("--launch", c.program.launch,
                  "spawn: start the ranks here on loopback; env: join a world made by "
                  "torchrun/srun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
       ->capture_default_str();
@@ -114,12 +113,10 @@ Command parse(int argc, char** argv, int& early_exit) {
   s.backend = dist::parse_backend(backend);
   if (!(timeout_s > 0)) throw InputError("--timeout: expected seconds > 0");
   s.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  if (c.launch != "spawn" && c.launch != "env") throw InputError("--launch: expected spawn or env");
-  if (c.launch == "spawn" && s.topology.world_size() > dist::kMaxSpawnedRanks) {
-    throw InputError(str_cat("--topology ", topology, ": a world of ", s.topology.world_size(),
-                             " ranks is above the built-in launcher's limit of ", dist::kMaxSpawnedRanks,
-                             " on one machine; use --launch env under torchrun or srun for larger worlds"));
-  }
+  c.program.topology = s.topology;
+  c.program.backend = s.backend;
+  c.program.timeout = s.timeout;
+  c.program.validate();
   if (bite && !mutate.empty()) throw InputError("--bite and --mutate: give one or the other");
   if (bite) c.request.mode = checks::CheckMode::kBite;
   if (!mutate.empty()) {
@@ -138,18 +135,9 @@ Command parse(int argc, char** argv, int& early_exit) {
   return c;
 }
 
-int run_rank(const Command& c) {
-  at::set_num_threads(1);
-  const dist::Rendezvous rendezvous = dist::Rendezvous::from_env();
-  dist::write_rank_pid_file(rendezvous.rank);
-  const auto& s = c.request.settings;
-  if (rendezvous.world_size != s.topology.world_size()) {
-    throw InputError(str_cat("WORLD_SIZE=", rendezvous.world_size, " but --topology ", s.topology.str(), " needs ",
-                             s.topology.world_size(), " ranks"));
-  }
-  auto runtime = dist::Runtime::connect(rendezvous, s.backend, s.timeout);
-  const CheckReport report = checks::run_check(c.request, *runtime);
-  if (runtime->rank() != 0) return kExitOk;
+int run_rank(const Command& c, const dist::Runtime& runtime) {
+  const CheckReport report = checks::run_check(c.request, runtime);
+  if (runtime.rank() != 0) return kExitOk;
   dist::set_phase("writing the report");
   print_report(report, std::cout);
   if (!c.json_path.empty()) write_json_report(c.json_path, report);
@@ -173,15 +161,8 @@ int main(int argc, char** argv) {
     int early_exit = -1;
     const Command command = parse(argc, argv, early_exit);
     if (early_exit >= 0) return early_exit;
-    if (dist::running_as_rank()) return run_rank(command);
-    if (command.launch == "env") {
-      throw InputError("--launch env: RANK is not set; run under torchrun or srun, or use --launch spawn");
-    }
-    dist::SpawnOptions spawn;
-    spawn.argv.assign(argv, argv + argc);
-    spawn.world_size = command.request.settings.topology.world_size();
-    spawn.timeout = command.request.settings.timeout;
-    return dist::spawn_ranks(spawn, std::cerr);
+    return dist::run_rank_program(command.program, argc, argv,
+                                  [&](const dist::Runtime& runtime) { return run_rank(command, runtime); });
   } catch (const InputError& e) {
     return fail("error", e);
   } catch (const DistributedError& e) {

@@ -9,12 +9,14 @@
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
+#include "lib/distributed/runtime/progress.h"
+#include "lib/distributed/runtime/rank_program.h"
 #include "lib/io/output_path.h"
 #include "lib/io/score_file.h"
+#include "lib/train/attribution.h"
+#include "lib/train/distributed_lm.h"
 #include "lib/train/finite_guard.h"
-#include "lib/train/magic_pipeline.h"
 #include "lib/train/memory_estimate.h"
-#include "lib/train/progress_meter.h"
 #include "lib/train/run_config.h"
 
 namespace {
@@ -36,118 +38,179 @@ void print_ranked(const char* title, const at::Tensor& totals, const std::vector
   }
 }
 
-int run(int argc, char** argv) {
-  CLI::App app{
-      "magic-run: MAGIC data attribution (metagradients through the whole training run).\n"
-      "Example: magic-run --config fixtures/runs/demo.json --out out/demo"};
+struct Flags {
   std::string config_path, out_dir;
   int64_t top = 5;
   bool per_query = false;
   std::optional<int64_t> query_index;
-  app.add_option("--config", config_path, "run configuration (JSON; see README 'magic-run configuration')")->required();
-  app.add_option("--out", out_dir, "directory for scores.safetensors and scores.tsv (not written if omitted)");
-  app.add_option("--top", top, "how many helpful and harmful examples to print")->capture_default_str();
-  app.add_flag("--per-query", per_query, "one REPLAY per query: scores [queries, examples]");
-  app.add_option("--query", query_index, "rank examples for this query index (with --per-query)");
+  std::optional<dist::RankProgram> program;  // --topology: a distributed run
+};
+
+// Parses and checks every flag and the output directory before anything is loaded or trained.
+Flags parse(int argc, char** argv, int& early_exit) {
+  Flags f;
+  CLI::App app{
+      "magic-run: MAGIC data attribution (metagradients through the whole training run).\n"
+      "Example: magic-run --config fixtures/runs/demo.json --out out/demo\n"
+      "Distributed: magic-run --config run.json --topology dp=4 (check it first: magic-check --config run.json "
+      "--topology dp=4)"};
+  std::string topology, backend = "gloo";
+  dist::RankProgram program;
+  program.name = "magic-run";
+  double timeout_s = 60;
+  app.add_option("--config", f.config_path, "run configuration (JSON; see README 'magic-run configuration')")
+      ->required();
+  app.add_option("--out", f.out_dir, "directory for scores.safetensors and scores.tsv (not written if omitted)");
+  app.add_option("--top", f.top, "how many helpful and harmful examples to print")->capture_default_str();
+  app.add_flag("--per-query", f.per_query, "one REPLAY per query: scores [queries, examples]");
+  app.add_option("--query", f.query_index, "rank examples for this query index (with --per-query)");
+  app.add_option("--topology", topology, "run distributed on this mesh layout: dp=N[,cp=C][,fsdp=F]");
+  app.add_option("--launch", program.launch,
+                 "with --topology; spawn: start the ranks here on loopback; env: join a world made by "
+                 "torchrun/srun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
+      ->capture_default_str();
+  app.add_option("--backend", backend, "with --topology: gloo (CPU)")->capture_default_str();
+  app.add_option("--timeout", timeout_s, "with --topology: seconds before a collective gives up on a peer")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     std::cout << app.help();
-    return kExitOk;
+    early_exit = kExitOk;
+    return f;
   } catch (const CLI::ParseError& e) {
-    std::cerr << "magic-run: " << e.what() << "\n"
-              << "Run with --help for usage.\n";
-    return kExitBadInput;
+    throw InputError(str_cat(e.what(), " (run with --help for usage)"));
   }
+  if (f.top < 0) throw InputError(str_cat("--top ", f.top, ": expected a count >= 0"));
+  if (f.query_index && !f.per_query) {
+    throw InputError(str_cat("--query ", *f.query_index, ": needs --per-query (one REPLAY per query)"));
+  }
+  if (f.query_index && *f.query_index < 0) {
+    throw InputError(str_cat("--query ", *f.query_index, ": expected an index >= 0"));
+  }
+  if (!topology.empty()) {
+    program.topology = dist::TopologySpec::parse(topology);
+    require_mesh_topology(program.topology, "magic-run");
+    program.backend = dist::parse_backend(backend);
+    if (!(timeout_s > 0)) throw InputError("--timeout: expected seconds > 0");
+    program.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+    program.validate();
+    f.program = program;
+  }
+  if (!f.out_dir.empty()) require_writable_directory(f.out_dir, "--out");
+  return f;
+}
 
-  // Flags and the output directory before anything is loaded or trained.
-  if (top < 0) throw InputError(str_cat("--top ", top, ": expected a count >= 0"));
-  if (query_index && !per_query) {
-    throw InputError(str_cat("--query ", *query_index, ": needs --per-query (one REPLAY per query)"));
-  }
-  if (query_index && *query_index < 0) throw InputError(str_cat("--query ", *query_index, ": expected an index >= 0"));
-  if (!out_dir.empty()) require_writable_directory(out_dir, "--out");
-
-  const RunConfig config = RunConfig::load(config_path);
-  const MemoryEstimate memory = estimate_run_memory(config);
-  require_memory(config, memory, available_memory_bytes());
-  const LmProblem problem = build_lm_problem(config);
-  if (query_index && *query_index >= problem.query->num_queries()) {
-    throw InputError(
-        str_cat("--query ", *query_index, ": expected an index below the ", problem.query->num_queries(), " queries"));
-  }
-  const int64_t shown_query = query_index.value_or(0);
-  std::cout << "magic-run: " << problem.train->size() << " examples from " << config.train_path << ", "
-            << problem.query->num_queries() << " queries, " << config.steps << " steps of " << config.batch_size << ", "
-            << config.optimizer.name << ", " << checkpoint_schedule_name(config.checkpoints) << " checkpoints, "
-            << config.precision.str() << "; estimated peak memory " << memory.str() << "\n";
-  MagicOptions options;
-  options.schedule = config.checkpoints;
-  options.spill_dir = config.spill_dir;
-  options.per_query = per_query;
-  options.stop_on_non_finite = true;
-  // Progress on stderr: a bar on a terminal, a line every 5 s otherwise; each phase closes with a
-  // summary. REPLAY's meter starts with its first step (after training and the query gradient).
-  const bool terminal = isatty(STDERR_FILENO) != 0;
-  const int64_t steps = problem.step->num_steps();
-  const int64_t replay_steps = steps * (per_query ? problem.query->num_queries() : 1);
-  ProgressMeter training("training", steps, std::cerr, terminal);
-  std::optional<ProgressMeter> replay;
-  int64_t replayed = 0;
-  options.on_step = [&](int64_t t, const TrainState&, const StepOutput&) {
-    training.update(t + 1);
-    if (t + 1 == steps) training.finish();
-  };
-  options.on_replay_step = [&](int64_t, const StepVjp&) {
-    if (!replay) replay.emplace("REPLAY", replay_steps, std::cerr, terminal);
-    replay->update(++replayed);
-    if (replayed == replay_steps) replay->finish();
-  };
-  MagicResult result = run_magic(*problem.step, *problem.query, problem.initial, problem.weights, options);
+// Rank 0 (or the single process) reports: the summary, the rankings, the score files.
+void report(const Flags& f, const RunConfig& config, const Attribution& a) {
+  const LmProblem& problem = a.problem;
+  const MagicResult& result = a.result;
   std::cout << "query loss " << format_fixed(result.query_loss, 4) << "; training "
             << format_fixed(result.train_seconds, 2) << " s, REPLAY " << format_fixed(result.replay_seconds, 2)
             << " s; " << result.checkpoints << " checkpoints (" << format_fixed(result.checkpoint_bytes / 1048576.0, 2)
             << " MiB), at most " << result.peak_states_held << " states held\n";
-
   ScoreTable table;
   table.scores = result.scores;
-  table.per_query = per_query;
+  table.per_query = f.per_query;
   for (const auto& ex : problem.train->examples) {
     table.example_ids.push_back(ex.id);
     table.example_texts.push_back(problem.train_documents[ex.document].text);
   }
   for (const auto& q : problem.query_documents) table.query_ids.push_back(q.id);
+  const int64_t shown_query = f.query_index.value_or(0);
   at::Tensor totals = example_totals(table);
-  if (per_query) totals = totals[shown_query];
+  if (f.per_query) totals = totals[shown_query];
   std::vector<int64_t> order(totals.size(0));
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
   std::sort(order.begin(), order.end(),
             [&](int64_t a, int64_t b) { return totals[a].item<double>() < totals[b].item<double>(); });
-  std::string query_name = per_query ? problem.query_documents[shown_query].id : "the query set";
+  const std::string query_name = f.per_query ? problem.query_documents[shown_query].id : "the query set";
   std::cout << "\nScores are dQ/dw: negative means up-weighting the example lowers the loss on " << query_name << ".\n";
-  print_ranked("Most helpful (most negative score):", totals, order, problem, static_cast<size_t>(top));
+  print_ranked("Most helpful (most negative score):", totals, order, problem, static_cast<size_t>(f.top));
   std::reverse(order.begin(), order.end());
-  print_ranked("Most harmful (most positive score):", totals, order, problem, static_cast<size_t>(top));
-  if (!out_dir.empty()) {
-    write_score_files(out_dir, table);
-    std::cout << "\nwrote " << out_dir << "/scores.safetensors and " << out_dir << "/scores.tsv\n";
+  print_ranked("Most harmful (most positive score):", totals, order, problem, static_cast<size_t>(f.top));
+  if (!f.out_dir.empty()) {
+    write_score_files(f.out_dir, table);
+    std::cout << "\nwrote " << f.out_dir << "/scores.safetensors and " << f.out_dir << "/scores.tsv\n";
   }
+  (void)config;
+}
+
+// The whole run on one process or one rank (`runtime` set).
+int attribute(const Flags& f, const dist::Runtime* runtime) {
+  const RunConfig config = RunConfig::load(f.config_path);
+  const bool speaks = runtime == nullptr || runtime->rank() == 0;
+  const MemoryEstimate memory = estimate_run_memory(config);
+  // Ranks our launcher spawned were checked together before they started.
+  if (runtime == nullptr || f.program->launch == "env") require_memory(config, memory, available_memory_bytes());
+  std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>();
+  if (runtime) parallelism = lm_data_parallel(*runtime, f.program->topology, config.model);
+  AttributionOptions options;
+  options.per_query = f.per_query;
+  // Progress: on stderr in one process; a rank's stderr goes to its log, so rank 0 shows it on stdout.
+  std::ostream& progress = runtime ? std::cout : std::cerr;
+  if (speaks) {
+    options.progress = &progress;
+    options.terminal = isatty(runtime ? STDOUT_FILENO : STDERR_FILENO) != 0;
+  }
+  LmProblem problem = build_lm_problem(config, parallelism);
+  const int64_t queries = problem.query->num_queries();
+  if (f.query_index && *f.query_index >= queries) {
+    throw InputError(str_cat("--query ", *f.query_index, ": expected an index below the ", queries, " queries"));
+  }
+  if (speaks) {
+    std::cout << "magic-run: " << problem.train->size() << " examples from " << config.train_path << ", " << queries
+              << " queries, " << config.steps << " steps of " << config.batch_size << ", " << config.optimizer.name
+              << ", " << checkpoint_schedule_name(config.checkpoints) << " checkpoints, " << config.precision.str()
+              << (runtime ? ", on " + f.program->topology.str() : std::string()) << "; estimated peak memory "
+              << memory.str() << (runtime ? " per rank" : "") << std::endl;
+  }
+  const Attribution a = run_attribution(config, std::move(problem), options);
+  if (speaks) report(f, config, a);
   return kExitOk;
+}
+
+int run(int argc, char** argv) {
+  int early_exit = -1;
+  const Flags flags = parse(argc, argv, early_exit);
+  if (early_exit >= 0) return early_exit;
+  if (!flags.program) return attribute(flags, nullptr);
+  if (!dist::running_as_rank()) {
+    // Load the config here too, so a bad one is reported once, before any rank starts.
+    const RunConfig config = RunConfig::load(flags.config_path);
+    require_memory(config, estimate_run_memory(config), available_memory_bytes(), flags.program->topology.world_size());
+  }
+  return dist::run_rank_program(*flags.program, argc, argv,
+                                [&](const dist::Runtime& runtime) { return attribute(flags, &runtime); });
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  using namespace magic;
+  const bool rank = dist::running_as_rank();
+  const std::string who = rank ? str_cat("magic-run: rank ", std::getenv("RANK")) : "magic-run";
+  // One line for the user (the launcher relays a rank's last line); a backtrace goes to the rank's log.
+  const auto say = [&](const char* kind, const std::exception& e, const char* tail = "") {
+    const std::string line = dist::one_line_error(e);
+    if (line != e.what()) dist::note_in_rank_log(e.what());
+    std::cerr << who << ": " << kind << ": " << line << tail << std::endl;
+  };
   try {
     return run(argc, argv);
-  } catch (const magic::InputError& e) {
-    std::cerr << "magic-run: error: " << e.what() << "\n";
-    return magic::kExitBadInput;
-  } catch (const magic::NonFiniteError& e) {
-    std::cerr << "magic-run: stopped: " << e.what() << "; no scores written\n";
-    return magic::kExitCheckFailed;
+  } catch (const InputError& e) {
+    say("error", e);
+    return kExitBadInput;
+  } catch (const NonFiniteError& e) {
+    // Every rank sees the same reduced values and stops at the same place; rank 0 reports.
+    if (rank && std::string(std::getenv("RANK")) != "0") return kExitOk;
+    say("stopped", e, "; no scores written");
+    return kExitCheckFailed;
+  } catch (const DistributedError& e) {
+    say("distributed failure", e);
+    return kExitBadInput;
   } catch (const std::exception& e) {
-    std::cerr << "magic-run: failed: " << e.what() << "\n";
-    return magic::kExitBadInput;
+    say("failed", e);
+    return kExitBadInput;
   }
 }

@@ -50,11 +50,12 @@ int64_t available_memory_bytes() {
   return 0;
 }
 
-void require_memory(const RunConfig& c, const MemoryEstimate& e, int64_t available) {
-  if (available <= 0 || e.total() <= static_cast<double>(available)) return;
+void require_memory(const RunConfig& c, const MemoryEstimate& e, int64_t available, int64_t ranks) {
+  if (available <= 0 || e.total() * static_cast<double>(ranks) <= static_cast<double>(available)) return;
   throw InputError(str_cat(
       c.source, ": training.steps ", c.steps, " with ", checkpoint_schedule_name(c.checkpoints),
-      " checkpoints needs about ", e.str(), ", above the ", format_bytes(static_cast<double>(available)),
+      " checkpoints needs about ", e.str(), ranks > 1 ? str_cat(" per rank, ", ranks, " ranks on this machine") : "",
+      ", above the ", format_bytes(static_cast<double>(available)),
       " available; lower training.steps or training.batch_size, use \"checkpoints\": \"sqrt\" (the fewest states",
       " held), or set training.spill_dir to keep checkpoints on disk"));
 }

@@ -29,9 +29,10 @@ MemoryEstimate estimate_run_memory(const RunConfig& config);
 // MemAvailable from /proc/meminfo, in bytes; 0 when it cannot be read.
 int64_t available_memory_bytes();
 
-// InputError naming the figures, what is available and the config keys that change them when the
-// estimate exceeds `available` (0: unknown, nothing is refused).
-void require_memory(const RunConfig& config, const MemoryEstimate& estimate, int64_t available);
+// InputError naming the figures, what is available and the config keys that change them when
+// `ranks` processes of this estimate exceed `available` (0: unknown, nothing is refused). Ranks
+// spawned on one machine each count in full: a conservative bound (fsdp shards the states).
+void require_memory(const RunConfig& config, const MemoryEstimate& estimate, int64_t available, int64_t ranks = 1);
 
 // "512 B", "3.4 MiB", "24.0 GiB", "1.1 PiB"
 std::string format_bytes(double bytes);

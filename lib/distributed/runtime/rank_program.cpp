@@ -1,0 +1,47 @@
+#include "lib/distributed/runtime/rank_program.h"
+
+#include <ATen/Parallel.h>
+
+#include <iostream>
+
+#include "lib/core/error.h"
+#include "lib/core/strings.h"
+#include "lib/distributed/runtime/launcher.h"
+
+namespace magic::dist {
+
+void RankProgram::validate() const {
+  if (launch != "spawn" && launch != "env") throw InputError("--launch " + launch + ": expected spawn or env");
+  if (launch == "spawn" && topology.world_size() > kMaxSpawnedRanks) {
+    throw InputError(str_cat("--topology ", topology.str(), ": a world of ", topology.world_size(),
+                             " ranks is above the built-in launcher's limit of ", kMaxSpawnedRanks,
+                             " on one machine; use --launch env under torchrun or srun for larger worlds"));
+  }
+}
+
+int run_rank_program(const RankProgram& program, int argc, char** argv,
+                     const std::function<int(const Runtime&)>& body) {
+  if (running_as_rank()) {
+    // Ranks share the machine's cores: one intra-op thread each.
+    at::set_num_threads(1);
+    const Rendezvous rendezvous = Rendezvous::from_env();
+    write_rank_pid_file(rendezvous.rank);
+    if (rendezvous.world_size != program.topology.world_size()) {
+      throw InputError(str_cat("WORLD_SIZE=", rendezvous.world_size, " but --topology ", program.topology.str(),
+                               " needs ", program.topology.world_size(), " ranks"));
+    }
+    auto runtime = Runtime::connect(rendezvous, program.backend, program.timeout);
+    return body(*runtime);
+  }
+  if (program.launch == "env") {
+    throw InputError("--launch env: RANK is not set; run under torchrun or srun, or use --launch spawn");
+  }
+  SpawnOptions spawn;
+  spawn.argv.assign(argv, argv + argc);
+  spawn.world_size = program.topology.world_size();
+  spawn.timeout = program.timeout;
+  spawn.name = program.name;
+  return spawn_ranks(spawn, std::cerr);
+}
+
+}  // namespace magic::dist

@@ -1,0 +1,34 @@
+// How magic-check and magic-run become a distributed program: the same command line runs as the
+// launcher (--launch spawn: start world_size ranks of this binary on loopback, launcher.h) and
+// as each rank (RANK is set, by our launcher, torchrun or srun: connect and run the body).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include "lib/distributed/runtime/group.h"
+#include "lib/distributed/runtime/launcher.h"
+#include "lib/distributed/runtime/runtime.h"
+#include "lib/distributed/runtime/topology.h"
+
+namespace magic::dist {
+
+struct RankProgram {
+  std::string name = "magic-check";  // how the launcher's messages begin
+  std::string launch = "spawn";      // spawn | env
+  TopologySpec topology = TopologySpec::parse("dp=1");
+  BackendKind backend = BackendKind::kGloo;
+  std::chrono::milliseconds timeout{60000};
+
+  // Throws InputError for a launch mode other than spawn|env, and for a world the built-in
+  // launcher does not start (naming --topology and the way out), before anything starts.
+  void validate() const;
+};
+
+// In a rank: one thread for ATen, the pid file, a WORLD_SIZE that matches the topology, the
+// connection, then `body`'s exit code. In the launcher: spawn the ranks and return the run's
+// exit code (launcher.h); --launch env without RANK is an InputError.
+int run_rank_program(const RankProgram& program, int argc, char** argv, const std::function<int(const Runtime&)>& body);
+
+}  // namespace magic::dist

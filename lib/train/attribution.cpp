@@ -1,0 +1,44 @@
+#include "lib/train/attribution.h"
+
+#include <optional>
+
+#include "lib/core/strings.h"
+#include "lib/distributed/runtime/progress.h"
+#include "lib/train/progress_meter.h"
+
+namespace magic {
+
+Attribution run_attribution(const RunConfig& config, LmProblem problem, const AttributionOptions& options) {
+  Attribution a{std::move(problem), {}};
+  const LmProblem& p = a.problem;
+  MagicOptions magic;
+  magic.schedule = config.checkpoints;
+  magic.spill_dir = config.spill_dir;
+  magic.per_query = options.per_query;
+  magic.stop_on_non_finite = true;
+  const int64_t steps = p.step->num_steps();
+  const int64_t replay_steps = steps * (options.per_query ? p.query->num_queries() : 1);
+  // REPLAY's meter starts with its first step (after training and the query gradient).
+  std::optional<ProgressMeter> training, replay;
+  if (options.progress) training.emplace("training", steps, *options.progress, options.terminal);
+  int64_t replayed = 0;
+  magic.on_step = [&](int64_t t, const TrainState&, const StepOutput&) {
+    // The launcher names a stalled rank's phase (progress.h).
+    dist::set_phase(str_cat("training step ", t + 1, " of ", steps));
+    if (!training) return;
+    training->update(t + 1);
+    if (t + 1 == steps) training->finish();
+  };
+  magic.on_replay_step = [&](int64_t t, const StepVjp&) {
+    dist::set_phase(str_cat("REPLAY at step ", t));
+    ++replayed;
+    if (!options.progress) return;
+    if (!replay) replay.emplace("REPLAY", replay_steps, *options.progress, options.terminal);
+    replay->update(replayed);
+    if (replayed == replay_steps) replay->finish();
+  };
+  a.result = run_magic(*p.step, *p.query, p.initial, p.weights, magic);
+  return a;
+}
+
+}  // namespace magic

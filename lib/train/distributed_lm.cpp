@@ -1,0 +1,28 @@
+#include "lib/train/distributed_lm.h"
+
+#include "lib/core/error.h"
+#include "lib/distributed/parallel/mesh_layout.h"
+
+namespace magic {
+
+void require_mesh_topology(const dist::TopologySpec& topology, const std::string& tool) {
+  if (topology.family() != dist::TopologyFamily::kMesh) {
+    throw InputError("--topology " + topology.str() + ": " + tool +
+                     " trains a language model, which runs on mesh layouts (dp=N[,cp=C][,fsdp=F]); three-pool "
+                     "layouts are magic-check's decomposition workload");
+  }
+}
+
+dist::MeshParts lm_mesh_parts(const dist::Runtime& runtime, const dist::TopologySpec& topology,
+                              const GptConfig& model) {
+  const dist::MeshGroups groups = dist::make_mesh_groups(runtime, dist::MeshLayout(topology));
+  // Only the shapes matter here: the parts shard tensors shaped like the parameters.
+  return dist::mesh_parts(groups, gpt_init(model, at::kDouble, 0));
+}
+
+std::shared_ptr<const dist::DataParallel> lm_data_parallel(const dist::Runtime& runtime,
+                                                           const dist::TopologySpec& topology, const GptConfig& model) {
+  return std::make_shared<dist::DataParallel>(lm_mesh_parts(runtime, topology, model), dist::Convention::kSum);
+}
+
+}  // namespace magic

@@ -1,0 +1,27 @@
+// The LM workload on a mesh layout (dp x cp ranks, fsdp-sharded parameters): the one place where
+// magic-run --topology and magic-check's lm workload get their data parallelism, so both run the
+// same step, reductions and REPLAY (build_lm_problem + run_magic) on it.
+#pragma once
+
+#include <memory>
+
+#include "lib/distributed/parallel/data_parallel.h"
+#include "lib/distributed/runtime/runtime.h"
+#include "lib/distributed/runtime/topology.h"
+#include "lib/model/gpt.h"
+
+namespace magic {
+
+// Throws InputError unless `topology` is a mesh layout (three-pool layouts run the decomposition
+// workload of magic-check, not a language model).
+void require_mesh_topology(const dist::TopologySpec& topology, const std::string& tool);
+
+// This rank's mesh groups and the correct pieces for the model's parameters. Every rank of the
+// world calls it, in the same order (groups are created collectively).
+dist::MeshParts lm_mesh_parts(const dist::Runtime& runtime, const dist::TopologySpec& topology, const GptConfig& model);
+
+// The production data parallelism: SUM convention (exact for any split of the batch).
+std::shared_ptr<const dist::DataParallel> lm_data_parallel(const dist::Runtime& runtime,
+                                                           const dist::TopologySpec& topology, const GptConfig& model);
+
+}  // namespace magic

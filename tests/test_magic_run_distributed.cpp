@@ -1,0 +1,99 @@
+// magic-run --topology: the same attribution through the distributed pipeline (spawned ranks,
+// Gloo on loopback) gives the single-process scores to fp64 rounding, repeats bit-exactly, and
+// magic-score-diff (the tool a user compares them with) fails on scores that differ.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "lib/io/safetensors.h"
+#include "tests/support.h"
+
+namespace magic {
+namespace {
+
+std::string tiny_config(const std::string& name) {
+  nlohmann::json j = testing::tiny_run_json({});
+  j["data"]["train"] = testing::source_path("fixtures/text/proverbs.jsonl");
+  j["data"]["queries"] = testing::source_path("fixtures/text/queries.jsonl");
+  j["optimizer"] = {{"name", "adamw"}, {"lr", 0.01}, {"clip_norm", 1.0}};
+  const std::string path = ::testing::TempDir() + "/" + name + ".json";
+  std::ofstream(path) << j.dump(2);
+  return path;
+}
+
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/" + name;
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+testing::CommandOutcome magic_run(const std::string& args) {
+  return testing::run_command(std::string(MAGIC_RUN_BINARY) + " " + args);
+}
+
+testing::CommandOutcome score_diff(const std::string& a, const std::string& b) {
+  return testing::run_command(std::string(MAGIC_SCORE_DIFF_BINARY) + " " + a + "/scores.safetensors " + b +
+                              "/scores.safetensors");
+}
+
+TEST(MagicRunDistributed, ScoresEqualTheSingleProcessRunAndRepeatBitExactly) {
+  const std::string config = tiny_config("distributed");
+  const std::string single = fresh_dir("mr-single"), mesh = fresh_dir("mr-mesh"), again = fresh_dir("mr-mesh-again");
+  ASSERT_EQ(magic_run("--config " + config + " --out " + single).exit_code, 0);
+  // dp=2, cp=2 with fsdp=2: rows, sequence chunks and parameter shards all split.
+  const std::string layout = " --topology dp=2,cp=2,fsdp=2";
+  testing::CommandOutcome o = magic_run("--config " + config + layout + " --out " + mesh);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("on dp=2,cp=2,fsdp=2"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("REPLAY: 6 steps in "), std::string::npos) << o.output;  // rank 0's progress
+  ASSERT_EQ(magic_run("--config " + config + layout + " --out " + again).exit_code, 0);
+
+  const at::Tensor a = load_safetensors(single + "/scores.safetensors").tensors.at("scores");
+  const at::Tensor d = load_safetensors(mesh + "/scores.safetensors").tensors.at("scores");
+  const at::Tensor r = load_safetensors(again + "/scores.safetensors").tensors.at("scores");
+  const double error = (d - a).abs().max().item<double>() / a.abs().max().item<double>();
+  std::cout << "dp=2,cp=2,fsdp=2 vs single process: relative error " << error << "\n";
+  EXPECT_LE(error, 1e-10);
+  EXPECT_TRUE(at::equal(d, r)) << "two identical distributed runs differ";
+
+  testing::CommandOutcome same = score_diff(mesh, single);
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_NE(same.output.find("within the tolerance"), std::string::npos) << same.output;
+  EXPECT_NE(score_diff(mesh, again).output.find("bit-identical: yes"), std::string::npos);
+}
+
+// The comparison tool itself: a planted 1e-6 change fails it, naming the error.
+TEST(MagicRunDistributed, ScoreDiffFailsOnScoresThatDiffer) {
+  const std::string base = fresh_dir("diff-base"), planted = fresh_dir("diff-planted");
+  std::filesystem::create_directories(base);
+  std::filesystem::create_directories(planted);
+  const at::Tensor scores = at::linspace(-1, 1, 10, at::kDouble);
+  const std::map<std::string, std::string> ids{
+      {"example_ids", "[\"0\",\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\"]"}};
+  TensorTree t;
+  t.insert("scores", scores);
+  save_safetensors(base + "/scores.safetensors", t, ids);
+  t.at("scores") = scores.clone();
+  t.at("scores")[3] += 1e-6;
+  save_safetensors(planted + "/scores.safetensors", t, ids);
+  testing::CommandOutcome o = score_diff(planted, base);
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_NE(o.output.find("relative error 1.000e-06"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("bit-identical: no"), std::string::npos) << o.output;
+  save_safetensors(planted + "/scores.safetensors", t, {{"example_ids", "[\"other\"]"}});
+  EXPECT_EQ(score_diff(planted, base).exit_code, 2);
+}
+
+// Three-pool layouts are magic-check's decomposition workload, not a language model.
+TEST(MagicRunDistributed, AThreePoolLayoutIsRefusedBeforeAnyRankStarts) {
+  testing::CommandOutcome o = magic_run("--config " + tiny_config("pools") + " --topology n_ci=2,n_per_block=1");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("runs on mesh layouts"), std::string::npos) << o.output;
+  o = magic_run("--config " + tiny_config("launch") + " --topology dp=2 --launch env");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("--launch env: RANK is not set"), std::string::npos) << o.output;
+}
+
+}  // namespace
+}  // namespace magic
