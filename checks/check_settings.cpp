@@ -131,4 +131,15 @@ void CheckSettings::validate() const {
   }
 }
 
+void apply_run_config(CheckSettings& s, std::shared_ptr<const RunConfig> config) {
+  s.precision = config->precision;
+  s.batch_size = config->batch_size;
+  s.max_len = config->model.max_len;
+  s.optimizer = config->optimizer.name;
+  s.checkpoints = checkpoint_schedule_name(config->checkpoints);
+  s.seed = config->seed;
+  s.steps = std::min(s.steps, config->steps);
+  s.run_config = std::move(config);
+}
+
 }  // namespace magic::checks

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "lib/distributed/parallel/data_parallel.h"
 #include "lib/distributed/runtime/group.h"
 #include "lib/distributed/runtime/topology.h"
+#include "lib/train/run_config.h"
 
 namespace magic::checks {
 
@@ -39,6 +41,10 @@ struct CheckSettings {
   int64_t documents = 12;
   int64_t max_len = 16;
   std::string fixtures_dir = MAGIC_FIXTURES_DIR;  // the KJV text the workload trains on
+  // --config: check this magic-run config (its model, data, optimizer, schedule, reduction, weights,
+  // clipping, dtype) for the first `steps` steps instead of the built-in workload. from_run_config
+  // copies what it fixes into the fields above.
+  std::shared_ptr<const RunConfig> run_config;
   dist::BackendKind backend = dist::BackendKind::kGloo;
   std::chrono::milliseconds timeout = std::chrono::seconds(60);
 
@@ -55,5 +61,10 @@ struct CheckSettings {
   // (naming the flag to change), before any rank starts.
   void validate() const;
 };
+
+// Settings for checking `config` (magic-check --config): its dtype, batch, max_len, optimizer,
+// checkpoints and seed, `steps` capped at the run's own steps. The learning-rate schedule stays the
+// full run's (it was resolved over config.steps), so the checked steps are the run's first steps.
+void apply_run_config(CheckSettings& settings, std::shared_ptr<const RunConfig> config);
 
 }  // namespace magic::checks

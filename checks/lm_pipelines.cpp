@@ -17,6 +17,13 @@
 namespace magic::checks {
 
 RunConfig lm_check_config(const CheckSettings& s) {
+  if (s.run_config) {
+    RunConfig c = *s.run_config;
+    c.steps = s.steps;
+    c.batch_size = s.global_batch();
+    c.spill_dir.reset();  // the check keeps its few checkpoints in memory
+    return c;
+  }
   nlohmann::json optimizer = s.optimizer_json();
   optimizer["clip_norm"] = 5.0;
   nlohmann::json json = {
@@ -49,9 +56,9 @@ struct SumLengths {
   int64_t batch_labels, query_labels, parameters;
 };
 
-SumLengths sum_lengths(const CheckSettings& s, const LmProblem& problem, const TensorTree& full_params) {
-  const int64_t labels_per_row = s.max_len - 1;
-  return {s.global_batch() * labels_per_row, problem.query->queries().size() * labels_per_row, full_params.numel()};
+SumLengths sum_lengths(const RunConfig& c, const LmProblem& problem, const TensorTree& full_params) {
+  const int64_t labels_per_row = c.model.max_len - 1;
+  return {c.batch_size * labels_per_row, problem.query->queries().size() * labels_per_row, full_params.numel()};
 }
 
 PipelineOutputs lm_outputs(const SumLengths& n, const std::vector<TensorTree>& step_grads, const TensorTree& query_grad,
@@ -70,6 +77,10 @@ PipelineOutputs lm_outputs(const SumLengths& n, const std::vector<TensorTree>& s
   // drift of the embeddings in one concatenation.
   for (const auto& p : final_params) {
     out.push_back({"final_params", p.name, p.tensor.reshape({-1}), 0.0, false, n.batch_labels, /*stored=*/true});
+  }
+  if (scores.dim() == 1) {  // per-document weights (a magic-run config)
+    out.push_back({"scores", "per_document", scores, 0.0, false, n.parameters});
+    return out;
   }
   // A document's score sums its tokens' scores; they can cancel (to ~0 under clipping), so its
   // error is measured against the size of those terms: max over documents of Σ_t |score_t|.
@@ -106,7 +117,8 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
         problem.step->gradient(at_reference, static_cast<int64_t>(t), problem.weights, false).detach()));
     if (!probe) continue;
     std::map<std::string, ReductionTerms> sums;
-    for (const auto& [name, partial] : tap->take(full_init)) sums[name] = exact_reduction(*parts.groups.world, partial, c);
+    for (const auto& [name, partial] : tap->take(full_init))
+      sums[name] = exact_reduction(*parts.groups.world, partial, c);
     step_sums.push_back(std::move(sums));
   }
   MagicOptions options;
@@ -115,7 +127,7 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
   const TensorTree v = parallel->shard(hvp_direction(full_init, settings.seed));
   const int64_t last = problem.step->num_steps() - 1;
   PipelineOutputs out =
-      lm_outputs(sum_lengths(settings, problem, full_init), step_grads, parallel->unshard(result.query_gradient),
+      lm_outputs(sum_lengths(config, problem, full_init), step_grads, parallel->unshard(result.query_gradient),
                  parallel->unshard(hessian_vector_product(*problem.step, problem.initial, 0, problem.weights, v)),
                  parallel->unshard(hessian_vector_product(*problem.step, result.final_state, last, problem.weights, v)),
                  parallel->unshard(result.final_state.params), result.scores);
@@ -134,7 +146,7 @@ ReferenceRun run_reference_lm(const CheckSettings& settings) {
   const TensorTree v = hvp_direction(problem.initial.params, settings.seed);
   const int64_t last = problem.stream->num_steps() - 1;
   ReferenceRun run;
-  run.outputs = lm_outputs(sum_lengths(settings, problem, problem.initial.params), unrolled.step_grads,
+  run.outputs = lm_outputs(sum_lengths(config, problem, problem.initial.params), unrolled.step_grads,
                            reference::lm_query_gradient(setup, unrolled.final_params),
                            reference::lm_batch_hvp(setup, problem.initial.params, problem.weights, 0, v),
                            reference::lm_batch_hvp(setup, unrolled.final_params, problem.weights, last, v),

@@ -90,6 +90,7 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime)
   report.topology = s.topology.str();
   report.world_size = runtime.world_size();
   report.workload = s.resolved_workload();
+  if (s.run_config) report.config = s.run_config->source;
   report.dtype = s.precision.str();
   report.convention = dist::convention_name(s.convention);
   report.backend = dist::backend_name(s.backend);

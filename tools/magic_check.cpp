@@ -14,6 +14,7 @@
 #include "lib/distributed/runtime/rank_program.h"
 #include "lib/io/output_path.h"
 #include "lib/io/report.h"
+#include "lib/train/distributed_lm.h"
 
 namespace {
 
@@ -55,7 +56,11 @@ Command parse(int argc, char** argv, int& early_exit) {
       "Mesh layouts check a small GPT on the KJV fixture; three-pool layouts a small decomposition."};
   app.add_option("--topology", topology,
                  "layout, key=value[,...]: dp=N (mesh), or n_ci=A,n_per_block=B[,n_blocks=2][,n_ppgd=2] (three-pool)");
-  app.add_option("--steps", s.steps, "training steps")->capture_default_str();
+  std::string run_config;
+  app.add_option("--config", run_config,
+                 "check this magic-run config (model, data, optimizer, schedule, reduction, weights, clipping, "
+                 "dtype) on the layout for its first --steps steps, instead of the built-in workload");
+  app.add_option("--steps", s.steps, "training steps (with --config: the run's first K steps)")->capture_default_str();
   app.add_option("--dtype", dtype,
                  "fp64 | fp32 | bf16 | fp16 (bf16/fp16: fp32 master weights and reduction, fp16 loss scale 1024; "
                  "low precision is judged against an fp64 golden run, see README)")
@@ -102,14 +107,27 @@ Command parse(int argc, char** argv, int& early_exit) {
   }
   if (topology.empty()) throw InputError("--topology is required (for example --topology dp=4)");
   s.topology = dist::TopologySpec::parse(topology);
+  if (!run_config.empty()) {
+    // The config fixes these; a flag that disagrees with it would check a different run.
+    for (const char* flag : {"--dtype", "--loss-scale", "--reduce-dtype", "--optimizer", "--batch", "--seed"}) {
+      if (app.count(flag) > 0) {
+        throw InputError(str_cat(flag, ": comes from --config ", run_config, " (edit the config to change it)"));
+      }
+    }
+    require_mesh_topology(s.topology, "--config");
+  }
   s.precision = PrecisionPolicy::for_compute(parse_dtype(dtype, "--dtype"));
   if (loss_scale != 0) s.precision.loss_scale = loss_scale;
   if (!reduce_dtype.empty()) s.precision.reduce = parse_dtype(reduce_dtype, "--reduce-dtype");
   s.precision.validate("--dtype " + dtype);
   s.convention = dist::parse_convention(convention);
   if (!checks_list.empty()) s.levels = checks::parse_levels(checks_list);
+  if (!run_config.empty()) {
+    if (s.steps < 1) throw InputError(str_cat("--steps: expected an integer >= 1, got ", s.steps));
+    checks::apply_run_config(s, std::make_shared<const RunConfig>(RunConfig::load(run_config)));
+  }
   if (seed < 0) throw InputError("--seed: expected an integer >= 0");
-  s.seed = static_cast<uint64_t>(seed);
+  if (run_config.empty()) s.seed = static_cast<uint64_t>(seed);
   s.backend = dist::parse_backend(backend);
   if (!(timeout_s > 0)) throw InputError("--timeout: expected seconds > 0");
   s.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));

@@ -91,7 +91,8 @@ int CheckReport::exit_code() const {
 
 void print_report(const CheckReport& r, std::ostream& out) {
   out << "magic-check: " << r.topology << " (" << r.world_size << " ranks, " << r.backend << "), " << r.workload
-      << " workload, " << r.dtype << ", " << r.convention << " convention, " << r.steps << " steps, seed " << r.seed;
+      << " workload" << (r.config.empty() ? "" : " of " + r.config) << ", " << r.dtype << ", " << r.convention
+      << " convention, " << r.steps << " steps, seed " << r.seed;
   if (!r.mutation.empty()) out << ", mutation " << r.mutation;
   out << "\n\n";
   // The tensor column fits the longest name ("blocks.0.attn.proj.weight[reduction]").
@@ -227,6 +228,7 @@ nlohmann::ordered_json report_json(const CheckReport& r) {
               {"topology", r.topology},
               {"world_size", r.world_size},
               {"workload", r.workload},
+              {"config", r.config.empty() ? json(nullptr) : json(r.config)},
               {"dtype", r.dtype},
               {"convention", r.convention},
               {"backend", r.backend},

@@ -32,6 +32,7 @@ struct CheckReport {
   std::string topology;
   int64_t world_size = 1;
   std::string workload, dtype, convention, backend;
+  std::string config;  // the magic-run config checked (--config), "" for the built-in workload
   int64_t steps = 0;
   uint64_t seed = 0;
   std::string mutation;  // planted in `rows` ("" for a clean run)

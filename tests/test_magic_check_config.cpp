@@ -1,0 +1,72 @@
+// magic-check --config: the gate before a production run checks that run's own config (per-document
+// weights, clipping, a cosine schedule: none of them the built-in workload's) on the layout, and a
+// planted bug in it still fails with its factor.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "tests/support.h"
+
+namespace magic {
+namespace {
+
+testing::CommandOutcome magic_check(const std::string& args) {
+  return testing::run_command(std::string(MAGIC_CHECK_BINARY) + " " + args);
+}
+
+std::string run_config() {
+  testing::TinyRun run;
+  run.optimizer = "adamw";
+  run.schedule = "cosine";
+  run.clip = true;
+  run.steps = 10;
+  run.batch_size = 5;
+  nlohmann::json j = testing::tiny_run_json(run);
+  j["data"]["train"] = testing::source_path("fixtures/text/proverbs.jsonl");
+  j["data"]["queries"] = testing::source_path("fixtures/text/queries.jsonl");
+  const std::string path = ::testing::TempDir() + "/check-this-run.json";
+  std::ofstream(path) << j.dump(2);
+  return path;
+}
+
+TEST(MagicCheckConfig, ChecksTheRunsOwnConfigAtEveryLevel) {
+  const std::string config = run_config(), json = ::testing::TempDir() + "/check-config.json";
+  auto o = magic_check("--config " + config + " --topology dp=2,fsdp=2 --steps 3 --json " + json);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("lm workload of " + config), std::string::npos) << o.output;
+  const auto report = nlohmann::json::parse(testing::read_file(json));
+  EXPECT_EQ(report["config"], config);
+  EXPECT_EQ(report["steps"], 3);
+  std::set<std::string> levels, scores;
+  for (const auto& row : report["checks"]) {
+    levels.insert(row["level"].get<std::string>());
+    if (row["level"] == "scores") scores.insert(row["tensor"].get<std::string>());
+  }
+  EXPECT_EQ(levels, (std::set<std::string>{"grad", "query_grad", "hvp", "final_params", "scores"}));
+  EXPECT_EQ(scores, std::set<std::string>{"per_document"}) << "the config's weights are per document";
+}
+
+TEST(MagicCheckConfig, APlantedBugInTheConfigsRunFailsWithItsFactor) {
+  auto o = magic_check("--config " + run_config() + " --topology dp=3 --steps 2 --mutate extra-divide-scores");
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_NE(o.output.find("1/dp (scale 0.333333)"), std::string::npos) << o.output;
+}
+
+// What the config fixes cannot also come from a flag; the config is read before any rank starts.
+TEST(MagicCheckConfig, FlagsThatTheConfigFixesAreRefused) {
+  const std::string config = run_config();
+  for (const std::string flag : {"--dtype bf16", "--optimizer sgd", "--batch 4", "--seed 3"}) {
+    auto o = magic_check("--config " + config + " --topology dp=2 " + flag);
+    EXPECT_EQ(o.exit_code, 2) << flag << "\n" << o.output;
+    EXPECT_NE(o.output.find(": comes from --config " + config), std::string::npos) << o.output;
+  }
+  auto o = magic_check("--config /nonexistent/run.json --topology dp=2");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("/nonexistent/run.json"), std::string::npos) << o.output;
+  o = magic_check("--config " + config + " --topology n_ci=2,n_per_block=1");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("runs on mesh layouts"), std::string::npos) << o.output;
+}
+
+}  // namespace
+}  // namespace magic
