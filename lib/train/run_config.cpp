@@ -6,6 +6,7 @@
 #include "lib/core/json_fields.h"
 #include "lib/core/seed.h"
 #include "lib/core/strings.h"
+#include "lib/model/gpt_init_file.h"
 
 namespace magic {
 namespace {
@@ -25,7 +26,9 @@ RunConfig RunConfig::from_json(const nlohmann::json& json, const std::string& so
   if (seed < 0) root.fail("seed", "expected an integer >= 0");
   c.seed = static_cast<uint64_t>(seed);
   c.precision = PrecisionPolicy::from_json(root.raw("dtype", "fp64"), source + ": dtype");
-  c.model = GptConfig::from_json(root.object("model"));
+  const JsonFields model = root.object("model");
+  if (auto init = model.optional_string("init")) c.model_init = resolve(*init, base_dir);
+  c.model = GptConfig::from_json(model);
 
   JsonFields data = root.object("data");
   c.train_path = resolve(data.string("train"), base_dir);
@@ -95,7 +98,9 @@ LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const Parallelism
                                     parallelism, precision);
   p.query = std::make_shared<LmQuery>(p.model, std::move(queries), parallelism, precision);
   // Parameters, optimizer state and data weights live in the master dtype.
-  p.initial = TrainState{parallelism->shard(gpt_init(p.model, c.precision.master, c.seed)), {}, {}};
+  const TensorTree init = c.model_init ? load_gpt_init(*c.model_init, p.model, c.precision.master)
+                                       : gpt_init(p.model, c.precision.master, c.seed);
+  p.initial = TrainState{parallelism->shard(init), {}, {}};
   p.initial.opt = optimizer->init(p.initial.params);
   p.weights = initial_weights(*train, c.weights, c.precision.master);
   return p;
