@@ -71,7 +71,14 @@ TEST(MagicRunCli, BadFlagsExitTwoBeforeTraining) {
            {"--query 1", "--query 1: needs --per-query"},
            {"--per-query --query -1", "--query -1: expected an index >= 0"},
            {"--out " + file, "--out " + file + ": is a file; expected a directory"},
-           {"--out " + file + "/scores", "is a file; cannot create a directory under it"}}) {
+           {"--out " + file + "/scores", "is a file; cannot create a directory under it"},
+           {"--validate shapley", "--validate shapley: expected lds"},
+           {"--validate lds --subsets 1", "--subsets 1: expected at least 2 subsets"},
+           {"--validate lds --drop-fraction 1.5", "--drop-fraction 1.5: expected a fraction in (0, 1)"},
+           {"--subsets 8", "--subsets and --drop-fraction: need --validate lds"},
+           {"--html", "--html: needs --out"},
+           {"--topology dp=0", "dp=0"},
+           {"--topology dp=2 --launch ssh", "--launch ssh: expected spawn or env"}}) {
     Outcome o = run_magic_run("--config " + config + " " + args);
     EXPECT_EQ(o.exit_code, 2) << args << "\n" << o.output;
     EXPECT_NE(o.output.find(fragment), std::string::npos) << args << "\n" << o.output;

@@ -8,14 +8,17 @@
 #include <optional>
 
 #include "lib/core/error.h"
+#include "lib/core/json_fields.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/progress.h"
 #include "lib/distributed/runtime/rank_program.h"
 #include "lib/io/output_path.h"
 #include "lib/io/score_file.h"
 #include "lib/train/attribution.h"
+#include "lib/train/attribution_html.h"
 #include "lib/train/distributed_lm.h"
 #include "lib/train/finite_guard.h"
+#include "lib/train/lds.h"
 #include "lib/train/memory_estimate.h"
 #include "lib/train/run_config.h"
 
@@ -44,6 +47,8 @@ struct Flags {
   bool per_query = false;
   std::optional<int64_t> query_index;
   std::optional<dist::RankProgram> program;  // --topology: a distributed run
+  bool html = false;
+  std::optional<LdsOptions> lds;  // --validate lds
 };
 
 // Parses and checks every flag and the output directory before anything is loaded or trained.
@@ -64,6 +69,14 @@ Flags parse(int argc, char** argv, int& early_exit) {
   app.add_option("--top", f.top, "how many helpful and harmful examples to print")->capture_default_str();
   app.add_flag("--per-query", f.per_query, "one REPLAY per query: scores [queries, examples]");
   app.add_option("--query", f.query_index, "rank examples for this query index (with --per-query)");
+  app.add_flag("--html", f.html, "also write a self-contained report.html into --out");
+  std::string validate;
+  LdsOptions lds;
+  app.add_option("--validate", validate,
+                 "lds: measure the linear datamodeling score by retraining without random subsets (README)");
+  app.add_option("--subsets", lds.subsets, "with --validate lds: how many random subsets")->capture_default_str();
+  app.add_option("--drop-fraction", lds.drop_fraction, "with --validate lds: the share of examples each drops")
+      ->capture_default_str();
   app.add_option("--topology", topology, "run distributed on this mesh layout: dp=N[,cp=C][,fsdp=F]");
   app.add_option("--launch", program.launch,
                  "with --topology; spawn: start the ranks here on loopback; env: join a world made by "
@@ -88,6 +101,14 @@ Flags parse(int argc, char** argv, int& early_exit) {
   if (f.query_index && *f.query_index < 0) {
     throw InputError(str_cat("--query ", *f.query_index, ": expected an index >= 0"));
   }
+  if (!validate.empty()) {
+    if (validate != "lds") throw InputError("--validate " + validate + ": expected lds");
+    validate_lds_options(lds, "--subsets", "--drop-fraction");
+    f.lds = lds;
+  } else if (app.count("--subsets") + app.count("--drop-fraction") > 0) {
+    throw InputError("--subsets and --drop-fraction: need --validate lds");
+  }
+  if (f.html && f.out_dir.empty()) throw InputError("--html: needs --out (report.html is written there)");
   if (!topology.empty()) {
     program.topology = dist::TopologySpec::parse(topology);
     require_mesh_topology(program.topology, "magic-run");
@@ -101,8 +122,21 @@ Flags parse(int argc, char** argv, int& early_exit) {
   return f;
 }
 
-// Rank 0 (or the single process) reports: the summary, the rankings, the score files.
-void report(const Flags& f, const RunConfig& config, const Attribution& a) {
+void print_lds(const LdsResult& r, const LdsOptions& o) {
+  const auto interval = [&](const LdsEstimate& e) {
+    return str_cat(format_fixed(e.value, 3), " [", format_fixed(e.low, 3), ", ", format_fixed(e.high, 3), "]");
+  };
+  std::cout << "\nLDS (Spearman of the query loss change retraining shows vs the change the scores predict, "
+            << o.subsets << " subsets each dropping " << format_fixed(100 * o.drop_fraction, 1) << "% of the examples; "
+            << format_fixed(100 * o.level, 0) << "% bootstrap interval): " << interval(r.mean)
+            << (r.columns.size() > 1 ? " (mean over queries)" : "") << "; " << format_fixed(r.seconds, 1) << " s\n";
+  for (size_t c = 0; c < r.columns.size(); ++c)
+    std::cout << "  " << r.columns[c] << ": " << interval(r.per_column[c]) << "\n";
+}
+
+// Rank 0 (or the single process) reports: the summary, the rankings, the LDS, the files.
+void report(const Flags& f, const RunConfig& config, const Attribution& a, const std::optional<LdsResult>& lds,
+            const std::string& layout) {
   const LmProblem& problem = a.problem;
   const MagicResult& result = a.result;
   std::cout << "query loss " << format_fixed(result.query_loss, 4) << "; training "
@@ -129,11 +163,30 @@ void report(const Flags& f, const RunConfig& config, const Attribution& a) {
   print_ranked("Most helpful (most negative score):", totals, order, problem, static_cast<size_t>(f.top));
   std::reverse(order.begin(), order.end());
   print_ranked("Most harmful (most positive score):", totals, order, problem, static_cast<size_t>(f.top));
+  if (lds) print_lds(*lds, *f.lds);
   if (!f.out_dir.empty()) {
     write_score_files(f.out_dir, table);
     std::cout << "\nwrote " << f.out_dir << "/scores.safetensors and " << f.out_dir << "/scores.tsv\n";
   }
-  (void)config;
+  if (f.html) {
+    AttributionPage page;
+    page.config_path = config.source;
+    page.config_json = read_json_file(f.config_path).dump(2);
+    page.layout = layout;
+    if (f.per_query) page.shown_query = shown_query;
+    page.top = std::max<int64_t>(f.top, 10);
+    if (lds) {
+      HtmlLds h{
+          lds->mean.value, lds->mean.low, lds->mean.high, f.lds->level, f.lds->subsets, f.lds->drop_fraction, {}, {}};
+      for (size_t c = lds->columns.size() > 1 ? 1 : 0; c < lds->columns.size(); ++c) {
+        h.query_ids.push_back(lds->columns[c]);
+        h.per_query.push_back(lds->per_column[c].value);
+      }
+      page.lds = h;
+    }
+    write_html_report(f.out_dir + "/report.html", attribution_html(a, table, page));
+    std::cout << "wrote " << f.out_dir << "/report.html\n";
+  }
 }
 
 // The whole run on one process or one rank (`runtime` set).
@@ -155,6 +208,7 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
   }
   LmProblem problem = build_lm_problem(config, parallelism);
   const int64_t queries = problem.query->num_queries();
+  if (f.lds) lds_dropped_count(*f.lds, problem.train->size());
   if (f.query_index && *f.query_index >= queries) {
     throw InputError(str_cat("--query ", *f.query_index, ": expected an index below the ", queries, " queries"));
   }
@@ -166,7 +220,15 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
               << memory.str() << (runtime ? " per rank" : "") << std::endl;
   }
   const Attribution a = run_attribution(config, std::move(problem), options);
-  if (speaks) report(f, config, a);
+  std::optional<LdsResult> lds;
+  if (f.lds) {
+    LdsOptions o = *f.lds;
+    o.seed = config.seed;
+    o.progress = options.progress;
+    o.terminal = options.terminal;
+    lds = validate_lds(a.problem, a.result.scores, f.per_query, o);
+  }
+  if (speaks) report(f, config, a, lds, runtime ? f.program->topology.str() : "single process");
   return kExitOk;
 }
 

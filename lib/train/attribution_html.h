@@ -1,0 +1,25 @@
+// The --html report of one magic-run attribution (html_report.h): the facts and timings of the
+// run, every example with its score (and per-token scores over its tokens when the weights are per
+// token), per-query columns, and the LDS when the run was validated.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "lib/io/html_report.h"
+#include "lib/io/score_file.h"
+#include "lib/train/attribution.h"
+
+namespace magic {
+
+struct AttributionPage {
+  std::string config_path, config_json;  // the config as given, pretty-printed
+  std::string layout = "single process";
+  std::optional<int64_t> shown_query;  // per-query runs: the ranked query
+  int64_t top = 10;
+  std::optional<HtmlLds> lds;
+};
+
+HtmlReport attribution_html(const Attribution& attribution, const ScoreTable& table, const AttributionPage& page);
+
+}  // namespace magic
