@@ -120,6 +120,7 @@ TEST(MagicRunCli, AGoodRunPrintsRankedExamplesAndWritesScoreFiles) {
   std::filesystem::remove_all(out);
   Outcome o = run_magic_run("--config " + config_with("good", [](nlohmann::json&) {}) + " --out " + out + " --top 2");
   ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("estimated time: training about "), std::string::npos) << o.output;
   EXPECT_NE(o.output.find("training: 6 steps in "), std::string::npos) << o.output;  // progress summaries
   EXPECT_NE(o.output.find("REPLAY: 6 steps in "), std::string::npos) << o.output;
   EXPECT_NE(o.output.find("Most helpful"), std::string::npos);

@@ -5,6 +5,7 @@
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/progress.h"
 #include "lib/train/progress_meter.h"
+#include "lib/train/time_estimate.h"
 
 namespace magic {
 
@@ -37,6 +38,14 @@ Attribution run_attribution(const RunConfig& config, LmProblem problem, const At
     replay->update(replayed);
     if (replayed == replay_steps) replay->finish();
   };
+  if (options.progress) {
+    const TimeEstimate time = estimate_time(*p.step, p.initial, p.weights, config.checkpoints,
+                                            options.per_query ? p.query->num_queries() : 1);
+    *options.progress << "estimated time: " << time.str() << std::endl;
+  } else {
+    // Every rank takes part in the calibration step's collectives.
+    estimate_time(*p.step, p.initial, p.weights, config.checkpoints, options.per_query ? p.query->num_queries() : 1);
+  }
   a.result = run_magic(*p.step, *p.query, p.initial, p.weights, magic);
   return a;
 }

@@ -1,0 +1,27 @@
+// How long a MAGIC run will take, from a calibration step timed before it starts: one training
+// step (t_step) and one step's vector-Jacobian product (t_vjp) at s_0 with batch 0, each timed on
+// its second call.
+//   training ≈ N t_step
+//   REPLAY   ≈ R (N t_vjp + (N - C) t_step)   (R REPLAYs: 1, or one per query; C checkpoints,
+//                                             the other steps are recomputed once each)
+// Steps differ in batch content, so this is a guide, not a promise; progress meters correct it.
+#pragma once
+
+#include <string>
+
+#include "lib/train/checkpoint_schedule.h"
+#include "lib/train/step_function.h"
+
+namespace magic {
+
+struct TimeEstimate {
+  double step_seconds = 0, vjp_seconds = 0;
+  double training = 0, replay = 0;
+  // "training about 16.8s, REPLAY about 31.8s (calibration: 0.35s a step, 0.62s a step's VJP)"
+  std::string str() const;
+};
+
+TimeEstimate estimate_time(const StepFunction& step, const TrainState& initial, const at::Tensor& w,
+                           CheckpointSchedule schedule, int64_t replays);
+
+}  // namespace magic
