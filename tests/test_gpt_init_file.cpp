@@ -25,15 +25,6 @@ GptConfig tiny_model() {
   return c;
 }
 
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(GptInitFile, AFileWrittenByPythonBecomesTheInitialParameters) {
   testing::TinyRun run;
   nlohmann::json j = testing::tiny_run_json(run);
@@ -54,13 +45,15 @@ TEST(GptInitFile, AFileWrittenByPythonBecomesTheInitialParameters) {
 TEST(GptInitFile, AMismatchNamesTheTensor) {
   GptConfig wider = tiny_model();
   wider.d_model = 16;
-  EXPECT_NE(message_of([&] {
+  EXPECT_NE(testing::input_error_of([&] {
               load_gpt_init(kInit, wider, at::kDouble);
             }).find("tensor 'tok_emb' has shape [257, 8], expected [257, 16] for the model vocab 257, d_model 16"),
             std::string::npos);
   GptConfig deeper = tiny_model();
   deeper.n_layers = 2;
-  EXPECT_NE(message_of([&] { load_gpt_init(kInit, deeper, at::kDouble); }).find("no tensor 'blocks.1.ln1.weight'"),
+  EXPECT_NE(testing::input_error_of([&] {
+              load_gpt_init(kInit, deeper, at::kDouble);
+            }).find("no tensor 'blocks.1.ln1.weight'"),
             std::string::npos);
 
   TensorTree params = load_gpt_init(kInit, tiny_model(), at::kDouble);
@@ -68,14 +61,14 @@ TEST(GptInitFile, AMismatchNamesTheTensor) {
   TensorTree extra = params;
   extra.insert("lm_head.bias", at::zeros({257}, at::kDouble));
   save_safetensors(dir + "/extra.safetensors", extra);
-  EXPECT_NE(message_of([&] {
+  EXPECT_NE(testing::input_error_of([&] {
               load_gpt_init(dir + "/extra.safetensors", tiny_model(), at::kDouble);
             }).find("tensor 'lm_head.bias' is not a parameter of the model"),
             std::string::npos);
   TensorTree broken = params;
   broken.at("ln_f.bias")[2] = std::nan("");
   save_safetensors(dir + "/nan.safetensors", broken);
-  EXPECT_NE(message_of([&] {
+  EXPECT_NE(testing::input_error_of([&] {
               load_gpt_init(dir + "/nan.safetensors", tiny_model(), at::kDouble);
             }).find("tensor 'ln_f.bias' has values that are not finite"),
             std::string::npos);

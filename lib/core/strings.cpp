@@ -35,4 +35,21 @@ std::string format_sci(double value, int digits) {
   return out.str();
 }
 
+const char* markup_entity(char c, const char* apostrophe) {
+  switch (c) {
+    case '&':
+      return "&amp;";
+    case '<':
+      return "&lt;";
+    case '>':
+      return "&gt;";
+    case '"':
+      return "&quot;";
+    case '\'':
+      return apostrophe;
+    default:
+      return nullptr;
+  }
+}
+
 }  // namespace magic

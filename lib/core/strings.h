@@ -26,4 +26,8 @@ std::string format_fixed(double value, int digits);
 // Scientific notation with `digits` significant digits after the point ("4.0e-07").
 std::string format_sci(double value, int digits);
 
+// The entity for a character that HTML and XML text must escape (& < > " '), or nullptr.
+// `apostrophe` spells the last: "&apos;" (XML) or "&#39;" (HTML).
+const char* markup_entity(char c, const char* apostrophe);
+
 }  // namespace magic

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "lib/core/strings.h"
 #include "lib/io/atomic_file.h"
 
 namespace magic {
@@ -293,24 +294,11 @@ std::string html_escape(std::string_view text) {
       ++i;
       continue;
     }
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out.append(text.substr(i, n));
+    const char* entity = n == 1 ? markup_entity(text[i], "&#39;") : nullptr;
+    if (entity) {
+      out += entity;
+    } else {
+      out.append(text.substr(i, n));
     }
     i += n;
   }

@@ -13,24 +13,11 @@ namespace {
 std::string xml_escape(const std::string& text) {
   std::string out;
   for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out += c;
+    const char* entity = markup_entity(c, "&apos;");
+    if (entity) {
+      out += entity;
+    } else {
+      out += c;
     }
   }
   return out;

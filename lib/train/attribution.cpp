@@ -38,14 +38,10 @@ Attribution run_attribution(const RunConfig& config, LmProblem problem, const At
     replay->update(replayed);
     if (replayed == replay_steps) replay->finish();
   };
-  if (options.progress) {
-    const TimeEstimate time = estimate_time(*p.step, p.initial, p.weights, config.checkpoints,
-                                            options.per_query ? p.query->num_queries() : 1);
-    *options.progress << "estimated time: " << time.str() << std::endl;
-  } else {
-    // Every rank takes part in the calibration step's collectives.
-    estimate_time(*p.step, p.initial, p.weights, config.checkpoints, options.per_query ? p.query->num_queries() : 1);
-  }
+  // Every rank takes part in the calibration step's collectives; the speaking one prints it.
+  const TimeEstimate time =
+      estimate_time(*p.step, p.initial, p.weights, config.checkpoints, options.per_query ? p.query->num_queries() : 1);
+  if (options.progress) *options.progress << "estimated time: " << time.str() << std::endl;
   a.result = run_magic(*p.step, *p.query, p.initial, p.weights, magic);
   return a;
 }
