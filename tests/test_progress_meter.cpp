@@ -31,6 +31,22 @@ TEST(ProgressMeter, PrintsALineEveryIntervalWithRateAndEtaThenASummary) {
             "training: 1500 steps in 2m30s (10.0 steps/s)\n");
 }
 
+// A resumed phase counts only this process's steps in the rate: 300 done before, 300 more in 6 s.
+TEST(ProgressMeter, AResumedPhaseRatesOnlyTheStepsTakenHere) {
+  double now = 0.0;
+  std::ostringstream out;
+  ProgressMeter meter("REPLAY", 1000, out, /*terminal=*/false, 5.0, [&] { return now; });
+  meter.resume_at(300);
+  now = 6.0;
+  meter.update(600);  // 50 steps/s, 400 left: 8 s
+  now = 10.0;
+  meter.update(1000);
+  meter.finish();
+  EXPECT_EQ(out.str(),
+            "REPLAY: 600/1000 steps (60%), 50.0 steps/s, ETA 8.0s\n"
+            "REPLAY: 700 steps in 10.0s, resumed at 300 of 1000 (70.0 steps/s)\n");
+}
+
 TEST(ProgressMeter, RedrawsABarInPlaceOnATerminal) {
   double now = 0.0;
   std::ostringstream out;

@@ -21,6 +21,7 @@
 #include "lib/train/lds.h"
 #include "lib/train/memory_estimate.h"
 #include "lib/train/run_config.h"
+#include "lib/train/run_folder.h"
 
 namespace {
 
@@ -49,6 +50,8 @@ struct Flags {
   std::optional<dist::RankProgram> program;  // --topology: a distributed run
   bool html = false;
   std::optional<LdsOptions> lds;  // --validate lds
+  ResumeMode resume = ResumeMode::kFresh;
+  bool keep_checkpoints = false;
 };
 
 // Parses and checks every flag and the output directory before anything is loaded or trained.
@@ -60,6 +63,7 @@ Flags parse(int argc, char** argv, int& early_exit) {
       "Distributed: magic-run --config run.json --topology dp=4 (check it first: magic-check --config run.json "
       "--topology dp=4)"};
   std::string topology, backend = "gloo";
+  bool resume = false, restart = false;
   dist::RankProgram program;
   program.name = "magic-run";
   double timeout_s = 60;
@@ -77,6 +81,11 @@ Flags parse(int argc, char** argv, int& early_exit) {
   app.add_option("--subsets", lds.subsets, "with --validate lds: how many random subsets")->capture_default_str();
   app.add_option("--drop-fraction", lds.drop_fraction, "with --validate lds: the share of examples each drops")
       ->capture_default_str();
+  app.add_flag("--resume", resume,
+               "continue an interrupted run of this config from its checkpoints in training.spill_dir");
+  app.add_flag("--restart", restart, "discard an interrupted run's checkpoints and begin again");
+  app.add_flag("--keep-checkpoints", f.keep_checkpoints,
+               "keep the run's checkpoints in training.spill_dir when it ends (removed by default)");
   app.add_option("--topology", topology, "run distributed on this mesh layout: dp=N[,cp=C][,fsdp=F]");
   app.add_option("--launch", program.launch,
                  "with --topology; spawn: start the ranks here on loopback; env: join a world made by "
@@ -108,6 +117,8 @@ Flags parse(int argc, char** argv, int& early_exit) {
   } else if (app.count("--subsets") + app.count("--drop-fraction") > 0) {
     throw InputError("--subsets and --drop-fraction: need --validate lds");
   }
+  if (resume && restart) throw InputError("--resume and --restart: choose one");
+  f.resume = resume ? ResumeMode::kResume : restart ? ResumeMode::kRestart : ResumeMode::kFresh;
   if (f.html && f.out_dir.empty()) throw InputError("--html: needs --out (report.html is written there)");
   if (!topology.empty()) {
     program.topology = dist::TopologySpec::parse(topology);
@@ -189,6 +200,83 @@ void report(const Flags& f, const RunConfig& config, const Attribution& a, const
   }
 }
 
+std::string layout_of(const Flags& f) {
+  return f.program ? f.program->topology.str() : "single process";
+}
+
+// Every resume flag needs a spill_dir; the folder itself is checked and locked here (exit 2 at once).
+std::optional<RunFolderLease> acquire_run_folder(const Flags& f, const RunConfig& config) {
+  if (!config.spill_dir) {
+    if (f.resume == ResumeMode::kResume) require_spill_dir(config, "--resume");
+    if (f.resume == ResumeMode::kRestart) require_spill_dir(config, "--restart");
+    if (f.keep_checkpoints) require_spill_dir(config, "--keep-checkpoints");
+    return std::nullopt;
+  }
+  return RunFolderLease::acquire(*config.spill_dir, run_identity(config, f.config_path, layout_of(f), f.per_query),
+                                 f.resume, &std::cerr);
+}
+
+// Runs `body` and then removes the run's folder or keeps it for --resume (run_folder.h).
+int settling(std::optional<RunFolderLease>& lease, const Flags& f, const std::function<int()>& body) {
+  const auto settle = [&](RunOutcome outcome) {
+    if (lease) settle_run_folder(*lease, outcome, f.keep_checkpoints, std::cerr);
+  };
+  try {
+    const int rc = body();
+    settle(RunOutcome::kFinished);
+    return rc;
+  } catch (const NonFiniteError&) {
+    settle(RunOutcome::kHopeless);
+    throw;
+  } catch (...) {
+    settle(RunOutcome::kInterrupted);
+    throw;
+  }
+}
+
+// This rank's run folder: made by our launcher (MAGIC_RUN_FOLDER), or, under torchrun/srun, by
+// rank 0 while the others wait to hear whether it could.
+std::optional<std::string> rank_run_folder(const Flags& f, const RunConfig& config, const dist::Runtime& runtime,
+                                           std::optional<RunFolderLease>& lease) {
+  if (!config.spill_dir) return std::nullopt;
+  if (f.program->launch == "spawn") {
+    const char* made = std::getenv("MAGIC_RUN_FOLDER");
+    if (made == nullptr) throw std::logic_error("the launcher did not pass MAGIC_RUN_FOLDER");
+    return rank_folder_path(made, runtime.rank());
+  }
+  std::optional<std::string> failure;
+  if (runtime.rank() == 0) {
+    try {
+      lease = acquire_run_folder(f, config);
+    } catch (const InputError& e) {
+      failure = e.what();
+    }
+  }
+  const at::Tensor ok = at::tensor({static_cast<int64_t>(!failure)}, at::kLong);
+  if (runtime.world()->all_gather(ok, 0).min().item<int64_t>() == 0) {
+    if (failure) throw InputError(*failure);
+    throw InputError("rank 0 could not open the run's folder in training.spill_dir (its message says why)");
+  }
+  const RunIdentity id = run_identity(config, f.config_path, layout_of(f), f.per_query);
+  return rank_folder_path(run_folder_path(*config.spill_dir, id), runtime.rank());
+}
+
+// The attribution, its validation and its report, once the run's folder is settled.
+int attribute_with(const Flags& f, const RunConfig& config, const dist::Runtime* runtime, LmProblem problem,
+                   const AttributionOptions& options) {
+  const Attribution a = run_attribution(config, std::move(problem), options);
+  std::optional<LdsResult> lds;
+  if (f.lds) {
+    LdsOptions o = *f.lds;
+    o.seed = config.seed;
+    o.progress = options.progress;
+    o.terminal = options.terminal;
+    lds = validate_lds(a.problem, a.result.scores, f.per_query, o);
+  }
+  if (runtime == nullptr || runtime->rank() == 0) report(f, config, a, lds, layout_of(f));
+  return kExitOk;
+}
+
 // The whole run on one process or one rank (`runtime` set).
 int attribute(const Flags& f, const dist::Runtime* runtime) {
   const RunConfig config = RunConfig::load(f.config_path);
@@ -212,6 +300,18 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
   if (f.query_index && *f.query_index >= queries) {
     throw InputError(str_cat("--query ", *f.query_index, ": expected an index below the ", queries, " queries"));
   }
+  // The run's folder is checked (and locked) after the other inputs, before anything is printed or trained.
+  std::optional<RunFolderLease> lease;
+  if (runtime == nullptr) {
+    lease = acquire_run_folder(f, config);
+    if (lease) options.resume_folder = rank_folder_path(lease->path(), 0);
+  } else {
+    options.resume_folder = rank_run_folder(f, config, *runtime, lease);
+    const std::shared_ptr<dist::Group> world = runtime->world();
+    options.least_across_ranks = [world](int64_t value) {
+      return world->all_gather(at::tensor({value}, at::kLong), 0).min().item<int64_t>();
+    };
+  }
   if (speaks) {
     std::cout << "magic-run: " << problem.train->size() << " examples from " << config.train_path << ", " << queries
               << " queries, " << config.steps << " steps of " << config.batch_size << ", " << config.optimizer.name
@@ -219,17 +319,7 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
               << (runtime ? ", on " + f.program->topology.str() : std::string()) << "; estimated peak memory "
               << memory.str() << (runtime ? " per rank" : "") << std::endl;
   }
-  const Attribution a = run_attribution(config, std::move(problem), options);
-  std::optional<LdsResult> lds;
-  if (f.lds) {
-    LdsOptions o = *f.lds;
-    o.seed = config.seed;
-    o.progress = options.progress;
-    o.terminal = options.terminal;
-    lds = validate_lds(a.problem, a.result.scores, f.per_query, o);
-  }
-  if (speaks) report(f, config, a, lds, runtime ? f.program->topology.str() : "single process");
-  return kExitOk;
+  return settling(lease, f, [&] { return attribute_with(f, config, runtime, std::move(problem), options); });
 }
 
 int run(int argc, char** argv) {
@@ -241,6 +331,18 @@ int run(int argc, char** argv) {
     // Load the config here too, so a bad one is reported once, before any rank starts.
     const RunConfig config = RunConfig::load(flags.config_path);
     require_memory(config, estimate_run_memory(config), available_memory_bytes(), flags.program->topology.world_size());
+    std::optional<RunFolderLease> lease = acquire_run_folder(flags, config);
+    if (lease) setenv("MAGIC_RUN_FOLDER", lease->path().c_str(), 1);
+    const int rc = dist::run_rank_program(*flags.program, argc, argv, [](const dist::Runtime&) { return kExitOk; });
+    // The launcher's exit code: 0 scores written, 1 stopped on a non-finite value, 2 a rank failed.
+    if (lease) {
+      settle_run_folder(*lease,
+                        rc == kExitOk            ? RunOutcome::kFinished
+                        : rc == kExitCheckFailed ? RunOutcome::kHopeless
+                                                 : RunOutcome::kInterrupted,
+                        flags.keep_checkpoints, std::cerr);
+    }
+    return rc;
   }
   return dist::run_rank_program(*flags.program, argc, argv,
                                 [&](const dist::Runtime& runtime) { return attribute(flags, &runtime); });

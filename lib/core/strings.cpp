@@ -14,6 +14,17 @@ std::string join(const std::vector<std::string>& parts, const std::string& separ
   return out;
 }
 
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t at = text.find(separator); at != std::string::npos; at = text.find(separator, start)) {
+    parts.push_back(text.substr(start, at - start));
+    start = at + 1;
+  }
+  parts.push_back(text.substr(start));
+  return parts;
+}
+
 std::string format_number(double value) {
   char buffer[64];
   for (int precision = 1; precision <= 17; ++precision) {

@@ -16,6 +16,8 @@ std::string str_cat(const Args&... args) {
 }
 
 std::string join(const std::vector<std::string>& parts, const std::string& separator);
+// The pieces between separators ("a,,b" -> "a", "", "b"; "" -> one empty piece).
+std::vector<std::string> split(const std::string& text, char separator);
 
 // Shortest round-trip text for a double ("0.25", "1e-12").
 std::string format_number(double value);

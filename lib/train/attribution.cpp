@@ -4,6 +4,7 @@
 
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/progress.h"
+#include "lib/train/interrupt_hook.h"
 #include "lib/train/progress_meter.h"
 #include "lib/train/time_estimate.h"
 
@@ -15,6 +16,8 @@ Attribution run_attribution(const RunConfig& config, LmProblem problem, const At
   MagicOptions magic;
   magic.schedule = config.checkpoints;
   magic.spill_dir = config.spill_dir;
+  magic.resume_folder = options.resume_folder;
+  magic.least_across_ranks = options.least_across_ranks;
   magic.per_query = options.per_query;
   magic.stop_on_non_finite = true;
   const int64_t steps = p.step->num_steps();
@@ -22,19 +25,33 @@ Attribution run_attribution(const RunConfig& config, LmProblem problem, const At
   // REPLAY's meter starts with its first step (after training and the query gradient).
   std::optional<ProgressMeter> training, replay;
   if (options.progress) training.emplace("training", steps, *options.progress, options.terminal);
-  int64_t replayed = 0;
+  int64_t replayed = 0, replay_resumed = 0;
+  magic.on_resume = [&](const ResumePoint& at) {
+    replayed = replay_resumed = at.replay_steps_done;
+    if (!options.progress) return;
+    *options.progress << "resuming: training from the checkpoint at step " << at.training_step << " of " << steps;
+    if (at.replay_steps_done > 0)
+      *options.progress << ", REPLAY after " << at.replay_steps_done << " of " << replay_steps << " steps";
+    *options.progress << std::endl;
+    if (training) training->resume_at(at.training_step);
+  };
   magic.on_step = [&](int64_t t, const TrainState&, const StepOutput&) {
     // The launcher names a stalled rank's phase (progress.h).
     dist::set_phase(str_cat("training step ", t + 1, " of ", steps));
+    interrupt_if_asked(RunPhase::kTraining, t);
     if (!training) return;
     training->update(t + 1);
     if (t + 1 == steps) training->finish();
   };
   magic.on_replay_step = [&](int64_t t, const StepVjp&) {
     dist::set_phase(str_cat("REPLAY at step ", t));
+    interrupt_if_asked(RunPhase::kReplay, t);
     ++replayed;
     if (!options.progress) return;
-    if (!replay) replay.emplace("REPLAY", replay_steps, *options.progress, options.terminal);
+    if (!replay) {
+      replay.emplace("REPLAY", replay_steps, *options.progress, options.terminal);
+      replay->resume_at(replay_resumed);
+    }
     replay->update(replayed);
     if (replayed == replay_steps) replay->finish();
   };

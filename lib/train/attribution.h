@@ -3,7 +3,9 @@
 // and every non-finite value stopping the run (finite_guard.h).
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 
 #include "lib/train/magic_pipeline.h"
@@ -15,6 +17,10 @@ struct AttributionOptions {
   bool per_query = false;
   std::ostream* progress = nullptr;  // null: no progress shown (ranks other than 0)
   bool terminal = false;             // progress as a bar redrawn in place
+  // This rank's folder of a resumable run (run_folder.h) and the all-ranks minimum that makes
+  // every rank resume from the same point (magic_pipeline.h).
+  std::optional<std::string> resume_folder;
+  std::function<int64_t(int64_t)> least_across_ranks;
 };
 
 struct Attribution {

@@ -21,10 +21,41 @@ CheckpointStore::CheckpointStore(std::vector<int64_t> steps, std::optional<std::
     throw InputError(str_cat("checkpoint spill directory ", *spill_dir, ": cannot create a folder there"));
   }
   directory_ = pattern;
+  owns_directory_ = true;
+}
+
+CheckpointStore CheckpointStore::persistent(std::vector<int64_t> steps, const std::string& folder) {
+  CheckpointStore store;
+  store.steps_ = std::move(steps);
+  store.directory_ = folder;
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  if (!std::filesystem::is_directory(folder)) {
+    throw InputError(str_cat("checkpoint folder ", folder, ": cannot create it"));
+  }
+  // Files are written whole (a temporary name, then a rename), so a present file is complete.
+  for (int64_t step : store.steps_) {
+    const std::string path = store.path_for(step);
+    if (!std::filesystem::is_regular_file(path)) continue;
+    store.saved_[step] = true;
+    store.bytes_ += static_cast<int64_t>(std::filesystem::file_size(path));
+  }
+  return store;
+}
+
+CheckpointStore::CheckpointStore(CheckpointStore&& other) noexcept
+    : steps_(std::move(other.steps_)),
+      directory_(std::move(other.directory_)),
+      owns_directory_(other.owns_directory_),
+      memory_(std::move(other.memory_)),
+      saved_(std::move(other.saved_)),
+      bytes_(other.bytes_) {
+  other.directory_.clear();
+  other.owns_directory_ = false;
 }
 
 CheckpointStore::~CheckpointStore() {
-  if (directory_.empty()) return;
+  if (!owns_directory_) return;
   std::error_code ec;
   std::filesystem::remove_all(directory_, ec);
 }
@@ -38,6 +69,7 @@ std::string CheckpointStore::path_for(int64_t step) const {
 }
 
 void CheckpointStore::save(int64_t step, const TrainState& state) {
+  if (saved_.count(step) && !directory_.empty() && !owns_directory_) return;
   if (saved_.count(step)) throw std::logic_error(str_cat("checkpoint ", step, " saved twice"));
   saved_[step] = true;
   bytes_ += state_bytes(state);

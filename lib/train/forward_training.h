@@ -14,5 +14,8 @@ using StepObserver = std::function<void(int64_t step, const TrainState& before, 
 // Returns s_N. `store` may be null (no checkpoints: finite differences, plain training).
 TrainState train_forward(const StepFunction& step, const TrainState& initial, const at::Tensor& w,
                          CheckpointStore* store, const StepObserver& observer = {});
+// The same from s_`first` (a resumed run starts at its latest checkpoint).
+TrainState train_forward_from(const StepFunction& step, int64_t first, const TrainState& state, const at::Tensor& w,
+                              CheckpointStore* store, const StepObserver& observer = {});
 
 }  // namespace magic

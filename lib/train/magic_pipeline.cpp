@@ -6,6 +6,7 @@
 #include "lib/distributed/runtime/progress.h"
 #include "lib/train/finite_guard.h"
 #include "lib/train/replay_backward.h"
+#include "lib/train/replay_journal.h"
 
 namespace magic {
 namespace {
@@ -14,12 +15,41 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+CheckpointStore make_store(const StepFunction& step, const MagicOptions& options) {
+  std::vector<int64_t> steps = checkpoint_steps(options.schedule, step.num_steps());
+  if (options.resume_folder) return CheckpointStore::persistent(std::move(steps), *options.resume_folder);
+  return CheckpointStore(std::move(steps), options.spill_dir);
+}
+
+int64_t least(const MagicOptions& options, int64_t value) {
+  return options.least_across_ranks ? options.least_across_ranks(value) : value;
+}
+
+// REPLAY steps taken before progress p (replay_journal.h).
+int64_t replay_steps_before(int64_t progress, const std::vector<int64_t>& checkpoints, int64_t steps) {
+  const int64_t segments = static_cast<int64_t>(checkpoints.size());
+  const int64_t done = progress % segments;
+  return progress / segments * steps + (done > 0 ? steps - checkpoints[segments - done] : 0);
+}
+
 }  // namespace
 
 MagicResult run_magic(const StepFunction& step, const QueryFunction& query, const TrainState& initial,
                       const at::Tensor& w, const MagicOptions& options) {
   MagicResult result;
-  CheckpointStore store(checkpoint_steps(options.schedule, step.num_steps()), options.spill_dir);
+  CheckpointStore store = make_store(step, options);
+  // A resumed run trains on from the latest checkpoint every rank holds (s_N is recomputed from
+  // the last one: REPLAY needs ∂Q/∂θ_N).
+  const int64_t resume_step = options.resume_folder ? least(options, store.latest_saved()) : -1;
+  std::optional<ReplayJournal> journal;
+  int64_t replay_progress = 0;
+  if (options.resume_folder) {
+    journal.emplace(*options.resume_folder, static_cast<int64_t>(store.steps().size()));
+    replay_progress = least(options, journal->latest());
+  }
+  if (resume_step >= 0 && options.on_resume) {
+    options.on_resume({resume_step, replay_steps_before(replay_progress, store.steps(), step.num_steps())});
+  }
   auto start = std::chrono::steady_clock::now();
   StepObserver observer = options.on_step;
   if (options.stop_on_non_finite) {
@@ -30,7 +60,9 @@ MagicResult run_magic(const StepFunction& step, const QueryFunction& query, cons
       if (options.on_step) options.on_step(t, before, out);
     };
   }
-  result.final_state = train_forward(step, initial, w, &store, observer);
+  result.final_state = resume_step >= 0
+                           ? train_forward_from(step, resume_step, store.load(resume_step), w, &store, observer)
+                           : train_forward(step, initial, w, &store, observer);
   result.train_seconds = seconds_since(start);
   result.checkpoints = store.count();
   result.checkpoint_bytes = store.bytes();
@@ -58,18 +90,32 @@ MagicResult run_magic(const StepFunction& step, const QueryFunction& query, cons
     };
   }
   ReplayBackward replay(step, store, w, replay_observer);
+  const int64_t segments = static_cast<int64_t>(store.steps().size());
+  // One query's dQ/dw (this rank's share), taken up from the journal where it was begun or done.
+  const auto replay_query = [&](int64_t j, const std::function<TensorTree()>& query_gradient) -> at::Tensor {
+    if (journal && replay_progress >= (j + 1) * segments) return journal->finished_query(j);
+    std::optional<ReplayResume> from;
+    if (journal && replay_progress > j * segments) from = journal->partial(replay_progress);
+    SegmentObserver on_segment;
+    if (journal) {
+      on_segment = [&](int64_t done, const TrainState& lambda, const at::Tensor& dw) {
+        if (done < segments) journal->record_partial(j * segments + done, lambda, dw);
+      };
+    }
+    ReplayResult r = replay.run(query_gradient(), from ? &*from : nullptr, on_segment);
+    if (journal) journal->record_finished_query(j, r.dw);
+    result.peak_states_held = std::max(result.peak_states_held, r.peak_states_held);
+    return r.dw;
+  };
   if (options.per_query) {
     std::vector<at::Tensor> rows;
     for (int64_t j = 0; j < query.num_queries(); ++j) {
-      ReplayResult r = replay.run(query.gradient(result.final_state.params, j));
-      rows.push_back(step.assemble_weight_gradient(r.dw));
-      result.peak_states_held = std::max(result.peak_states_held, r.peak_states_held);
+      const at::Tensor dw = replay_query(j, [&] { return query.gradient(result.final_state.params, j); });
+      rows.push_back(step.assemble_weight_gradient(dw));
     }
     result.scores = at::stack(rows);
   } else {
-    ReplayResult r = replay.run(result.query_gradient);
-    result.scores = step.assemble_weight_gradient(r.dw);
-    result.peak_states_held = r.peak_states_held;
+    result.scores = step.assemble_weight_gradient(replay_query(0, [&] { return result.query_gradient; }));
   }
   result.replay_seconds = seconds_since(start);
   if (options.stop_on_non_finite) require_finite(result.scores, "scores", "after REPLAY");

@@ -3,6 +3,7 @@
 // score means up-weighting the example lowers the query loss.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -13,6 +14,12 @@
 
 namespace magic {
 
+// Where a run picked up an interrupted one's work.
+struct ResumePoint {
+  int64_t training_step = 0;      // training continued from this checkpoint
+  int64_t replay_steps_done = 0;  // REPLAY steps (over all queries) already taken
+};
+
 struct MagicOptions {
   CheckpointSchedule schedule = CheckpointSchedule::kSqrt;
   std::optional<std::string> spill_dir;  // spill checkpoints to disk under this directory
@@ -22,6 +29,14 @@ struct MagicOptions {
   // Stop at the first value that is not finite (finite_guard.h): a training step's gradient or
   // parameters, the query loss and gradient, a REPLAY step's cotangent, the scores.
   bool stop_on_non_finite = false;
+  // This rank's folder of a run that can be resumed (run_folder.h): checkpoints and REPLAY's
+  // progress (replay_journal.h) persist there, and whatever an interrupted run left is taken up.
+  // Takes the place of spill_dir.
+  std::optional<std::string> resume_folder;
+  // The least of a value over all ranks (identity on one process), so that every rank resumes
+  // from the same point.
+  std::function<int64_t(int64_t)> least_across_ranks;
+  std::function<void(const ResumePoint&)> on_resume;  // told when a run resumes
 };
 
 struct MagicResult {

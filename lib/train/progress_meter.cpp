@@ -41,7 +41,7 @@ ProgressMeter::ProgressMeter(std::string label, int64_t total, std::ostream& out
       last_shown_(start_) {}
 
 std::string ProgressMeter::status(int64_t done, double elapsed) const {
-  const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0.0;
+  const double rate = elapsed > 0 ? static_cast<double>(done - resumed_) / elapsed : 0.0;
   const std::string eta = rate > 0 ? format_duration(static_cast<double>(total_ - done) / rate) : "?";
   const std::string counts = str_cat(done, "/", total_, " steps");
   if (!terminal_) {
@@ -51,6 +51,10 @@ std::string ProgressMeter::status(int64_t done, double elapsed) const {
   const int filled = total_ > 0 ? static_cast<int>(kBarWidth * done / total_) : kBarWidth;
   return str_cat(label_, "  [", std::string(filled, '#'), std::string(kBarWidth - filled, '.'), "]  ", counts, "  ",
                  format_fixed(rate, 1), " steps/s  ETA ", eta);
+}
+
+void ProgressMeter::resume_at(int64_t done) {
+  resumed_ = done_ = std::clamp<int64_t>(done, 0, total_);
 }
 
 void ProgressMeter::update(int64_t done) {
@@ -72,8 +76,9 @@ void ProgressMeter::finish() {
   finished_ = true;
   const double elapsed = clock_() - start_;
   if (terminal_) out_ << "\r\x1b[K";
-  out_ << label_ << ": " << done_ << " steps in " << format_duration(elapsed) << " ("
-       << format_fixed(elapsed > 0 ? static_cast<double>(done_) / elapsed : 0.0, 1) << " steps/s)\n"
+  out_ << label_ << ": " << done_ - resumed_ << " steps in " << format_duration(elapsed)
+       << (resumed_ > 0 ? str_cat(", resumed at ", resumed_, " of ", total_) : std::string()) << " ("
+       << format_fixed(elapsed > 0 ? static_cast<double>(done_ - resumed_) / elapsed : 0.0, 1) << " steps/s)\n"
        << std::flush;
 }
 

@@ -22,6 +22,8 @@ class ProgressMeter {
   ProgressMeter(std::string label, int64_t total, std::ostream& out, bool terminal, double interval_seconds = 5.0,
                 Clock clock = {});
 
+  // A resumed phase: `done` units were finished by an earlier process (not counted in the rate).
+  void resume_at(int64_t done);
   // `done` of `total` units finished.
   void update(int64_t done);
   // The closing summary (once; further updates are ignored).
@@ -37,7 +39,7 @@ class ProgressMeter {
   double interval_;
   Clock clock_;
   double start_, last_shown_;
-  int64_t done_ = 0;
+  int64_t done_ = 0, resumed_ = 0;
   bool finished_ = false;
 };
 

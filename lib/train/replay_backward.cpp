@@ -68,17 +68,20 @@ ReplayBackward::ReplayBackward(const StepFunction& step, const CheckpointStore& 
                                ReplayObserver observer)
     : step_(step), store_(store), w_(w.detach()), observer_(std::move(observer)) {}
 
-ReplayResult ReplayBackward::run(const TensorTree& dq_dparams) const {
+ReplayResult ReplayBackward::run(const TensorTree& dq_dparams, const ReplayResume* from,
+                                 const SegmentObserver& on_segment) const {
   const int64_t n = step_.num_steps();
   const std::vector<int64_t>& checkpoints = store_.steps();
+  const int64_t segments = static_cast<int64_t>(checkpoints.size());
   ReplayResult result;
-  result.dw = at::zeros_like(w_);
+  result.dw = from ? from->dw.clone() : at::zeros_like(w_);
 
   std::optional<TrainState> lambda;  // λ_{t+1}; starts as (∂Q/∂θ_N, 0, 0)
+  if (from && from->segments_done > 0) lambda = from->lambda;
   dist::PhaseScope phase("REPLAY");
-  for (int64_t k = static_cast<int64_t>(checkpoints.size()) - 1; k >= 0; --k) {
+  for (int64_t k = segments - 1 - (from ? from->segments_done : 0); k >= 0; --k) {
     const int64_t begin = checkpoints[k];
-    const int64_t end = k + 1 < static_cast<int64_t>(checkpoints.size()) ? checkpoints[k + 1] : n;
+    const int64_t end = k + 1 < segments ? checkpoints[k + 1] : n;
     if (end - begin > 1) dist::set_phase(str_cat("REPLAY: recomputing from the checkpoint before step ", begin));
     // Recompute s_begin .. s_{end-1} once, untraced.
     std::vector<TrainState> segment{store_.load(begin)};
@@ -96,6 +99,7 @@ ReplayResult ReplayBackward::run(const TensorTree& dq_dparams) const {
       lambda = std::move(vjp.cotangent);
       result.dw += vjp.dw;
     }
+    if (on_segment) on_segment(segments - k, *lambda, result.dw);
   }
   result.initial_cotangent = *lambda;
   return result;

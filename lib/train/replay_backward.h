@@ -24,6 +24,17 @@ StepVjp step_vjp(const StepFunction& step, const TrainState& state, int64_t t, c
 
 using ReplayObserver = std::function<void(int64_t step, const StepVjp& vjp)>;
 
+// Where an interrupted REPLAY continues: after `segments_done` segments (the latest first), with
+// λ at the start of the last one done and the dQ/dw accumulated so far (replay_journal.h).
+struct ReplayResume {
+  int64_t segments_done = 0;
+  TrainState lambda;
+  at::Tensor dw;
+};
+
+// Sees REPLAY after each segment: how many are done, λ at that segment's first step, dQ/dw so far.
+using SegmentObserver = std::function<void(int64_t segments_done, const TrainState& lambda, const at::Tensor& dw)>;
+
 struct ReplayResult {
   at::Tensor dw;                 // dQ/dw: the scores
   TrainState initial_cotangent;  // dQ/ds_0
@@ -35,8 +46,10 @@ class ReplayBackward {
   // `observer` sees every step's product as it is taken (progress, the non-finite guard).
   ReplayBackward(const StepFunction& step, const CheckpointStore& store, at::Tensor w, ReplayObserver observer = {});
 
-  // `dq_dparams`: ∂Q/∂θ_N. The store must hold checkpoint 0 (every schedule does).
-  ReplayResult run(const TensorTree& dq_dparams) const;
+  // `dq_dparams`: ∂Q/∂θ_N. The store must hold checkpoint 0 (every schedule does). One segment
+  // per checkpoint; `from` skips the segments an earlier process finished.
+  ReplayResult run(const TensorTree& dq_dparams, const ReplayResume* from = nullptr,
+                   const SegmentObserver& on_segment = {}) const;
 
  private:
   const StepFunction& step_;

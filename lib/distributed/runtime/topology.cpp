@@ -69,10 +69,7 @@ TopologySpec TopologySpec::parse(const std::string& text) {
   TopologySpec spec;
   spec.text = text;
   if (text.empty()) reject(text, "empty topology");
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = text.find(',', start);
-    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+  for (const std::string& item : split(text, ',')) {
     const size_t eq = item.find('=');
     if (item.empty() || eq == std::string::npos) reject(text, str_cat("'", item, "' is not key=value"));
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
@@ -84,8 +81,6 @@ TopologySpec TopologySpec::parse(const std::string& text) {
     if (value.empty() || *end != '\0' || errno != 0) reject(text, str_cat(key, "=", value, " is not an integer"));
     if (number < 1) reject(text, str_cat(key, "=", value, " must be >= 1"));
     spec.values[key] = number;
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   if (spec.family() == TopologyFamily::kThreePool) {
     for (const char* mesh : {"dp", "cp", "fsdp"}) {

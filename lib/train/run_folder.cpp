@@ -1,0 +1,248 @@
+#include "lib/train/run_folder.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+
+#include "lib/core/error.h"
+#include "lib/core/json_fields.h"
+#include "lib/core/strings.h"
+#include "lib/io/atomic_file.h"
+
+namespace magic {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kFolderPrefix = "magic-run-";
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kLock = "lock";
+
+uint64_t fnv1a(uint64_t h, const char* data, size_t size) {
+  for (size_t i = 0; i < size; ++i) {
+    h ^= static_cast<unsigned char>(data[i]);
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+constexpr uint64_t kFnvBasis = 14695981039346656037ULL;
+
+// "<bytes> bytes, FNV-1a <hex>" of a file's content.
+std::string file_fingerprint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(str_cat(path, ": cannot read it"));
+  uint64_t h = kFnvBasis, size = 0;
+  std::vector<char> buffer(1 << 20);
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    const auto n = static_cast<size_t>(in.gcount());
+    h = fnv1a(h, buffer.data(), n);
+    size += n;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return str_cat(size, " bytes, FNV-1a ", hex);
+}
+
+std::string hex16(uint64_t h) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+int64_t folder_bytes(const fs::path& folder) {
+  int64_t bytes = 0;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(folder, ec)) {
+    if (e.is_regular_file(ec)) bytes += static_cast<int64_t>(e.file_size(ec));
+  }
+  return bytes;
+}
+
+// Takes the folder's lock without waiting; -1 when another process holds it.
+int try_lock(const fs::path& folder) {
+  const std::string path = (folder / kLock).string();
+  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (fd < 0) throw InputError(str_cat("training.spill_dir: cannot create ", path));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  const std::string pid = str_cat(::getpid(), "\n");
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    // The pid is only for messages; the lock itself is what counts.
+  }
+  return fd;
+}
+
+std::string lock_holder(const fs::path& folder) {
+  std::ifstream in(folder / kLock);
+  std::string pid;
+  std::getline(in, pid);
+  return pid.empty() ? std::string("another process") : "pid " + pid;
+}
+
+bool lock_is_free(const fs::path& folder) {
+  const std::string path = (folder / kLock).string();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;
+  const bool free = ::flock(fd, LOCK_SH | LOCK_NB) == 0;
+  ::close(fd);
+  return free;
+}
+
+// Other runs' folders nobody holds: left by interrupted runs of other configs.
+void note_other_folders(const fs::path& spill_dir, const fs::path& ours, std::ostream& notes) {
+  int64_t count = 0, bytes = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(spill_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory(ec) || name.rfind(kFolderPrefix, 0) != 0 || e.path() == ours) continue;
+    if (!lock_is_free(e.path())) continue;
+    ++count;
+    bytes += folder_bytes(e.path());
+  }
+  if (count == 0) return;
+  notes << "magic-run: note: " << spill_dir.string() << " also holds " << count << " folder" << (count > 1 ? "s" : "")
+        << " of interrupted runs of other configs (" << format_fixed(bytes / 1048576.0, 1) << " MiB, " << kFolderPrefix
+        << "*); remove them if those runs are abandoned\n";
+}
+
+void remove_contents_except_lock(const fs::path& folder) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(folder, ec)) {
+    if (e.path().filename() != kLock) fs::remove_all(e.path(), ec);
+  }
+}
+
+}  // namespace
+
+RunIdentity run_identity(const RunConfig& config, const std::string& config_path, const std::string& layout,
+                         bool per_query) {
+  RunIdentity id;
+  id.text = str_cat("magic-run checkpoints, format 1\nconfig ", read_json_file(config_path).dump(),
+                    "\ntrain data: ", file_fingerprint(config.train_path),
+                    "\nquery data: ", file_fingerprint(config.query_path));
+  if (config.model_init) id.text += "\nmodel.init: " + file_fingerprint(*config.model_init);
+  id.text += str_cat("\nlayout: ", layout, "\nREPLAY: ", per_query ? "per query" : "the query set", "\n");
+  id.hash = fnv1a(kFnvBasis, id.text.data(), id.text.size());
+  return id;
+}
+
+std::string run_folder_path(const std::string& spill_dir, const RunIdentity& identity) {
+  return (fs::path(spill_dir) / (kFolderPrefix + hex16(identity.hash))).string();
+}
+
+std::string rank_folder_path(const std::string& run_folder, int rank) {
+  return (fs::path(run_folder) / str_cat("rank-", rank)).string();
+}
+
+void require_spill_dir(const RunConfig& config, const std::string& flag) {
+  if (!config.spill_dir) {
+    throw InputError(str_cat(flag, ": ", config.source,
+                             " has no training.spill_dir; checkpoints held in memory do not outlive the run (set "
+                             "spill_dir to make the run resumable)"));
+  }
+}
+
+RunFolderLease RunFolderLease::acquire(const std::string& spill_dir, const RunIdentity& identity, ResumeMode mode,
+                                       std::ostream* notes) {
+  const fs::path folder = run_folder_path(spill_dir, identity);
+  const fs::path manifest = folder / kManifest;
+  std::error_code ec;
+  const bool existed = fs::is_regular_file(manifest, ec);
+  if (mode == ResumeMode::kResume && !existed) {
+    throw InputError(str_cat("--resume: no interrupted run of this config and layout in ", spill_dir, " (looked for ",
+                             folder.string(), "); without --resume the run starts from the beginning"));
+  }
+  fs::create_directories(folder, ec);
+  if (!fs::is_directory(folder)) {
+    throw InputError(str_cat("training.spill_dir ", spill_dir, ": cannot create ", folder.string()));
+  }
+  const int fd = try_lock(folder);
+  if (fd < 0) {
+    throw InputError(str_cat(folder.string(), " is in use by a running magic-run (", lock_holder(folder),
+                             ") of the same config and layout; wait for it or stop it"));
+  }
+  RunFolderLease lease(folder.string(), fd, false);
+  if (mode == ResumeMode::kFresh && existed) {
+    lease.path_.clear();  // not ours to remove
+    throw InputError(str_cat(folder.string(), " holds the checkpoints of an earlier run of this config and layout (",
+                             format_fixed(folder_bytes(folder) / 1048576.0, 1),
+                             " MiB): pass --resume to continue it, or --restart to discard it and begin again"));
+  }
+  if (mode == ResumeMode::kResume) {
+    const nlohmann::json m = read_json_file(manifest.string());
+    if (!m.contains("identity") || m["identity"] != identity.text) {
+      lease.path_.clear();
+      throw InputError(str_cat("--resume: ", manifest.string(),
+                               " describes a different run (its identity differs from this config's); pass "
+                               "--restart to discard it"));
+    }
+    lease.resumed_ = true;
+  } else {
+    if (existed) remove_contents_except_lock(folder);
+    nlohmann::json m;
+    m["identity"] = identity.text;
+    write_file_atomically(manifest.string(), m.dump(2) + "\n");
+  }
+  if (notes) note_other_folders(spill_dir, folder, *notes);
+  return lease;
+}
+
+RunFolderLease::RunFolderLease(RunFolderLease&& other) noexcept
+    : path_(std::move(other.path_)), lock_fd_(other.lock_fd_), resumed_(other.resumed_) {
+  other.path_.clear();
+  other.lock_fd_ = -1;
+}
+
+RunFolderLease& RunFolderLease::operator=(RunFolderLease&& other) noexcept {
+  if (this != &other) {
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+    path_ = std::move(other.path_);
+    lock_fd_ = other.lock_fd_;
+    resumed_ = other.resumed_;
+    other.path_.clear();
+    other.lock_fd_ = -1;
+  }
+  return *this;
+}
+
+RunFolderLease::~RunFolderLease() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+void RunFolderLease::remove() {
+  if (path_.empty()) return;
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+  path_.clear();
+}
+
+bool RunFolderLease::holds_work() const {
+  if (path_.empty()) return false;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(path_, ec)) {
+    if (e.is_regular_file(ec) && e.path().parent_path() != fs::path(path_)) return true;
+  }
+  return false;
+}
+
+void settle_run_folder(RunFolderLease& lease, RunOutcome outcome, bool keep, std::ostream& out) {
+  if (lease.path().empty()) return;
+  if (outcome == RunOutcome::kInterrupted && lease.holds_work()) {
+    out << "magic-run: checkpoints kept in " << lease.path()
+        << ": run the same command with --resume to continue from them\n";
+  } else if (keep) {
+    out << "magic-run: checkpoints kept in " << lease.path() << " (--keep-checkpoints)\n";
+  } else {
+    lease.remove();
+  }
+}
+
+}  // namespace magic

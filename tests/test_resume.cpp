@@ -1,0 +1,242 @@
+// Resume: a run killed during training or REPLAY (SIGKILL, no cleanup: MAGIC_INTERRUPT_AT,
+// interrupt_hook.h) and continued with --resume gives scores bit-identical to a run that was
+// never interrupted; the run's folder in spill_dir is removed when a run finishes or cannot
+// succeed, kept when it was interrupted or --keep-checkpoints asks; every misuse exits 2.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "lib/io/safetensors.h"
+#include "lib/train/magic_pipeline.h"
+#include "lib/train/replay_journal.h"
+#include "tests/support.h"
+
+namespace magic {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/" + name;
+  fs::remove_all(dir);
+  return dir;
+}
+
+// The tiny run (12 steps: six sqrt checkpoints 0, 3, 6, 9, 10, 11) spilling under `spill`.
+std::string resumable_config(const std::string& name, const std::string& spill,
+                             const std::function<void(nlohmann::json&)>& edit = {}) {
+  nlohmann::json j = testing::tiny_run_json({});
+  j["data"]["train"] = testing::source_path("fixtures/text/proverbs.jsonl");
+  j["data"]["queries"] = testing::source_path("fixtures/text/queries.jsonl");
+  j["training"]["steps"] = 12;
+  j["training"]["spill_dir"] = spill;
+  if (edit) edit(j);
+  const std::string path = ::testing::TempDir() + "/" + name + ".json";
+  std::ofstream(path) << j.dump(2);
+  return path;
+}
+
+testing::CommandOutcome magic_run(const std::string& args, const std::string& interrupt = "") {
+  const std::string env = interrupt.empty() ? "" : "MAGIC_INTERRUPT_AT=" + interrupt + " ";
+  return testing::run_command(env + MAGIC_RUN_BINARY + " " + args);
+}
+
+at::Tensor scores_in(const std::string& out) {
+  return load_safetensors(out + "/scores.safetensors").tensors.at("scores");
+}
+
+// The run folders (magic-run-*) under `spill`.
+std::vector<fs::path> run_folders(const std::string& spill) {
+  std::vector<fs::path> folders;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(spill, ec)) {
+    if (e.path().filename().string().rfind("magic-run-", 0) == 0) folders.push_back(e.path());
+  }
+  return folders;
+}
+
+// Kills a run at `interrupt`, checks that a plain rerun refuses, resumes it, and returns the
+// resumed run's scores; the folder must be gone afterwards.
+at::Tensor interrupted_then_resumed(const std::string& args, const std::string& spill, const std::string& interrupt,
+                                    const std::string& out) {
+  testing::CommandOutcome killed = magic_run(args + " --out " + out, interrupt);
+  EXPECT_NE(killed.exit_code, 0) << killed.output;
+  EXPECT_FALSE(fs::exists(out + "/scores.safetensors")) << "a killed run wrote scores";
+  EXPECT_EQ(run_folders(spill).size(), 1u) << "the interrupted run's checkpoints are not in spill_dir";
+  testing::CommandOutcome again = magic_run(args + " --out " + out);
+  EXPECT_EQ(again.exit_code, 2) << again.output;
+  EXPECT_NE(again.output.find("pass --resume to continue it, or --restart"), std::string::npos) << again.output;
+  testing::CommandOutcome resumed = magic_run(args + " --out " + out + " --resume");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming: training from the checkpoint at step "), std::string::npos)
+      << resumed.output;
+  EXPECT_TRUE(run_folders(spill).empty()) << "a finished run left its checkpoints";
+  return scores_in(out);
+}
+
+TEST(Resume, AKilledRunResumedDuringTrainingOrReplayGivesBitIdenticalScores) {
+  const std::string spill = fresh_dir("resume-spill");
+  const std::string config = resumable_config("resume", spill);
+  const std::string args = "--config " + config;
+  const std::string ref = fresh_dir("resume-ref");
+  ASSERT_EQ(magic_run(args + " --out " + ref).exit_code, 0);
+  EXPECT_TRUE(run_folders(spill).empty()) << "a finished run left its checkpoints";
+  const at::Tensor expected = scores_in(ref);
+  for (const std::string at : {"training:5", "replay:7"}) {
+    SCOPED_TRACE(at);
+    const at::Tensor resumed = interrupted_then_resumed(args, spill, at, fresh_dir("resume-" + at));
+    EXPECT_TRUE(at::equal(resumed, expected)) << "max |difference| " << (resumed - expected).abs().max().item<double>();
+  }
+}
+
+// Per query: the kill falls in the second query's REPLAY, so the first query's finished dQ/dw
+// comes from the journal and the second continues from a segment record.
+TEST(Resume, PerQueryResumesAfterAFinishedQuery) {
+  const std::string spill = fresh_dir("resume-pq-spill");
+  const std::string args = "--config " + resumable_config("resume-pq", spill) + " --per-query";
+  const std::string ref = fresh_dir("resume-pq-ref");
+  ASSERT_EQ(magic_run(args + " --out " + ref).exit_code, 0);
+  const at::Tensor resumed = interrupted_then_resumed(args, spill, "replay:16", fresh_dir("resume-pq"));
+  EXPECT_TRUE(at::equal(resumed, scores_in(ref)));
+}
+
+// Ranks killed at different moments: rank 1 dies after the last step of a REPLAY segment before
+// recording it, rank 0 records it and waits. Both continue from the segment rank 1 recorded.
+TEST(Resume, RanksThatStoppedAtDifferentSegmentsContinueFromTheSameOne) {
+  const std::string spill = fresh_dir("resume-dp-spill");
+  const std::string args = "--config " + resumable_config("resume-dp", spill) + " --topology dp=2,fsdp=2";
+  const std::string ref = fresh_dir("resume-dp-ref"), out = fresh_dir("resume-dp");
+  ASSERT_EQ(magic_run(args + " --out " + ref).exit_code, 0);
+  // REPLAY steps 11, 10, 9, 8, 7, 6: the sixth closes the segment [6, 9), progress 4.
+  testing::CommandOutcome killed = magic_run(args + " --out " + out, "replay:6:rank=1");
+  EXPECT_EQ(killed.exit_code, 2) << killed.output;
+  EXPECT_NE(killed.output.find("rank 1 of 2"), std::string::npos) << killed.output;
+  EXPECT_NE(killed.output.find("run the same command with --resume"), std::string::npos) << killed.output;
+  const std::vector<fs::path> folders = run_folders(spill);
+  ASSERT_EQ(folders.size(), 1u);
+  EXPECT_TRUE(fs::exists(folders[0] / "rank-0" / "replay-4.safetensors"));
+  EXPECT_FALSE(fs::exists(folders[0] / "rank-1" / "replay-4.safetensors"));
+  EXPECT_TRUE(fs::exists(folders[0] / "rank-0" / "replay-3.safetensors"));  // kept for this case
+  testing::CommandOutcome resumed = magic_run(args + " --out " + out + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("REPLAY after 3 of 12 steps"), std::string::npos) << resumed.output;
+  EXPECT_TRUE(at::equal(scores_in(out), scores_in(ref)));
+  EXPECT_TRUE(run_folders(spill).empty());
+}
+
+TEST(Resume, FolderLifecycleAndMisuse) {
+  const std::string spill = fresh_dir("resume-life-spill");
+  const std::string config = resumable_config("resume-life", spill);
+  const auto expect_bad = [](const testing::CommandOutcome& o, const std::string& fragment) {
+    EXPECT_EQ(o.exit_code, 2) << o.output;
+    EXPECT_NE(o.output.find(fragment), std::string::npos) << o.output;
+    EXPECT_EQ(o.output.find("examples from"), std::string::npos) << "started before refusing:\n" << o.output;
+  };
+  expect_bad(magic_run("--config " + config + " --resume --restart"), "--resume and --restart: choose one");
+  expect_bad(magic_run("--config " + config + " --resume"), "--resume: no interrupted run of this config and layout");
+  const std::string in_memory =
+      resumable_config("resume-memory", spill, [](nlohmann::json& j) { j["training"].erase("spill_dir"); });
+  expect_bad(magic_run("--config " + in_memory + " --resume"), "has no training.spill_dir");
+  expect_bad(magic_run("--config " + in_memory + " --keep-checkpoints"), "has no training.spill_dir");
+  EXPECT_TRUE(run_folders(spill).empty());
+
+  // --keep-checkpoints keeps a finished run's folder; the next run must choose; --restart discards it.
+  testing::CommandOutcome kept = magic_run("--config " + config + " --keep-checkpoints");
+  ASSERT_EQ(kept.exit_code, 0) << kept.output;
+  EXPECT_NE(kept.output.find("(--keep-checkpoints)"), std::string::npos) << kept.output;
+  ASSERT_EQ(run_folders(spill).size(), 1u);
+  const fs::path folder = run_folders(spill)[0];
+  EXPECT_TRUE(fs::exists(folder / "rank-0" / "step-11.safetensors"));
+  expect_bad(magic_run("--config " + config), "pass --resume to continue it, or --restart");
+
+  // A folder held by a live process (its lock) is refused, naming the holder.
+  {
+    const int fd = ::open((folder / "lock").c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+    expect_bad(magic_run("--config " + config + " --restart"), "is in use by a running magic-run");
+    ::close(fd);
+  }
+  testing::CommandOutcome restarted = magic_run("--config " + config + " --restart");
+  EXPECT_EQ(restarted.exit_code, 0) << restarted.output;
+  EXPECT_EQ(restarted.output.find("resuming"), std::string::npos) << restarted.output;
+  EXPECT_TRUE(run_folders(spill).empty());
+
+  // A run that stops on a non-finite value cannot succeed by resuming: its folder goes too.
+  const std::string divergent = resumable_config("resume-divergent", spill, [](nlohmann::json& j) {
+    j["optimizer"] = {{"name", "sgd"}, {"lr", 1e300}};
+  });
+  EXPECT_EQ(magic_run("--config " + divergent).exit_code, 1);
+  EXPECT_TRUE(run_folders(spill).empty());
+
+  // Another config's interrupted folder is pointed out, not touched.
+  const std::string other =
+      resumable_config("resume-other", spill, [](nlohmann::json& j) { j["optimizer"]["lr"] = 0.02; });
+  EXPECT_NE(magic_run("--config " + other, "training:3").exit_code, 0);
+  testing::CommandOutcome noted = magic_run("--config " + config);
+  EXPECT_EQ(noted.exit_code, 0) << noted.output;
+  EXPECT_NE(noted.output.find("also holds 1 folder of interrupted runs of other configs"), std::string::npos)
+      << noted.output;
+  EXPECT_EQ(run_folders(spill).size(), 1u);
+}
+
+// In process: the pipeline with a run folder gives the in-memory scores exactly, and REPLAY
+// continued from each segment boundary's record gives the uninterrupted result exactly.
+TEST(Resume, ReplayContinuedFromEverySegmentBoundaryIsExact) {
+  testing::TinyRun r;
+  r.steps = 12;
+  const LmProblem p = testing::tiny_lm_problem(r);
+  MagicOptions memory;
+  const MagicResult expected = run_magic(*p.step, *p.query, p.initial, p.weights, memory);
+  MagicOptions on_disk;
+  on_disk.resume_folder = fresh_dir("resume-inproc") + "/rank-0";
+  const MagicResult persisted = run_magic(*p.step, *p.query, p.initial, p.weights, on_disk);
+  EXPECT_TRUE(at::equal(persisted.scores, expected.scores));
+
+  CheckpointStore store =
+      CheckpointStore::persistent(checkpoint_steps(CheckpointSchedule::kSqrt, 12), *on_disk.resume_folder);
+  ASSERT_EQ(store.count(), 6);  // the finished run left them (the folder is the tool's to remove)
+  ReplayBackward replay(*p.step, store, p.weights);
+  std::vector<ReplayResume> boundaries;
+  const ReplayResult full =
+      replay.run(expected.query_gradient, nullptr, [&](int64_t done, const TrainState& lambda, const at::Tensor& dw) {
+        boundaries.push_back({done, lambda, dw.clone()});
+      });
+  ASSERT_EQ(boundaries.size(), 6u);
+  EXPECT_TRUE(at::equal(full.dw, expected.scores));
+  for (const ReplayResume& from : boundaries) {
+    const ReplayResult resumed = replay.run(expected.query_gradient, &from);
+    EXPECT_TRUE(at::equal(resumed.dw, full.dw)) << "resumed after " << from.segments_done << " segments";
+  }
+}
+
+// The journal keeps the two latest partial records and reports progress in queries x segments.
+TEST(Resume, JournalKeepsTheTwoLatestRecords) {
+  const std::string folder = fresh_dir("journal");
+  fs::create_directories(folder);
+  const ReplayJournal journal(folder, 4);
+  EXPECT_EQ(journal.latest(), 0);
+  TrainState lambda;
+  lambda.params.insert("w", at::ones({2}, at::kDouble));
+  for (int64_t p = 1; p <= 3; ++p) journal.record_partial(p, lambda, at::full({3}, double(p), at::kDouble));
+  EXPECT_FALSE(fs::exists(folder + "/replay-1.safetensors"));
+  EXPECT_TRUE(fs::exists(folder + "/replay-2.safetensors"));
+  EXPECT_EQ(journal.latest(), 3);
+  const ReplayResume r = journal.partial(2);
+  EXPECT_EQ(r.segments_done, 2);
+  EXPECT_TRUE(at::equal(r.dw, at::full({3}, 2.0, at::kDouble)));
+  EXPECT_TRUE(at::equal(r.lambda.params.at("w"), at::ones({2}, at::kDouble)));
+  journal.record_finished_query(0, at::zeros({3}, at::kDouble));
+  EXPECT_EQ(journal.latest(), 4);
+  EXPECT_TRUE(fs::exists(folder + "/replay-3.safetensors"));  // the one before the query's end
+  journal.record_partial(5, lambda, at::zeros({3}, at::kDouble));
+  EXPECT_FALSE(fs::exists(folder + "/replay-3.safetensors"));
+  EXPECT_EQ(journal.latest(), 5);
+}
+
+}  // namespace
+}  // namespace magic
