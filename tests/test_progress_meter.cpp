@@ -47,6 +47,19 @@ TEST(ProgressMeter, AResumedPhaseRatesOnlyTheStepsTakenHere) {
             "REPLAY: 700 steps in 10.0s, resumed at 300 of 1000 (70.0 steps/s)\n");
 }
 
+TEST(ProgressMeter, NamesWhatItCounts) {
+  double now = 0.0;
+  std::ostringstream out;
+  ProgressMeter meter("LDS", 17, out, /*terminal=*/false, 5.0, [&] { return now; });
+  meter.counting("retrainings");
+  now = 8.5;
+  meter.update(17);
+  meter.finish();
+  EXPECT_EQ(out.str(),
+            "LDS: 17/17 retrainings (100%), 2.0 retrainings/s, ETA 0.0s\n"
+            "LDS: 17 retrainings in 8.5s (2.0 retrainings/s)\n");
+}
+
 TEST(ProgressMeter, RedrawsABarInPlaceOnATerminal) {
   double now = 0.0;
   std::ostringstream out;

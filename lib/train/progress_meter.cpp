@@ -43,14 +43,14 @@ ProgressMeter::ProgressMeter(std::string label, int64_t total, std::ostream& out
 std::string ProgressMeter::status(int64_t done, double elapsed) const {
   const double rate = elapsed > 0 ? static_cast<double>(done - resumed_) / elapsed : 0.0;
   const std::string eta = rate > 0 ? format_duration(static_cast<double>(total_ - done) / rate) : "?";
-  const std::string counts = str_cat(done, "/", total_, " steps");
+  const std::string counts = str_cat(done, "/", total_, " ", unit_);
   if (!terminal_) {
     return str_cat(label_, ": ", counts, " (", total_ > 0 ? 100 * done / total_ : 100, "%), ", format_fixed(rate, 1),
-                   " steps/s, ETA ", eta);
+                   " ", unit_, "/s, ETA ", eta);
   }
   const int filled = total_ > 0 ? static_cast<int>(kBarWidth * done / total_) : kBarWidth;
   return str_cat(label_, "  [", std::string(filled, '#'), std::string(kBarWidth - filled, '.'), "]  ", counts, "  ",
-                 format_fixed(rate, 1), " steps/s  ETA ", eta);
+                 format_fixed(rate, 1), " ", unit_, "/s  ETA ", eta);
 }
 
 void ProgressMeter::resume_at(int64_t done) {
@@ -76,9 +76,10 @@ void ProgressMeter::finish() {
   finished_ = true;
   const double elapsed = clock_() - start_;
   if (terminal_) out_ << "\r\x1b[K";
-  out_ << label_ << ": " << done_ - resumed_ << " steps in " << format_duration(elapsed)
+  out_ << label_ << ": " << done_ - resumed_ << " " << unit_ << " in " << format_duration(elapsed)
        << (resumed_ > 0 ? str_cat(", resumed at ", resumed_, " of ", total_) : std::string()) << " ("
-       << format_fixed(elapsed > 0 ? static_cast<double>(done_ - resumed_) / elapsed : 0.0, 1) << " steps/s)\n"
+       << format_fixed(elapsed > 0 ? static_cast<double>(done_ - resumed_) / elapsed : 0.0, 1) << " " << unit_
+       << "/s)\n"
        << std::flush;
 }
 

@@ -21,6 +21,11 @@ class ProgressMeter {
 
   ProgressMeter(std::string label, int64_t total, std::ostream& out, bool terminal, double interval_seconds = 5.0,
                 Clock clock = {});
+  // What is counted ("steps" unless set; "retrainings" for the LDS).
+  ProgressMeter& counting(std::string unit) {
+    unit_ = std::move(unit);
+    return *this;
+  }
 
   // A resumed phase: `done` units were finished by an earlier process (not counted in the rate).
   void resume_at(int64_t done);
@@ -32,7 +37,7 @@ class ProgressMeter {
  private:
   std::string status(int64_t done, double elapsed) const;
 
-  std::string label_;
+  std::string label_, unit_ = "steps";
   int64_t total_;
   std::ostream& out_;
   bool terminal_;
