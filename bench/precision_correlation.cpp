@@ -3,7 +3,7 @@
 // each, the Spearman and Pearson correlation of its per-example scores with the fp64 scores and
 // the overlap of the 10 most helpful and 10 most harmful examples, with the run times.
 //
-//   precision_correlation [--config fixtures/runs/demo.json] [--dtypes fp32,bf16,fp16]
+//   precision_correlation [--config fixtures/runs/adamw_batch16.json] [--dtypes fp32,bf16,fp16]
 #include <ATen/Parallel.h>
 
 #include <cstring>
@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "lib/compare/correlation.h"
+#include "lib/core/allocator.h"
 #include "lib/core/dtype.h"
 #include "lib/core/strings.h"
 #include "lib/train/magic_pipeline.h"
@@ -38,7 +39,9 @@ Run run(RunConfig config, const PrecisionPolicy& precision) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string config_path = std::string(MAGIC_SOURCE_DIR) + "/fixtures/runs/demo.json", dtypes = "fp32,bf16,fp16";
+  magic::keep_freed_memory_in_process();  // lib/core/allocator.h
+  std::string config_path = std::string(MAGIC_SOURCE_DIR) + "/fixtures/runs/adamw_batch16.json",
+              dtypes = "fp32,bf16,fp16";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--config") == 0) config_path = argv[i + 1];
     if (std::strcmp(argv[i], "--dtypes") == 0) dtypes = argv[i + 1];

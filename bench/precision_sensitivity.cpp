@@ -15,6 +15,7 @@
 
 #include "checks/lm_pipelines.h"
 #include "checks/planted_precision.h"
+#include "lib/core/allocator.h"
 #include "lib/core/dtype.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/runtime.h"
@@ -61,6 +62,7 @@ std::string verdict(const std::string& level) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  magic::keep_freed_memory_in_process();  // lib/core/allocator.h
   std::string topology = "dp=4", dtypes = "bf16,fp16,fp32,fp64";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--topology") == 0) topology = argv[i + 1];

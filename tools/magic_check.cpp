@@ -7,6 +7,7 @@
 
 #include "checks/mutations.h"
 #include "checks/run_check.h"
+#include "lib/core/allocator.h"
 #include "lib/core/dtype.h"
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
@@ -166,6 +167,7 @@ int run_rank(const Command& c, const dist::Runtime& runtime) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  magic::keep_freed_memory_in_process();  // lib/core/allocator.h
   const std::string who = dist::running_as_rank() ? str_cat("magic-check: rank ", std::getenv("RANK")) : "magic-check";
   // One line for the user (the launcher relays a rank's last such line); a backtrace goes to the
   // rank's log only.

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <optional>
 
+#include "lib/core/allocator.h"
 #include "lib/core/error.h"
 #include "lib/core/json_fields.h"
 #include "lib/core/strings.h"
@@ -351,6 +352,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  magic::keep_freed_memory_in_process();  // lib/core/allocator.h
   using namespace magic;
   const bool rank = dist::running_as_rank();
   const std::string who = rank ? str_cat("magic-run: rank ", std::getenv("RANK")) : "magic-run";

@@ -20,7 +20,8 @@ std::string format_bytes(double bytes) {
 
 std::string MemoryEstimate::str() const {
   return str_cat(format_bytes(total()), " (", states, " states of ", format_bytes(static_cast<double>(state_bytes)),
-                 ", batches ", format_bytes(static_cast<double>(batch_bytes)), ")");
+                 ", batches ", format_bytes(static_cast<double>(batch_bytes)), ", a step's activations ",
+                 format_bytes(static_cast<double>(activation_bytes)), ")");
 }
 
 MemoryEstimate estimate_run_memory(const RunConfig& c) {
@@ -35,6 +36,12 @@ MemoryEstimate estimate_run_memory(const RunConfig& c) {
   // Per step: row indices, token ids and labels (int64), data weights (per token at most).
   const double per_step = static_cast<double>(c.batch_size) * (8.0 + 16.0 * c.model.max_len);
   e.batch_bytes = static_cast<int64_t>(std::min(per_step * static_cast<double>(c.steps), 9.0e18));
+  const GptConfig& m = c.model;
+  const double per_token = static_cast<double>(m.n_layers) * (17.0 * m.d_model + 3.0 * m.n_heads * m.max_len) +
+                           3.0 * static_cast<double>(m.vocab);
+  const double tokens = static_cast<double>(c.batch_size) * static_cast<double>(m.max_len);
+  const auto compute = static_cast<double>(c10::elementSize(c.precision.compute));
+  e.activation_bytes = static_cast<int64_t>(std::min(4.0 * per_token * tokens * compute, 9.0e18));
   return e;
 }
 

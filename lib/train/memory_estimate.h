@@ -4,7 +4,12 @@
 //   states   REPLAY's peak states held (checkpoints plus the longest recomputed segment;
 //            checkpoint_schedule.h) × one state (parameters and optimizer state, master dtype)
 //   batches  every step's rows, token ids and labels, built before training
-// One step's activations (the double-backward graph) come on top and are not counted.
+//   activations  one REPLAY step's graph: the forward's saved tensors per token,
+//            L·(17·d + 3·H·T) + 3·V elements (residual stream, LayerNorms, qkv, MLP hidden; attention
+//            scores, mask and probabilities; logits and log-probabilities), times B·T tokens, times 4
+//            (the forward, the backward kept for differentiation, the double backward on top).
+//            Rows are counted at max_len; a rank of a mesh holds less (counted in full: a bound).
+// LibTorch itself (about 160 MiB resident) is not counted.
 #pragma once
 
 #include <cstdint>
@@ -15,12 +20,16 @@
 namespace magic {
 
 struct MemoryEstimate {
-  int64_t states = 0;       // states held at the peak
-  int64_t state_bytes = 0;  // one state
-  int64_t batch_bytes = 0;  // all steps' batches
+  int64_t states = 0;            // states held at the peak
+  int64_t state_bytes = 0;       // one state
+  int64_t batch_bytes = 0;       // all steps' batches
+  int64_t activation_bytes = 0;  // one REPLAY step's graph
 
-  double total() const { return static_cast<double>(states) * state_bytes + static_cast<double>(batch_bytes); }
-  // "1.2 GiB (45 states of 1.3 MiB, batches 12.0 MiB)"
+  double total() const {
+    return static_cast<double>(states) * state_bytes + static_cast<double>(batch_bytes) +
+           static_cast<double>(activation_bytes);
+  }
+  // "1.2 GiB (45 states of 1.3 MiB, batches 12.0 MiB, a step's activations 747 MiB)"
   std::string str() const;
 };
 

@@ -1,0 +1,172 @@
+// peer_compare: magic-run against the PyTorch peer (../shared/bench/peer_magic.py: MAGIC in
+// PyTorch Python with autograd double backward) on the same run, side by side in one program.
+//
+// The run, on both sides: GPT with 2 layers, d_model 64, 4 heads, 128-token rows, batch 8,
+// AdamW (lr 1e-3, weight decay 0.01, eps_root 1e-12, constant learning rate, no clipping), sqrt
+// checkpoints, fp64, N steps over N x 8 documents in file order (each seen once), 4 queries.
+// The documents are 127 random printable bytes (128 tokens with the end-of-document token: one
+// full row each, as the peer's random rows); token values do not change the work.
+// Each side runs as its own process (peak RSS is the child's own, from wait4); the peer with
+// Debian's /usr/bin/python3 and python3-torch, magic-run as a user runs it (OMP_NUM_THREADS).
+//
+//   peer_compare [--steps 16,64,256] [--threads 1,2] [--peer PATH] [--python /usr/bin/python3]
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "lib/core/strings.h"
+
+namespace {
+
+using magic::format_fixed;
+using magic::split;
+using magic::str_cat;
+
+struct ChildRun {
+  int exit_code = -1;
+  std::string output;
+  double wall_s = 0, peak_rss_mib = 0;
+};
+
+// Runs argv with extra environment variables, capturing stdout and stderr together.
+ChildRun run_child(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  ChildRun r;
+  char buffer[4096];
+  for (ssize_t n; (n = read(fds[0], buffer, sizeof buffer)) > 0;) r.output.append(buffer, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  struct rusage usage {};
+  wait4(pid, &status, 0, &usage);
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
+  return r;
+}
+
+double field(const std::string& text, const std::string& pattern, const std::string& what) {
+  std::smatch m;
+  if (!std::regex_search(text, m, std::regex(pattern))) {
+    throw std::runtime_error(str_cat("no ", what, " in the output:\n", text));
+  }
+  return std::stod(m[1]);
+}
+
+void write_documents(const std::string& path, int64_t count, std::mt19937_64& rng) {
+  std::ofstream out(path);
+  std::uniform_int_distribution<int> printable(32, 126);
+  for (int64_t i = 0; i < count; ++i) {
+    std::string text(127, ' ');
+    for (char& c : text) c = static_cast<char>(printable(rng));
+    out << nlohmann::json{{"id", str_cat("r", i)}, {"text", text}}.dump() << "\n";
+  }
+}
+
+std::string write_run(const std::string& dir, int64_t steps) {
+  std::mt19937_64 rng(1);
+  const std::string train = str_cat(dir, "/train-", steps, ".jsonl"), queries = dir + "/queries.jsonl";
+  write_documents(train, steps * 8, rng);
+  write_documents(queries, 4, rng);
+  const nlohmann::json config = {
+      {"seed", 0},
+      {"dtype", "fp64"},
+      {"model", {{"vocab", 257}, {"d_model", 64}, {"n_layers", 2}, {"n_heads", 4}, {"max_len", 128}}},
+      {"data", {{"train", train}, {"queries", queries}}},
+      {"training", {{"steps", steps}, {"batch_size", 8}, {"shuffle", false}, {"checkpoints", "sqrt"}}},
+      {"optimizer", {{"name", "adamw"}, {"lr", 1e-3}, {"weight_decay", 0.01}, {"eps_root", 1e-12}}},
+  };
+  const std::string path = str_cat(dir, "/run-", steps, ".json");
+  std::ofstream(path) << config.dump(2);
+  return path;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string steps_list = "16,64,256", threads_list = "1,2", python = "/usr/bin/python3";
+  std::string peer = std::string(MAGIC_SOURCE_DIR) + "/../shared/bench/peer_magic.py";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--steps")
+      steps_list = argv[i + 1];
+    else if (a == "--threads")
+      threads_list = argv[i + 1];
+    else if (a == "--peer")
+      peer = argv[i + 1];
+    else if (a == "--python")
+      python = argv[i + 1];
+    else {
+      std::cerr << "peer_compare: unknown flag " << a << "\n";
+      return 2;
+    }
+  }
+  if (!std::filesystem::exists(peer)) {
+    std::cerr << "peer_compare: the peer " << peer << " is not there (--peer PATH)\n";
+    return 2;
+  }
+  if (run_child({python, "-c", "import torch"}, {}).exit_code != 0) {
+    std::cerr << "peer_compare: " << python << " cannot import torch: the peer needs Debian's python3-torch "
+              << "(apt-get install python3-torch); this program installs nothing\n";
+    return 2;
+  }
+  const std::string dir = std::filesystem::temp_directory_path() / "magic-peer-compare";
+  std::filesystem::create_directories(dir);
+  std::cout << "peer_compare: GPT 2 layers, d=64, 4 heads, T=128, batch 8, AdamW, sqrt checkpoints, fp64; "
+            << "seconds as each side reports them, peak RSS of each process\n\n"
+            << "| N | threads | peer train s | peer REPLAY s | peer RSS MiB | magic-run train s | magic-run REPLAY s "
+               "| magic-run RSS MiB | end-to-end speed-up |\n"
+            << "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const std::string& threads : split(threads_list, ',')) {
+    for (const std::string& steps : split(steps_list, ',')) {
+      const std::string config = write_run(dir, std::stoll(steps));
+      const ChildRun p = run_child({python, peer, "--layers", "2", "--d", "64", "--heads", "4", "--T", "128", "--batch",
+                                    "8", "--steps", steps, "--threads", threads},
+                                   {});
+      const ChildRun m =
+          run_child({MAGIC_RUN_BINARY, "--config", config, "--top", "0"}, {{"OMP_NUM_THREADS", threads}});
+      if (p.exit_code != 0 || m.exit_code != 0) {
+        std::cerr << "peer_compare: a run failed (peer exit " << p.exit_code << ", magic-run exit " << m.exit_code
+                  << ")\n"
+                  << p.output << m.output;
+        return 1;
+      }
+      const double pt = field(p.output, "train_s=([0-9.]+)", "peer train_s");
+      const double pr = field(p.output, "replay_s=([0-9.]+)", "peer replay_s");
+      const double mt = field(m.output, "training ([0-9.]+) s", "magic-run training time");
+      const double mr = field(m.output, "REPLAY ([0-9.]+) s;", "magic-run REPLAY time");
+      std::cout << "| " << steps << " | " << threads << " | " << format_fixed(pt, 2) << " | " << format_fixed(pr, 2)
+                << " | " << format_fixed(p.peak_rss_mib, 0) << " | " << format_fixed(mt, 2) << " | "
+                << format_fixed(mr, 2) << " | " << format_fixed(m.peak_rss_mib, 0) << " | "
+                << format_fixed((pt + pr) / (mt + mr), 2) << "x |" << std::endl;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,71 @@
+// The memory estimate magic-run refuses runs by (memory_estimate.h), against what a run really
+// holds: one state is a built problem's state, and the whole estimate bounds the peak resident
+// memory a real magic-run process adds to LibTorch's own (measured by the kernel: wait4's
+// ru_maxrss, minus that of `magic-run --help`), without exceeding it by more than a third.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "lib/train/memory_estimate.h"
+#include "tests/support.h"
+
+namespace magic {
+namespace {
+
+// Peak resident KiB of a child running MAGIC_RUN_BINARY with `args` (output discarded).
+int64_t peak_rss_kib(const std::vector<std::string>& args) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> argv{const_cast<char*>(MAGIC_RUN_BINARY)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    if (freopen("/dev/null", "w", stdout) == nullptr || freopen("/dev/null", "w", stderr) == nullptr) _exit(126);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  struct rusage usage {};
+  wait4(pid, &status, 0, &usage);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "magic-run failed";
+  return usage.ru_maxrss;
+}
+
+nlohmann::json activation_heavy_run() {
+  nlohmann::json j = testing::tiny_run_json({});
+  j["data"]["train"] = testing::source_path("fixtures/text/proverbs.jsonl");
+  j["data"]["queries"] = testing::source_path("fixtures/text/queries.jsonl");
+  j["data"].erase("max_documents");
+  j["model"] = {{"vocab", 257}, {"d_model", 16}, {"n_layers", 2}, {"n_heads", 2}, {"max_len", 128}};
+  j["training"]["batch_size"] = 32;
+  j["training"]["steps"] = 2;
+  return j;
+}
+
+TEST(MemoryEstimate, OneStateIsABuiltProblemsState) {
+  testing::TinyRun r;
+  r.optimizer = "adamw";
+  const RunConfig config = testing::tiny_run_config(r);
+  const LmProblem p = build_lm_problem(config);
+  // The estimate counts floating entries only; Adam's step count is one int64.
+  EXPECT_EQ(estimate_run_memory(config).state_bytes + 8, state_bytes(p.initial));
+}
+
+TEST(MemoryEstimate, BoundsWhatARealRunAddsToLibTorch) {
+  const nlohmann::json j = activation_heavy_run();
+  const std::string path = ::testing::TempDir() + "/memory-heavy.json";
+  std::ofstream(path) << j.dump(2);
+  const MemoryEstimate e = estimate_run_memory(RunConfig::load(path));
+  const double baseline = static_cast<double>(peak_rss_kib({"--help"})) * 1024.0;
+  const double run = static_cast<double>(peak_rss_kib({"--config", path, "--top", "0"})) * 1024.0;
+  const double added = run - baseline;
+  std::cout << "estimate " << e.str() << "; measured " << format_bytes(added) << " above LibTorch's "
+            << format_bytes(baseline) << "\n";
+  EXPECT_GE(e.total(), added) << "the estimate is below what the run holds";
+  EXPECT_LE(e.total(), 1.33 * added) << "the estimate is far above what the run holds";
+}
+
+}  // namespace
+}  // namespace magic
