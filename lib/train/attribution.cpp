@@ -24,7 +24,6 @@ Attribution run_attribution(const RunConfig& config, LmProblem problem, const At
   const int64_t replay_steps = steps * (options.per_query ? p.query->num_queries() : 1);
   // REPLAY's meter starts with its first step (after training and the query gradient).
   std::optional<ProgressMeter> training, replay;
-  if (options.progress) training.emplace("training", steps, *options.progress, options.terminal);
   int64_t replayed = 0, replay_resumed = 0;
   magic.on_resume = [&](const ResumePoint& at) {
     replayed = replay_resumed = at.replay_steps_done;
@@ -58,7 +57,10 @@ Attribution run_attribution(const RunConfig& config, LmProblem problem, const At
   // Every rank takes part in the calibration step's collectives; the speaking one prints it.
   const TimeEstimate time =
       estimate_time(*p.step, p.initial, p.weights, config.checkpoints, options.per_query ? p.query->num_queries() : 1);
-  if (options.progress) *options.progress << "estimated time: " << time.str() << std::endl;
+  if (options.progress) {
+    *options.progress << "estimated time: " << time.str() << std::endl;
+    training.emplace("training", steps, *options.progress, options.terminal);  // its clock starts now
+  }
   a.result = run_magic(*p.step, *p.query, p.initial, p.weights, magic);
   return a;
 }
