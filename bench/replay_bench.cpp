@@ -33,14 +33,6 @@ int64_t status_kib(const std::string& field) {
   return -1;
 }
 
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> parts;
-  std::stringstream in(text);
-  std::string part;
-  while (std::getline(in, part, ',')) parts.push_back(part);
-  return parts;
-}
-
 // One measurement, printed as a tab-separated line for the parent.
 int measure(int64_t steps, const std::string& schedule) {
   at::set_num_threads(1);
@@ -95,8 +87,8 @@ int main(int argc, char** argv) {
   std::cout << "| N | schedule | train s | REPLAY s | REPLAY/train | checkpoints | states held | checkpoint MiB | peak "
                "RSS MiB | RSS growth MiB |\n";
   std::cout << "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-  for (const auto& schedule : split(schedules_arg)) {
-    for (const auto& n : split(steps_arg)) {
+  for (const auto& schedule : split(schedules_arg, ',')) {
+    for (const auto& n : split(steps_arg, ',')) {
       std::stringstream line(run_child(argv[0], std::stoll(n), schedule));
       int64_t steps = 0, checkpoints = 0, held = 0, bytes = 0, peak = 0, growth = 0;
       double train = 0, replay = 0;

@@ -32,6 +32,12 @@ uint64_t fnv1a(uint64_t h, const char* data, size_t size) {
 
 constexpr uint64_t kFnvBasis = 14695981039346656037ULL;
 
+std::string hex16(uint64_t h) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
 // "<bytes> bytes, FNV-1a <hex>" of a file's content.
 std::string file_fingerprint(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -44,15 +50,7 @@ std::string file_fingerprint(const std::string& path) {
     h = fnv1a(h, buffer.data(), n);
     size += n;
   }
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return str_cat(size, " bytes, FNV-1a ", hex);
-}
-
-std::string hex16(uint64_t h) {
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return hex;
+  return str_cat(size, " bytes, FNV-1a ", hex16(h));
 }
 
 int64_t folder_bytes(const fs::path& folder) {
