@@ -258,6 +258,7 @@ std::optional<std::string> rank_run_folder(const Flags& f, const RunConfig& conf
     if (failure) throw InputError(*failure);
     throw InputError("rank 0 could not open the run's folder in training.spill_dir (its message says why)");
   }
+  if (lease) return rank_folder_path(lease->path(), runtime.rank());  // rank 0: hashed the data once already
   const RunIdentity id = run_identity(config, f.config_path, layout_of(f), f.per_query);
   return rank_folder_path(run_folder_path(*config.spill_dir, id), runtime.rank());
 }
