@@ -1,8 +1,10 @@
-// magic_check_bench: wall time of whole magic-check runs, as a user launches them (the built-in
-// launcher, Gloo on loopback, every rank a process). Prints, per layout, the fastest and median
-// of R runs of the plain check and of R runs of --bite.
+// magic_check_bench: wall time of whole magic-check runs, as a user launches them (Gloo on
+// loopback; --launch spawn: every rank a process, --launch threads: every rank a thread of one
+// process). Prints, per layout and launch, the fastest and median of R runs of the plain check
+// and of R runs of --bite.
 //
 //   magic_check_bench [--repeats R] [--topologies "n_ci=4,n_per_block=2;dp=4;dp=2,cp=2,fsdp=2"]
+//                     [--launches spawn,threads]
 #include <sys/wait.h>
 #include <thread>
 
@@ -10,7 +12,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -32,29 +33,33 @@ double timed_run(const std::string& args, int& exit_code) {
 int main(int argc, char** argv) {
   int repeats = 3;
   std::string topologies = "n_ci=4,n_per_block=2;dp=4;dp=2,cp=2,fsdp=2";
+  std::string launches = "spawn,threads";
   for (int i = 1; i + 1 < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--repeats") repeats = std::stoi(argv[++i]);
     if (a == "--topologies") topologies = argv[++i];
+    if (a == "--launches") launches = argv[++i];
   }
   std::cout << "magic_check_bench: " << std::thread::hardware_concurrency() << " cores, " << repeats
             << " runs per layout, fp64, Gloo on loopback\n\n"
-            << "| topology | ranks | check min s | check median s | exit | --bite min s | --bite median s | exit |\n"
-            << "|---|---:|---:|---:|---:|---:|---:|---:|\n";
-  std::stringstream list(topologies);
-  std::string topology;
-  while (std::getline(list, topology, ';')) {
-    std::vector<double> times, bites;
-    int code = 0, bite_code = 0;
-    for (int r = 0; r < repeats; ++r) times.push_back(timed_run("--topology " + topology, code));
-    for (int r = 0; r < repeats; ++r) bites.push_back(timed_run("--topology " + topology + " --bite", bite_code));
-    std::sort(times.begin(), times.end());
-    std::sort(bites.begin(), bites.end());
-    const int64_t ranks = magic::dist::TopologySpec::parse(topology).world_size();
-    std::cout << "| " << topology << " | " << ranks << " | " << magic::format_fixed(times.front(), 2) << " | "
-              << magic::format_fixed(times[times.size() / 2], 2) << " | " << code << " | "
-              << magic::format_fixed(bites.front(), 2) << " | " << magic::format_fixed(bites[bites.size() / 2], 2)
-              << " | " << bite_code << " |" << std::endl;
+            << "| topology | ranks | launch | check min s | check median s | exit | --bite min s | --bite median s | "
+               "exit |\n"
+            << "|---|---:|---|---:|---:|---:|---:|---:|---:|\n";
+  for (const std::string& topology : magic::split(topologies, ';')) {
+    for (const std::string& launch : magic::split(launches, ',')) {
+      const std::string args = "--launch " + launch + " --topology " + topology;
+      std::vector<double> times, bites;
+      int code = 0, bite_code = 0;
+      for (int r = 0; r < repeats; ++r) times.push_back(timed_run(args, code));
+      for (int r = 0; r < repeats; ++r) bites.push_back(timed_run(args + " --bite", bite_code));
+      std::sort(times.begin(), times.end());
+      std::sort(bites.begin(), bites.end());
+      const int64_t ranks = magic::dist::TopologySpec::parse(topology).world_size();
+      std::cout << "| " << topology << " | " << ranks << " | " << launch << " | "
+                << magic::format_fixed(times.front(), 2) << " | " << magic::format_fixed(times[times.size() / 2], 2)
+                << " | " << code << " | " << magic::format_fixed(bites.front(), 2) << " | "
+                << magic::format_fixed(bites[bites.size() / 2], 2) << " | " << bite_code << " |" << std::endl;
+    }
   }
   return 0;
 }

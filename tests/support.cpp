@@ -1,6 +1,7 @@
 #include "tests/support.h"
 
 #include "lib/core/error.h"
+#include "lib/core/strings.h"
 
 #include <sys/wait.h>
 
@@ -60,13 +61,31 @@ double relative_error(const at::Tensor& a, const at::Tensor& b) {
   return ((a - b).abs().max() / b.abs().max()).item<double>();
 }
 
-CommandOutcome run_command(const std::string& command_line) {
-  FILE* pipe = popen((command_line + " 2>&1").c_str(), "r");
+namespace {
+
+// `text` as one word for sh: in single quotes, each ' written as '\''.
+std::string shell_quote(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+}  // namespace
+
+CommandOutcome run_command(const std::string& command_line, std::chrono::seconds limit) {
+  const auto start = std::chrono::steady_clock::now();
+  // timeout(1) makes the command a process group of its own and signals the whole group.
+  const std::string limited = str_cat("timeout -k 10 ", limit.count(), " sh -c ", shell_quote(command_line), " 2>&1");
+  FILE* pipe = popen(limited.c_str(), "r");
   std::string output;
   std::array<char, 4096> buffer{};
   while (fgets(buffer.data(), buffer.size(), pipe) != nullptr) output += buffer.data();
   const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if ((code == 124 || code == 137) && std::chrono::steady_clock::now() - start >= limit) {
+    output += str_cat("\n(run_command: killed after ", limit.count(), " s)\n");
+  }
+  return {code, output};
 }
 
 std::string read_file(const std::string& path) {

@@ -2,6 +2,7 @@
 // and the unrolled reference set up on the same data, init and order.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include <functional>
@@ -44,8 +45,10 @@ struct CommandOutcome {
   int exit_code;       // -1 if killed by a signal
   std::string output;  // stdout and stderr together
 };
-// Runs a shell command line, capturing its output.
-CommandOutcome run_command(const std::string& command_line);
+// Runs a shell command line, capturing its output. A command still running after `limit` is
+// killed with everything it started (exit code 124 and a last line saying so), so that a hang
+// fails its test with the output so far, before ctest's own timeout kills the whole program.
+CommandOutcome run_command(const std::string& command_line, std::chrono::seconds limit = std::chrono::seconds(240));
 
 std::string read_file(const std::string& path);
 

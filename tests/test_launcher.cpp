@@ -186,6 +186,31 @@ TEST(Launcher, ARankStoppedAfterTheOthersFinishedIsStillCaught) {
   EXPECT_NE(o.log.find("ranks 1, 2: finished (exit code 0)"), std::string::npos) << o.log;
 }
 
+// TCPStore's server reads a request to its end on its one thread: a rank stopped halfway through
+// sending one (here: the request type byte, then nothing) blocks every other store client,
+// the launcher reading progress included. Before the fix the launcher waited for ever.
+TEST(Launcher, ARankStoppedInTheMiddleOfAStoreRequestDoesNotHangTheLauncher) {
+  const std::string pids_dir = fresh_dir("half-request");
+  setenv("MAGIC_PID_DIR", pids_dir.c_str(), 1);
+  const std::string half_request =
+      "exec bash -c 'exec 3<>/dev/tcp/127.0.0.1/$MASTER_PORT; printf \"\\000\" >&3; kill -STOP $$; sleep 30'";
+  auto run = std::async(std::launch::async, [&] {
+    return spawn_shell(std::string(kWritePid) + "[ $RANK = 0 ] && " + half_request + "; exec sleep 30", 2, 1s);
+  });
+  if (run.wait_for(30s) != std::future_status::ready) {
+    ADD_FAILURE() << "the launcher did not return within 30 s of a rank stopping mid-request";
+    for (pid_t pid : wait_for_pids(pids_dir, 2, 1s)) kill(pid, SIGKILL);  // unblocks the store
+  }
+  const Spawned o = run.get();
+  unsetenv("MAGIC_PID_DIR");
+  EXPECT_EQ(o.exit_code, 2) << o.log;
+  EXPECT_LT(o.seconds, 8) << o.log;
+  EXPECT_NE(o.log.find("rank 0 of 2"), std::string::npos) << o.log;
+  EXPECT_NE(o.log.find("was stopped by signal 19 (SIGSTOP)"), std::string::npos) << o.log;
+  EXPECT_NE(o.log.find("the store did not answer"), std::string::npos) << o.log;
+  expect_gone(wait_for_pids(pids_dir, 2, 1s));
+}
+
 TEST(Launcher, AStatusThatCannotBeReadIsTwoNeverZero) {
   const std::string pids_dir = fresh_dir("unreadable");
   setenv("MAGIC_PID_DIR", pids_dir.c_str(), 1);
@@ -309,7 +334,8 @@ StoppedRun stop_a_rank(const std::string& args, int world_size, int victim, std:
 
 TEST(LauncherCli, AStoppedRankIsNamedWithItsPhaseWithinTheBound) {
   const std::string pids_dir = fresh_dir("cli-stopped");
-  auto s = stop_a_rank("--topology dp=4 --timeout 3", 4, 2, 1500ms, pids_dir);
+  // --bite: several seconds of work, so the stop lands inside a pipeline.
+  auto s = stop_a_rank("--topology dp=4 --timeout 3 --bite", 4, 2, 1500ms, pids_dir);
   const auto& o = s.outcome;
   EXPECT_EQ(o.exit_code, 2) << o.output;
   EXPECT_LT(s.seconds_after_stop, 3 + 6) << o.output;

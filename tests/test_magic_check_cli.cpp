@@ -47,6 +47,45 @@ TEST(MagicCheckCli, FourRanksPassAtFp64PrecisionAndWriteBothReports) {
   EXPECT_EQ(xml->all("testsuite")[0]->all("testcase").size(), report["checks"].size());
 }
 
+// --launch threads runs the same collectives on the same data: every figure of the report equals
+// the one from spawned processes, bit for bit; and the three-pool layout's bite still bites.
+TEST(MagicCheckCli, ThreadsLaunchGivesTheSameReportAsProcesses) {
+  const std::string spawned = temp_path("spawned.json"), threaded = temp_path("threaded.json");
+  const std::string args = "--topology dp=2,cp=3,fsdp=2 --steps 2 --json ";
+  auto a = magic_check(args + spawned);
+  auto b = magic_check("--launch threads " + args + threaded);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const auto x = nlohmann::json::parse(testing::read_file(spawned));
+  const auto y = nlohmann::json::parse(testing::read_file(threaded));
+  ASSERT_EQ(x["checks"].size(), y["checks"].size());
+  ASSERT_GT(x["checks"].size(), 0u);
+  for (size_t i = 0; i < x["checks"].size(); ++i) EXPECT_EQ(x["checks"][i], y["checks"][i]) << i;
+
+  // n_ci = 4 differs from the other pools' sizes (2): 1/n_ci is the only factor of 0.25.
+  auto mutated = magic_check("--launch threads --topology n_ci=4,n_per_block=2 --steps 2 --mutate avg-ci-reduce");
+  EXPECT_EQ(mutated.exit_code, 1) << mutated.output;
+  EXPECT_NE(mutated.output.find("1/n_ci"), std::string::npos) << mutated.output;
+}
+
+TEST(MagicCheckCli, ThreadsLaunchIsMagicCheckOnlyAndAFailedRankIsNamed) {
+  std::filesystem::remove_all(temp_path("never"));
+  auto run =
+      testing::run_command(std::string(MAGIC_RUN_BINARY) + " --config " + MAGIC_SOURCE_DIR +
+                           "/fixtures/runs/demo.json --topology dp=2 --launch threads --out " + temp_path("never"));
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("--launch threads: expected spawn or env"), std::string::npos) << run.output;
+  EXPECT_FALSE(std::filesystem::exists(temp_path("never")));
+  auto bad = magic_check("--launch thread --topology dp=2");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--launch thread: expected spawn, threads or env"), std::string::npos) << bad.output;
+  // A collective that times out on one rank thread: the run ends with exit 2, naming a rank.
+  auto stalled = magic_check("--launch threads --topology dp=2 --steps 1 --timeout 0.001");
+  EXPECT_EQ(stalled.exit_code, 2) << stalled.output;
+  EXPECT_NE(stalled.output.find("(thread) failed"), std::string::npos) << stalled.output;
+  EXPECT_EQ(stalled.output.find("frame #"), std::string::npos) << stalled.output;
+}
+
 TEST(MagicCheckCli, BiteCatchesEveryMutationWithItsSignature) {
   const std::string json = temp_path("bite.json");
   auto o = magic_check("--topology dp=4 --bite --json " + json);
@@ -281,7 +320,9 @@ TEST_P(MagicCheckCliLong, BiteOnDistinctSizesNamesExactlyTheExpectedFactor) {
   if (std::getenv("MAGIC_LONG_TESTS") == nullptr) GTEST_SKIP() << "long: ctest --preset long";
   const auto [layout, dtype] = GetParam();
   const std::string json = temp_path("bite-distinct.json");
-  auto o = magic_check(str_cat("--topology ", layout, " --dtype ", dtype, " --bite --json ", json));
+  auto o = testing::run_command(
+      str_cat(MAGIC_CHECK_BINARY, " --topology ", layout, " --dtype ", dtype, " --bite --json ", json),
+      std::chrono::seconds(2400));
   ASSERT_EQ(o.exit_code, 0) << o.output;
   auto report = nlohmann::json::parse(testing::read_file(json));
   const auto topology = dist::TopologySpec::parse(layout);

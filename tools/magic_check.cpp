@@ -85,8 +85,10 @@ Command parse(int argc, char** argv, int& early_exit) {
   app.add_option("--optimizer", s.optimizer, "sgd | adam | adamw")->capture_default_str();
   app.add_option("--batch", s.batch_size,
                  "global batch rows (default: 3 x dp + 1, uneven shards; three-pool: 4 x lcm of the pool sizes)");
+  c.program.threads_allowed = true;
   app.add_option("--launch", c.program.launch,
-                 "spawn: start the ranks here on loopback; env: join a world made by "
+                 "spawn: start the ranks here on loopback; threads: run them as threads of this process "
+                 "(fastest, for pre-commit hooks; no stop detection); env: join a world made by "
                  "torchrun/srun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
       ->capture_default_str();
   app.add_option("--backend", backend, "gloo (CPU); nccl is reserved for CUDA builds (not available yet)")

@@ -129,6 +129,8 @@ Flags parse(int argc, char** argv, int& early_exit) {
     program.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
     program.validate();
     f.program = program;
+  } else {
+    program.validate();  // --launch is checked even where one process runs
   }
   if (!f.out_dir.empty()) require_writable_directory(f.out_dir, "--out");
   return f;

@@ -42,7 +42,7 @@ MeshGroups make_mesh_groups(const Runtime& runtime, const MeshLayout& layout) {
   g.layout = layout;
   g.rank = runtime.rank();
   g.world = runtime.world();
-  // Every rank creates every group in rank order (new_group is collective); each keeps its own.
+  // Every rank creates every group in rank order (shared_group is collective); each keeps its own.
   // A group of one rank is not created (nullptr: its collectives are identities), and a group
   // spanning the world is the world group.
   auto collect = [&](const std::string& kind, auto members_of) -> std::shared_ptr<const Group> {
@@ -53,7 +53,7 @@ MeshGroups make_mesh_groups(const Runtime& runtime, const MeshLayout& layout) {
     for (int r = 0; r < layout.world_size(); ++r) {
       const std::vector<int> members = members_of(r);
       if (members.front() != r) continue;  // each group once, on its first member's turn
-      auto group = runtime.new_group(str_cat(kind, "-", created++), members);
+      auto group = runtime.shared_group(str_cat(kind, "-", created++), members);
       if (group) mine = group;
     }
     return mine;

@@ -42,7 +42,8 @@ class MeshLayout {
 };
 
 // This rank's groups of the mesh. Every rank of the world calls make_mesh_groups with the same
-// layout (groups are created collectively, in one order). A group of one rank is nullptr (its
+// layout (groups are created collectively, in one order; a second call with the same layout gets
+// the same groups, Runtime::shared_group). A group of one rank is nullptr (its
 // collectives are identities); one that spans the world is the world group.
 struct MeshGroups {
   MeshLayout layout{1, 1, 1};

@@ -32,6 +32,12 @@ int64_t rows_of(const std::map<std::string, int64_t>& full_rows, const std::stri
   return it->second;
 }
 
+bool one_dtype(const TensorTree& tree) {
+  return std::all_of(tree.begin(), tree.end(), [&](const TensorTree::Entry& e) {
+    return e.tensor.scalar_type() == tree.begin()->tensor.scalar_type();
+  });
+}
+
 at::Tensor padded(const at::Tensor& shard, int64_t rows) {
   if (shard.size(0) == rows) return shard;
   std::vector<int64_t> pad(2 * shard.dim(), 0);
@@ -45,16 +51,31 @@ TensorTree ShardedParameters::unshard(const TensorTree& local, const std::map<st
   return local.map_named([&](const std::string& name, const at::Tensor& s) {
     const int64_t n = rows_of(full_rows, name);
     if (shards() == 1) return s.detach();
-    const int64_t chunk = (n + shards() - 1) / shards();
-    return shard_->all_gather(padded(s.detach(), chunk), 0).narrow(0, 0, n).contiguous();
+    return shard_->all_gather(padded(s.detach(), chunk_rows(n)), 0).narrow(0, 0, n).contiguous();
   });
 }
 
 TensorTree ShardedParameters::gather(const TensorTree& local, const std::map<std::string, int64_t>& full_rows) const {
-  return local.map_named([&](const std::string& name, const at::Tensor& s) {
-    const at::Tensor entered = enter_replicas(s);
-    return shards() == 1 ? entered : gather_shards(entered, rows_of(full_rows, name));
-  });
+  if (!replica_ && shards() == 1) return local;
+  if (!one_dtype(local)) throw std::logic_error("sharded parameters: the parameters do not share one dtype");
+  // One bucket for the whole tree, as DDP and FSDP do: one collective per reduction (and per
+  // order of derivative) instead of one per parameter. cat and narrow are differentiable at
+  // every order, so the bucket changes no derivative, only how many messages carry it.
+  const TensorTree entered = local.unflatten(enter_replicas(local.flatten()));
+  if (shards() == 1) return entered;
+  const TensorTree padded_shards = entered.map_named(
+      [&](const std::string& name, const at::Tensor& s) { return padded(s, chunk_rows(rows_of(full_rows, name))); });
+  const at::Tensor gathered = all_gather_padded(padded_shards.flatten()).view({shards(), -1});
+  TensorTree full;
+  int64_t offset = 0;
+  for (const auto& [name, shard] : padded_shards) {
+    // Every rank's padded shard of this parameter, stacked: [shards * chunk, rest...], cut to n rows.
+    std::vector<int64_t> shape = shard.sizes().vec();
+    shape[0] *= shards();
+    full.insert(name, gathered.narrow(1, offset, shard.numel()).reshape(shape).narrow(0, 0, rows_of(full_rows, name)));
+    offset += shard.numel();
+  }
+  return full;
 }
 
 at::Tensor ShardedParameters::global_norm(const TensorTree& local_grads) const {
@@ -66,9 +87,8 @@ at::Tensor ShardedParameters::enter_replicas(const at::Tensor& shard) const {
   return replica_ ? copy_to_group(shard, *replica_) : shard;
 }
 
-at::Tensor ShardedParameters::gather_shards(const at::Tensor& shard, int64_t full_rows) const {
-  const int64_t chunk = (full_rows + shards() - 1) / shards();
-  return all_gather_padded(padded(shard, chunk)).narrow(0, 0, full_rows);
+int64_t ShardedParameters::chunk_rows(int64_t full_rows) const {
+  return (full_rows + shards() - 1) / shards();
 }
 
 at::Tensor ShardedParameters::all_gather_padded(const at::Tensor& padded_shard) const {

@@ -46,10 +46,12 @@ class ShardedParameters {
  protected:
   // Sums the cotangent over the ranks holding this shard (identity forward).
   virtual at::Tensor enter_replicas(const at::Tensor& shard) const;
-  // The full parameter from the shards: pad to ceil(n / fsdp) rows, all_gather, cut to n.
-  virtual at::Tensor gather_shards(const at::Tensor& shard, int64_t full_rows) const;
   // Padded shard -> concatenation of every rank's padded shard (backward: reduce_scatter_sum).
+  // gather() calls the two above once, on all parameters flattened into one vector (each
+  // parameter's shard padded to chunk_rows first).
   virtual at::Tensor all_gather_padded(const at::Tensor& padded) const;
+  // Rows of each rank's padded shard of a parameter with `full_rows` rows: ceil(n / fsdp).
+  int64_t chunk_rows(int64_t full_rows) const;
 
  private:
   std::shared_ptr<const Group> shard_, replica_;

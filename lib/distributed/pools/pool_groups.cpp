@@ -7,12 +7,12 @@ namespace magic::dist {
 ThreePoolGroups make_three_pool_groups(const Runtime& runtime, const ThreePoolLayout& layout) {
   ThreePoolGroups g;
   g.world = runtime.world();
-  g.ci = runtime.new_group("ci", layout.ci_ranks());
+  g.ci = runtime.shared_group("ci", layout.ci_ranks());
   for (int64_t k = 0; k < layout.n_blocks(); ++k) {
-    auto block = runtime.new_group(str_cat("block", k), layout.block_ranks(k));
+    auto block = runtime.shared_group(str_cat("block", k), layout.block_ranks(k));
     if (block) g.block = block;
   }
-  g.ppgd = runtime.new_group("ppgd", layout.ppgd_ranks());
+  g.ppgd = runtime.shared_group("ppgd", layout.ppgd_ranks());
   return g;
 }
 

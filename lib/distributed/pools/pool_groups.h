@@ -13,7 +13,7 @@ struct ThreePoolGroups {
   std::shared_ptr<const Group> world, ci, block, ppgd;  // block/ppgd/ci: null where not a member
 };
 
-// Every rank calls it, in the same order.
+// Every rank calls it, in the same order; a second call with the same layout gets the same groups.
 ThreePoolGroups make_three_pool_groups(const Runtime& runtime, const ThreePoolLayout& layout);
 
 }  // namespace magic::dist

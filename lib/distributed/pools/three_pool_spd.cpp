@@ -17,8 +17,10 @@ TensorTree without_sync(const TensorTree& tree) {
   return tree.filter([](const std::string& name, const at::Tensor&) { return name != kSync; });
 }
 
+// One bucket: a single collective (per derivative order) for the whole tree, not one per tensor.
 TensorTree entered(const TensorTree& params, const Group& group) {
-  return without_sync(params).map([&](const at::Tensor& p) { return copy_to_group(p, group); });
+  const TensorTree real = without_sync(params);
+  return real.unflatten(copy_to_group(real.flatten(), group));
 }
 
 }  // namespace
@@ -232,6 +234,10 @@ StepOutput ThreePoolSpd::step(const TrainState& s, int64_t t, const at::Tensor& 
     out.grads = out.grads.detach();
   }
   return out;
+}
+
+void ThreePoolSpd::finish() const {
+  wait_portal_sends(*groups_.world);
 }
 
 at::Tensor ThreePoolSpd::assemble_weight_gradient(const at::Tensor& local) const {

@@ -63,6 +63,10 @@ class ThreePoolSpd : public StepFunction, public QueryFunction {
   // Q = mean over queries of Σ_s the site error with masks = gates (global value on every rank).
   at::Tensor loss(const TensorTree& params, std::optional<int64_t> index = std::nullopt) const override;
 
+  // Waits for this rank's last portal sends (the final backward's), so that a send no peer
+  // received is an error now and nothing of the run (its groups included) outlives it.
+  void finish() const;
+
   PoolRole role() const { return layout_.role(rank_); }
   bool pool_leader() const;  // the rank whose copy represents its pool's replicated state
 

@@ -15,7 +15,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "lib/core/error.h"
@@ -28,6 +30,9 @@ namespace magic::dist {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// How long the launcher waits for the ranks' progress once the run has failed.
+constexpr std::chrono::milliseconds kProgressReadLimit{1000};
 
 struct RankProcess {
   int rank = 0;
@@ -232,6 +237,30 @@ Verdict judge(const std::vector<RankProcess>& ranks, const RankProcess* first_fa
   return {first_failure, describe_status(*first_failure) + (waited.empty() ? "" : " after waiting in " + waited)};
 }
 
+// TCPStore's server reads each request to its end on its one thread: a rank stopped halfway
+// through sending one blocks every other client, and a store read (check() has no timeout) with
+// it, until that rank dies. So the reads run on a thread of their own, given `limit`; a read
+// still blocked then finishes once stop_all() has killed the rank, and the thread holds the
+// store until it does.
+std::optional<std::vector<RankProgress>> read_progress_within(c10::intrusive_ptr<c10d::Store> store, int world_size,
+                                                              std::chrono::milliseconds limit) {
+  auto promise = std::make_shared<std::promise<std::vector<RankProgress>>>();
+  std::future<std::vector<RankProgress>> result = promise->get_future();
+  std::thread([store, world_size, promise] {
+    std::vector<RankProgress> progress;
+    for (int r = 0; r < world_size; ++r) {
+      try {
+        progress.push_back(read_progress(*store, r));
+      } catch (const std::exception&) {
+        progress.emplace_back();
+      }
+    }
+    promise->set_value(std::move(progress));
+  }).detach();
+  if (result.wait_for(limit) != std::future_status::ready) return std::nullopt;
+  return result.get();
+}
+
 }  // namespace
 
 bool running_as_rank() {
@@ -353,14 +382,8 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
   }
 
   // Judge before stopping anyone: afterwards every live rank looks killed.
-  std::vector<RankProgress> progress;
-  for (int r = 0; r < world_size; ++r) {
-    try {
-      progress.push_back(read_progress(*store, r));
-    } catch (const std::exception&) {
-      progress.emplace_back();
-    }
-  }
+  const std::optional<std::vector<RankProgress>> read = read_progress_within(store, world_size, kProgressReadLimit);
+  const std::vector<RankProgress> progress = read.value_or(std::vector<RankProgress>(world_size));
   const std::vector<RankProcess> before = ranks;
   const Verdict verdict = judge(before, first_failure, progress, options.timeout);
   stop_all(ranks);
@@ -369,6 +392,10 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
   const std::string prefix = name + ": ";
   if (interrupted) {
     log << prefix << "interrupted by " << signal_name(interrupted) << "\n";
+  }
+  if (!read) {
+    log << prefix << "the store did not answer within " << format_number(kProgressReadLimit.count() / 1000.0)
+        << " s (a rank stopped halfway through a store request blocks it), so the ranks' phases are unknown\n";
   }
   std::vector<int> unreadable;
   for (const auto& r : before) {

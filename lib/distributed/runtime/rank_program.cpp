@@ -11,8 +11,11 @@
 namespace magic::dist {
 
 void RankProgram::validate() const {
-  if (launch != "spawn" && launch != "env") throw InputError("--launch " + launch + ": expected spawn or env");
-  if (launch == "spawn" && topology.world_size() > kMaxSpawnedRanks) {
+  const bool threads = threads_allowed && launch == "threads";
+  if (launch != "spawn" && launch != "env" && !threads) {
+    throw InputError(str_cat("--launch ", launch, ": expected spawn", threads_allowed ? ", threads" : "", " or env"));
+  }
+  if (launch != "env" && topology.world_size() > kMaxSpawnedRanks) {
     throw InputError(str_cat("--topology ", topology.str(), ": a world of ", topology.world_size(),
                              " ranks is above the built-in launcher's limit of ", kMaxSpawnedRanks,
                              " on one machine; use --launch env under torchrun or srun for larger worlds"));
@@ -32,6 +35,18 @@ int run_rank_program(const RankProgram& program, int argc, char** argv,
     }
     auto runtime = Runtime::connect(rendezvous, program.backend, program.timeout);
     return body(*runtime);
+  }
+  if (program.launch == "threads") {
+    at::set_num_threads(1);
+    int exit_code = kExitOk;
+    run_ranks_in_threads(
+        static_cast<int>(program.topology.world_size()),
+        [&](Runtime& runtime) {
+          const int code = body(runtime);
+          if (runtime.rank() == 0) exit_code = code;
+        },
+        program.timeout);
+    return exit_code;
   }
   if (program.launch == "env") {
     throw InputError("--launch env: RANK is not set; run under torchrun or srun, or use --launch spawn");

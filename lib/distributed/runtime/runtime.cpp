@@ -88,6 +88,12 @@ Runtime::Runtime(int rank, int world_size, c10::intrusive_ptr<c10d::Store> store
   world_ = Group::create("world", all, rank, store_, backend, timeout);
 }
 
+std::shared_ptr<Group> Runtime::shared_group(const std::string& name, const std::vector<int>& ranks) const {
+  const auto key = std::make_pair(name, ranks);
+  if (const auto it = shared_groups_.find(key); it != shared_groups_.end()) return it->second;
+  return shared_groups_[key] = new_group(name, ranks);
+}
+
 std::shared_ptr<Group> Runtime::new_group(const std::string& name, const std::vector<int>& ranks) const {
   const std::string unique = str_cat(name, "#", groups_created_++);
   if (std::find(ranks.begin(), ranks.end(), rank_) == ranks.end()) return nullptr;

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,10 @@ class Runtime {
   // Every rank calls it with the same arguments, in the same order (as torch.distributed's
   // new_group); non-members get nullptr. Each call gets its own rendezvous keys.
   std::shared_ptr<Group> new_group(const std::string& name, const std::vector<int>& ranks) const;
+  // As new_group, but made once: a later call with the same name and ranks returns the same
+  // group, so a check's clean run and its mutations' runs share their groups (creating a group
+  // is a rendezvous of its members and a mesh of connections). Lives as long as this Runtime.
+  std::shared_ptr<Group> shared_group(const std::string& name, const std::vector<int>& ranks) const;
 
  private:
   int rank_, world_size_;
@@ -56,6 +61,7 @@ class Runtime {
   std::unique_ptr<ProgressPublisher> progress_;
   std::shared_ptr<Group> world_;
   mutable int64_t groups_created_ = 0;
+  mutable std::map<std::pair<std::string, std::vector<int>>, std::shared_ptr<Group>> shared_groups_;
 };
 
 // Runs fn(runtime) on `world_size` threads of this process, each rank with its own Runtime
