@@ -1,6 +1,7 @@
 #include "lib/distributed/parallel/sharded_parameters.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "lib/core/strings.h"
 #include "lib/distributed/collectives/collectives.h"
@@ -48,11 +49,9 @@ at::Tensor padded(const at::Tensor& shard, int64_t rows) {
 }  // namespace
 
 TensorTree ShardedParameters::unshard(const TensorTree& local, const std::map<std::string, int64_t>& full_rows) const {
-  return local.map_named([&](const std::string& name, const at::Tensor& s) {
-    const int64_t n = rows_of(full_rows, name);
-    if (shards() == 1) return s.detach();
-    return shard_->all_gather(padded(s.detach(), chunk_rows(n)), 0).narrow(0, 0, n).contiguous();
-  });
+  if (shards() == 1) return local.detach();
+  return gathered_bucket(local.detach(), full_rows,
+                         [this](const at::Tensor& padded_flat) { return shard_->all_gather(padded_flat, 0); });
 }
 
 TensorTree ShardedParameters::gather(const TensorTree& local, const std::map<std::string, int64_t>& full_rows) const {
@@ -63,9 +62,17 @@ TensorTree ShardedParameters::gather(const TensorTree& local, const std::map<std
   // every order, so the bucket changes no derivative, only how many messages carry it.
   const TensorTree entered = local.unflatten(enter_replicas(local.flatten()));
   if (shards() == 1) return entered;
-  const TensorTree padded_shards = entered.map_named(
+  return gathered_bucket(entered, full_rows,
+                         [this](const at::Tensor& padded_flat) { return all_gather_padded(padded_flat); });
+}
+
+TensorTree ShardedParameters::gathered_bucket(
+    const TensorTree& shards_tree, const std::map<std::string, int64_t>& full_rows,
+    const std::function<at::Tensor(const at::Tensor&)>& all_gather_flat) const {
+  if (!one_dtype(shards_tree)) throw std::logic_error("sharded parameters: the tensors do not share one dtype");
+  const TensorTree padded_shards = shards_tree.map_named(
       [&](const std::string& name, const at::Tensor& s) { return padded(s, chunk_rows(rows_of(full_rows, name))); });
-  const at::Tensor gathered = all_gather_padded(padded_shards.flatten()).view({shards(), -1});
+  const at::Tensor gathered = all_gather_flat(padded_shards.flatten()).view({shards(), -1});
   TensorTree full;
   int64_t offset = 0;
   for (const auto& [name, shard] : padded_shards) {

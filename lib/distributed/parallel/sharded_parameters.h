@@ -11,6 +11,7 @@
 // plain data parallelism. checks/planted_variants.cpp derives the fsdp mutations from this class.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -54,6 +55,11 @@ class ShardedParameters {
   int64_t chunk_rows(int64_t full_rows) const;
 
  private:
+  // The full parameters from one flat all-gather of every parameter's padded shard, cut back
+  // (gather() with the differentiable all_gather_padded, unshard() with a plain one).
+  TensorTree gathered_bucket(const TensorTree& shards_tree, const std::map<std::string, int64_t>& full_rows,
+                             const std::function<at::Tensor(const at::Tensor&)>& all_gather_flat) const;
+
   std::shared_ptr<const Group> shard_, replica_;
 };
 
