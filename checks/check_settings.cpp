@@ -86,6 +86,18 @@ bool CheckSettings::wants(Level level) const {
   return std::find(levels.begin(), levels.end(), level) != levels.end();
 }
 
+bool CheckSettings::wants_after(Level level) const {
+  return std::any_of(levels.begin(), levels.end(), [&](Level l) { return l > level; });
+}
+
+std::vector<Level> CheckSettings::levels_through(const std::string& last) const {
+  std::vector<Level> out;
+  for (Level l : levels) {
+    if (level_rank(level_name(l)) <= level_rank(last)) out.push_back(l);
+  }
+  return out;
+}
+
 void CheckSettings::validate() const {
   const std::string w = resolved_workload();
   if (steps < 1) throw InputError(str_cat("--steps: expected an integer >= 1, got ", steps));

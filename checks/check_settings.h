@@ -57,6 +57,11 @@ struct CheckSettings {
   // The optimizer both the distributed pipeline and the reference use (torchopt semantics).
   nlohmann::json optimizer_json() const;
   bool wants(Level level) const;
+  // Whether any level after `level` is wanted (every level after grad needs the training run).
+  bool wants_after(Level level) const;
+  // The wanted levels up to and including `last` (a --bite mutation's run computes only those:
+  // later levels cannot change its first failing level).
+  std::vector<Level> levels_through(const std::string& last) const;
   // Throws InputError for values out of range, and for a batch the workload's data cannot fill
   // (naming the flag to change), before any rank starts.
   void validate() const;

@@ -61,15 +61,21 @@ SumLengths sum_lengths(const RunConfig& c, const LmProblem& problem, const Tenso
   return {c.batch_size * labels_per_row, problem.query->queries().size() * labels_per_row, full_params.numel()};
 }
 
-PipelineOutputs lm_outputs(const SumLengths& n, const std::vector<TensorTree>& step_grads, const TensorTree& query_grad,
-                           const TensorTree& hvp_initial, const TensorTree& hvp_final, const TensorTree& final_params,
-                           const at::Tensor& scores) {
+PipelineOutputs lm_grad_outputs(const SumLengths& n, const std::vector<TensorTree>& step_grads) {
   PipelineOutputs out;
   for (const auto& p : step_grads.front()) {
     std::vector<at::Tensor> steps;
     for (const auto& g : step_grads) steps.push_back(g.at(p.name).reshape({-1}));
     out.push_back({"grad", p.name, at::cat(steps), 0.0, /*shared_inputs=*/true, n.batch_labels});
   }
+  return out;
+}
+
+// The levels after grad, appended to `out`; no score rows when `scores` is undefined (REPLAY
+// not run: the scores level not wanted).
+void append_trained_outputs(PipelineOutputs& out, const SumLengths& n, const TensorTree& query_grad,
+                            const TensorTree& hvp_initial, const TensorTree& hvp_final, const TensorTree& final_params,
+                            const at::Tensor& scores) {
   out.push_back({"query_grad", "all", query_grad.flatten(), 0.0, false, n.query_labels});
   out.push_back({"hvp", "theta_0", hvp_initial.flatten(), 0.0, /*shared_inputs=*/true, n.batch_labels});
   out.push_back({"hvp", "theta_N", hvp_final.flatten(), 0.0, false, n.batch_labels});
@@ -78,16 +84,16 @@ PipelineOutputs lm_outputs(const SumLengths& n, const std::vector<TensorTree>& s
   for (const auto& p : final_params) {
     out.push_back({"final_params", p.name, p.tensor.reshape({-1}), 0.0, false, n.batch_labels, /*stored=*/true});
   }
+  if (!scores.defined()) return;
   if (scores.dim() == 1) {  // per-document weights (a magic-run config)
     out.push_back({"scores", "per_document", scores, 0.0, false, n.parameters});
-    return out;
+    return;
   }
   // A document's score sums its tokens' scores; they can cancel (to ~0 under clipping), so its
   // error is measured against the size of those terms: max over documents of Σ_t |score_t|.
   out.push_back(
       {"scores", "per_document", scores.sum(1), scores.abs().sum(1).max().item<double>(), false, n.parameters});
   out.push_back({"scores", "per_token", scores, 0.0, false, n.parameters});
-  return out;
 }
 
 }  // namespace
@@ -121,16 +127,23 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
       sums[name] = exact_reduction(*parts.groups.world, partial, c);
     step_sums.push_back(std::move(sums));
   }
-  MagicOptions options;
-  options.schedule = config.checkpoints;
-  MagicResult result = run_magic(*problem.step, *problem.query, problem.initial, problem.weights, options);
-  const TensorTree v = parallel->shard(hvp_direction(full_init, settings.seed));
-  const int64_t last = problem.step->num_steps() - 1;
-  PipelineOutputs out =
-      lm_outputs(sum_lengths(config, problem, full_init), step_grads, parallel->unshard(result.query_gradient),
-                 parallel->unshard(hessian_vector_product(*problem.step, problem.initial, 0, problem.weights, v)),
-                 parallel->unshard(hessian_vector_product(*problem.step, result.final_state, last, problem.weights, v)),
-                 parallel->unshard(result.final_state.params), result.scores);
+  const SumLengths n = sum_lengths(config, problem, full_init);
+  PipelineOutputs out = lm_grad_outputs(n, step_grads);
+  // Levels past grad need the training run (and REPLAY for the scores); a --bite mutation run
+  // whose expected level is grad skips them (CheckSettings::levels_through).
+  if (settings.wants_after(Level::kGrad)) {
+    MagicOptions options;
+    options.schedule = config.checkpoints;
+    options.replay = settings.wants(Level::kScores);
+    MagicResult result = run_magic(*problem.step, *problem.query, problem.initial, problem.weights, options);
+    const TensorTree v = parallel->shard(hvp_direction(full_init, settings.seed));
+    const int64_t last = problem.step->num_steps() - 1;
+    append_trained_outputs(
+        out, n, parallel->unshard(result.query_gradient),
+        parallel->unshard(hessian_vector_product(*problem.step, problem.initial, 0, problem.weights, v)),
+        parallel->unshard(hessian_vector_product(*problem.step, result.final_state, last, problem.weights, v)),
+        parallel->unshard(result.final_state.params), result.scores);
+  }
   if (probe) append_reduction_outputs(out, step_grads, step_sums);
   return out;
 }
@@ -145,12 +158,13 @@ ReferenceRun run_reference_lm(const CheckSettings& settings) {
   auto unrolled = reference::unrolled_lm_scores(setup, problem.weights);
   const TensorTree v = hvp_direction(problem.initial.params, settings.seed);
   const int64_t last = problem.stream->num_steps() - 1;
+  const SumLengths n = sum_lengths(config, problem, problem.initial.params);
   ReferenceRun run;
-  run.outputs = lm_outputs(sum_lengths(config, problem, problem.initial.params), unrolled.step_grads,
-                           reference::lm_query_gradient(setup, unrolled.final_params),
-                           reference::lm_batch_hvp(setup, problem.initial.params, problem.weights, 0, v),
-                           reference::lm_batch_hvp(setup, unrolled.final_params, problem.weights, last, v),
-                           unrolled.final_params, unrolled.scores);
+  run.outputs = lm_grad_outputs(n, unrolled.step_grads);
+  append_trained_outputs(run.outputs, n, reference::lm_query_gradient(setup, unrolled.final_params),
+                         reference::lm_batch_hvp(setup, problem.initial.params, problem.weights, 0, v),
+                         reference::lm_batch_hvp(setup, unrolled.final_params, problem.weights, last, v),
+                         unrolled.final_params, unrolled.scores);
   for (const auto& params : unrolled.step_params) run.states.push_back(TrainState{params, {}, {}});
   return run;
 }

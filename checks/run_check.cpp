@@ -84,7 +84,14 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime)
   if (request.mode != CheckMode::kMutate) {
     runs.push_back(run_distributed(s, runtime, "", reference));
   }
-  for (const auto& m : mutations) runs.push_back(run_distributed(s, runtime, m.name, reference));
+  // A --bite mutation is judged by its first failing level: its run computes the levels up to
+  // its expected one only (a grad-level bug needs no training run and no REPLAY).
+  const auto mutation_settings = [&](const Mutation& m) {
+    CheckSettings gated = s;
+    if (request.mode == CheckMode::kBite) gated.levels = s.levels_through(m.expected_level);
+    return gated;
+  };
+  for (const auto& m : mutations) runs.push_back(run_distributed(mutation_settings(m), runtime, m.name, reference));
 
   CheckReport report;
   report.topology = s.topology.str();
@@ -116,8 +123,11 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime)
       report.bite_skipped.push_back({mutations[i].name, why});
       continue;
     }
-    report.bite.push_back(judge_mutation(
-        mutations[i], s.topology, compare_outputs(runs[i + 1], reference.outputs, s, golden_outputs), s.precision));
+    const CheckSettings gated = mutation_settings(mutations[i]);
+    BiteOutcome outcome = judge_mutation(
+        mutations[i], s.topology, compare_outputs(runs[i + 1], reference.outputs, gated, golden_outputs), s.precision);
+    if (outcome.observed_level.empty()) outcome.observed_diagnosis = "through " + mutations[i].expected_level;
+    report.bite.push_back(std::move(outcome));
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;

@@ -77,14 +77,20 @@ SumLengths sum_lengths(const CheckSettings& s, const SpdProblem& p) {
   return {s.global_batch(), p.data.queries.size(0), p.initial_params.numel()};
 }
 
-PipelineOutputs spd_outputs(const SumLengths& n, const StepGradRows& grads, const TensorTree& query_grad,
-                            const TensorTree& hvp_initial, const TensorTree& hvp_final, const TensorTree& final_params,
-                            const TensorTree& final_sources, const at::Tensor& scores) {
+PipelineOutputs spd_grad_outputs(const SumLengths& n, const StepGradRows& grads) {
   PipelineOutputs out;
   for (const char* name : {"theta_ci", "theta_ci[reconstruction]", "theta_ci[importance]", "theta_ci[ppgd]", "V/U",
                            "V/U[faithfulness]", "V/U[reconstruction]", "V/U[ppgd]"}) {
     out.push_back({"grad", name, at::cat(grads.rows.at(name)), 0.0, /*shared_inputs=*/true, n.batch});
   }
+  return out;
+}
+
+// The levels after grad, appended to `out`; no score row when `scores` is undefined (REPLAY not
+// run: the scores level not wanted).
+void append_trained_outputs(PipelineOutputs& out, const SumLengths& n, const TensorTree& query_grad,
+                            const TensorTree& hvp_initial, const TensorTree& hvp_final, const TensorTree& final_params,
+                            const TensorTree& final_sources, const at::Tensor& scores) {
   out.push_back({"query_grad", "theta_ci", group_of(query_grad, is_ci), 0.0, false, n.queries});
   out.push_back({"query_grad", "V/U", group_of(query_grad, is_vu), 0.0, false, n.queries});
   out.push_back({"hvp", "theta_0", hvp_initial.flatten(), 0.0, /*shared_inputs=*/true, n.batch});
@@ -93,8 +99,7 @@ PipelineOutputs spd_outputs(const SumLengths& n, const StepGradRows& grads, cons
   out.push_back({"final_params", "V/U", group_of(final_params, is_vu), 0.0, false, n.batch, /*stored=*/true});
   // The sources move by ±ppgd_step from 0.5 (values every dtype holds): not a master-weights check.
   out.push_back({"final_params", "sources", final_sources.flatten(), 0.0, false, n.batch});
-  out.push_back({"scores", "per_document", scores, 0.0, false, n.parameters});
-  return out;
+  if (scores.defined()) out.push_back({"scores", "per_document", scores, 0.0, false, n.parameters});
 }
 
 }  // namespace
@@ -148,29 +153,37 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
   StepGradRows grads;
   const std::vector<TensorTree> full_grads = step_grads.full_trees(leader, world);
   for (size_t i = 0; i < full_grads.size(); ++i) grads.add(step_terms[i], full_grads[i]);
-  MagicOptions options;
-  options.schedule = parse_checkpoint_schedule(settings.checkpoints);
-  MagicResult result = run_magic(spd, spd, initial, w, options);
+  const SumLengths n = sum_lengths(settings, p);
+  PipelineOutputs out = spd_grad_outputs(n, grads);
+  // Levels past grad need the training run (and REPLAY for the scores); a --bite mutation run
+  // whose expected level is grad skips them (CheckSettings::levels_through).
+  if (settings.wants_after(Level::kGrad)) {
+    MagicOptions options;
+    options.schedule = parse_checkpoint_schedule(settings.checkpoints);
+    options.replay = settings.wants(Level::kScores);
+    MagicResult result = run_magic(spd, spd, initial, w, options);
 
-  // The HVP direction: one random tree over every parameter; each rank takes its share.
-  const TensorTree v_full = hvp_direction(p.initial_params, settings.seed);
-  auto share = [&](const TrainState& s) {
-    return s.params.map_named([&](const std::string& n, const at::Tensor& x) {
-      return v_full.contains(n) ? v_full.at(n) : at::zeros_like(x);
-    });
-  };
-  const int64_t last = spd.num_steps() - 1;
-  const TensorTree hvp0 = hessian_vector_product(spd, initial, 0, w, share(initial));
-  const TensorTree hvpN = hessian_vector_product(spd, result.final_state, last, w, share(result.final_state));
-  Assembly outputs;
-  for (const TensorTree* tree :
-       std::initializer_list<const TensorTree*>{&result.query_gradient, &hvp0, &hvpN, &result.final_state.params}) {
-    outputs.add(*tree, p.initial_params);
+    // The HVP direction: one random tree over every parameter; each rank takes its share.
+    const TensorTree v_full = hvp_direction(p.initial_params, settings.seed);
+    auto share = [&](const TrainState& s) {
+      return s.params.map_named([&](const std::string& name, const at::Tensor& x) {
+        return v_full.contains(name) ? v_full.at(name) : at::zeros_like(x);
+      });
+    };
+    const int64_t last = spd.num_steps() - 1;
+    const TensorTree hvp0 = hessian_vector_product(spd, initial, 0, w, share(initial));
+    const TensorTree hvpN = hessian_vector_product(spd, result.final_state, last, w, share(result.final_state));
+    Assembly outputs;
+    for (const TensorTree* tree :
+         std::initializer_list<const TensorTree*>{&result.query_gradient, &hvp0, &hvpN, &result.final_state.params}) {
+      outputs.add(*tree, p.initial_params);
+    }
+    outputs.add(result.final_state.persistent, p.initial_sources);
+    const std::vector<TensorTree> full = outputs.full_trees(leader, world);
+    append_trained_outputs(out, n, full[0], full[1], full[2], full[3], full[4], result.scores);
   }
-  outputs.add(result.final_state.persistent, p.initial_sources);
-  const std::vector<TensorTree> full = outputs.full_trees(leader, world);
   spd.finish();
-  return spd_outputs(sum_lengths(settings, p), grads, full[0], full[1], full[2], full[3], full[4], result.scores);
+  return out;
 }
 
 ReferenceRun run_reference_spd(const CheckSettings& settings) {
@@ -185,12 +198,13 @@ ReferenceRun run_reference_spd(const CheckSettings& settings) {
   }
   const TensorTree v = hvp_direction(p.initial_params, settings.seed);
   const int64_t last = p.stream->num_steps() - 1;
+  const SumLengths n = sum_lengths(settings, p);
   ReferenceRun run;
-  run.outputs =
-      spd_outputs(sum_lengths(settings, p), grads, reference::spd_query_gradient(setup, unrolled.final_params),
-                  reference::spd_batch_hvp(setup, p.initial_params, p.initial_sources, w, 0, v),
-                  reference::spd_batch_hvp(setup, unrolled.final_params, unrolled.final_sources, w, last, v),
-                  unrolled.final_params, unrolled.final_sources, unrolled.scores);
+  run.outputs = spd_grad_outputs(n, grads);
+  append_trained_outputs(run.outputs, n, reference::spd_query_gradient(setup, unrolled.final_params),
+                         reference::spd_batch_hvp(setup, p.initial_params, p.initial_sources, w, 0, v),
+                         reference::spd_batch_hvp(setup, unrolled.final_params, unrolled.final_sources, w, last, v),
+                         unrolled.final_params, unrolled.final_sources, unrolled.scores);
   for (size_t t = 0; t < unrolled.step_params.size(); ++t) {
     run.states.push_back(TrainState{unrolled.step_params[t], {}, unrolled.step_sources[t]});
   }

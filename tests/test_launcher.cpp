@@ -3,18 +3,28 @@
 // that ignores SIGCHLD, with a rank stopped by SIGSTOP, with too many ranks.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <future>
+#include <iostream>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "lib/core/error.h"
 #include "lib/distributed/runtime/launcher.h"
+#include "lib/distributed/runtime/progress.h"
+#include "lib/distributed/runtime/runtime.h"
 #include "tests/support.h"
 
 namespace magic {
@@ -273,6 +283,135 @@ TEST(Launcher, AProgramThatCannotBeExecutedIsTwo) {
   EXPECT_EQ(dist::spawn_ranks(options, log), 2);
   EXPECT_NE(log.str().find("exited with code 127 (the program could not be executed)"), std::string::npos) << log.str();
   EXPECT_NE(log.str().find("cannot execute /nonexistent/rank-program"), std::string::npos) << log.str();
+}
+
+// spawn_ranks with `rank_main`, run by a helper process forked from this test (so that the
+// launcher has no other thread, as in magic-check; a test process may have several). Every rank
+// would execute /bin/false if it were executed rather than forked. The helper's stdout goes to
+// `stdout_path`; its launcher log is returned.
+Spawned spawn_forked(const std::function<int()>& rank_main, int64_t world_size, const std::string& stdout_path) {
+  const std::string log_path = stdout_path + ".launcher-log";
+  const auto start = Clock::now();
+  const pid_t helper = fork();
+  if (helper == 0) {
+    const int out = ::open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(out, STDOUT_FILENO);
+    std::cout << "written before the fork, unflushed\n";  // must appear once, not once per rank
+    dist::SpawnOptions options;
+    options.program = "/bin/false";
+    options.argv = {"false"};
+    options.world_size = world_size;
+    options.timeout = 5s;
+    options.name = "launcher-test";
+    options.log_root = logs_root();
+    options.rank_main = rank_main;
+    std::ofstream log(log_path);
+    int code = 99;
+    try {
+      code = dist::spawn_ranks(options, log);
+    } catch (const std::exception& e) {
+      log << "threw: " << e.what() << "\n";
+    }
+    log.close();
+    std::cout.flush();
+    std::_Exit(code);
+  }
+  int status = 0;
+  waitpid(helper, &status, 0);
+  Spawned out;
+  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  out.log = testing::read_file(log_path);
+  return out;
+}
+
+TEST(Launcher, RanksForkedFromASingleThreadedLauncherEnterTheProgramWithTheirVariables) {
+  const std::string dir = fresh_dir("forked");
+  const auto rank_main = [dir] {
+    const std::string rank = std::getenv("RANK");
+    std::ofstream(dir + "/rank-" + rank) << rank << " " << std::getenv("WORLD_SIZE") << " "
+                                         << std::getenv("MASTER_PORT") << " " << getpid() << "\n";
+    std::cout << "rank " << rank << " says hello\n";  // rank 0's stdout is the launcher's
+    return rank == "0" ? 1 : 0;                       // 1: "a check failed", rank 0's verdict
+  };
+  const Spawned o = spawn_forked(rank_main, 3, dir + "/stdout");
+  EXPECT_EQ(o.exit_code, 1) << "rank 0's code (2 if /bin/false had been executed)\n" << o.log;
+  std::set<std::string> pids, ports;
+  for (int r = 0; r < 3; ++r) {
+    std::istringstream fields(testing::read_file(dir + "/rank-" + std::to_string(r)));
+    std::string rank, world, port, pid;
+    fields >> rank >> world >> port >> pid;
+    EXPECT_EQ(rank, std::to_string(r));
+    EXPECT_EQ(world, "3");
+    EXPECT_NE(port, "0") << "the store's port, sent after the fork";
+    ports.insert(port);
+    pids.insert(pid);
+  }
+  EXPECT_EQ(ports.size(), 1u);
+  EXPECT_EQ(pids.size(), 3u) << "one process per rank";
+  const std::string out = testing::read_file(dir + "/stdout");
+  EXPECT_EQ(out, "written before the fork, unflushed\nrank 0 says hello\n");
+}
+
+TEST(Launcher, ALauncherWithAnotherThreadExecutesTheProgramInsteadOfForking) {
+  const std::string dir = fresh_dir("not-forked");
+  std::promise<void> release;
+  std::thread other([future = release.get_future()] { future.wait(); });
+  dist::SpawnOptions options;
+  options.program = "/bin/sh";
+  options.argv = {"sh", "-c", "touch " + dir + "/executed-$RANK"};
+  options.world_size = 2;
+  options.name = "launcher-test";
+  options.log_root = logs_root();
+  options.rank_main = [dir] {
+    std::ofstream(dir + "/forked");
+    return 0;
+  };
+  std::ostringstream log;
+  const int code = dist::spawn_ranks(options, log);
+  release.set_value();
+  other.join();
+  EXPECT_EQ(code, 0) << log.str();
+  EXPECT_TRUE(fs::exists(dir + "/executed-0"));
+  EXPECT_TRUE(fs::exists(dir + "/executed-1"));
+  EXPECT_FALSE(fs::exists(dir + "/forked")) << "forked although another thread was running";
+}
+
+// Rank 1 dies by SIGKILL; rank 0, "waiting in all_gather", fails because of it and exits at once,
+// mostly within the launcher's same 50 ms poll: the peer that was killed is the cause, whichever
+// of the two the poll happened to see first.
+TEST(Launcher, ARankThatFailsWaitingForAKilledPeerDoesNotHideThePeer) {
+  const std::string pids_dir = fresh_dir("waiter");
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    fs::remove_all(pids_dir);
+    fs::create_directories(pids_dir);
+    setenv("MAGIC_PID_DIR", pids_dir.c_str(), 1);
+    const auto rank_main = [pids_dir] {
+      const dist::Rendezvous r = dist::Rendezvous::from_env();
+      dist::write_rank_pid_file(r.rank);
+      if (r.rank == 1) raise(SIGKILL);
+      c10d::TCPStoreOptions client;
+      client.port = static_cast<uint16_t>(r.master_port);
+      client.isServer = false;
+      client.waitWorkers = false;
+      c10d::TCPStore store(r.master_addr, client);
+      dist::write_progress(store, 0, {true, "REPLAY step 3", "all_gather on group 'world'"});
+      const pid_t peer = wait_for_pids(pids_dir, 2)[1];
+      for (;;) {  // until the peer is a zombie or reaped
+        const std::string stat = testing::read_file("/proc/" + std::to_string(peer) + "/stat");
+        const size_t paren = stat.rfind(')');
+        if (stat.empty() || (paren != std::string::npos && stat.substr(paren + 2, 1) == "Z")) break;
+        std::this_thread::sleep_for(1ms);
+      }
+      std::cerr << "launcher-test: rank 0: distributed failure: all_gather failed: a peer died\n";
+      return 2;
+    };
+    const Spawned o = spawn_forked(rank_main, 2, pids_dir + "/stdout");
+    unsetenv("MAGIC_PID_DIR");
+    EXPECT_EQ(o.exit_code, 2) << o.log;
+    EXPECT_NE(o.log.find("rank 1 of 2"), std::string::npos) << o.log;
+    EXPECT_NE(o.log.find("was killed by signal 9 (SIGKILL)"), std::string::npos) << o.log;
+  }
 }
 
 TEST(Launcher, AWorldAboveTheLimitIsRefusedBeforeAnyFork) {

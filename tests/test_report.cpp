@@ -2,6 +2,8 @@
 // parses with one testcase per row and a failure element exactly where a row failed.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "lib/io/report.h"
 #include "tests/support.h"
 #include "tests/xml_reader.h"
@@ -24,7 +26,7 @@ CheckReport sample_report() {
   r.rows.push_back(make_check_row("hvp", "theta_<0> & \"N\"", ref * 4, ref, 1e-9, factors));
   r.bite_mode = true;
   r.bite.push_back({"extra-divide-scores", "scores / dp", "scores", "1/dp", "scores", "1/dp", "1/dp", true});
-  r.bite.push_back({"missing-reduce", "no reduce", "grad", "", "", "", "", false});
+  r.bite.push_back({"missing-reduce", "no reduce", "grad", "", "", "", "through grad", false});
   return r;
 }
 
@@ -67,6 +69,17 @@ TEST(Report, JunitIsWellFormedAndMatchesTheRows) {
   ASSERT_EQ(bite.size(), 2u);
   EXPECT_TRUE(bite[0]->all("failure").empty());
   EXPECT_EQ(bite[1]->all("failure").size(), 1u);
+}
+
+TEST(Report, AMissedMutationSaysHowFarItsRunWent) {
+  const CheckReport report = sample_report();  // missing-reduce: nothing failed, levels through grad run
+  std::ostringstream text;
+  print_report(report, text);
+  EXPECT_NE(text.str().find("nothing failed through grad"), std::string::npos) << text.str();
+  const auto root = testing::parse_xml(junit_xml(report));
+  auto bite = root->all("testsuite")[1]->all("testcase");
+  ASSERT_EQ(bite[1]->all("failure").size(), 1u);
+  EXPECT_EQ(bite[1]->all("failure")[0]->text, "observed no failure through grad");
 }
 
 TEST(XmlReader, RejectsMalformedDocuments) {

@@ -166,10 +166,8 @@ int run_rank(const Command& c, const dist::Runtime& runtime) {
   return report.exit_code();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  magic::keep_freed_memory_in_process();  // lib/core/allocator.h
+// main(), also entered by each spawned rank forked from the launcher (RankProgram::entry).
+int check_main(int argc, char** argv) {
   const std::string who = dist::running_as_rank() ? str_cat("magic-check: rank ", std::getenv("RANK")) : "magic-check";
   // One line for the user (the launcher relays a rank's last such line); a backtrace goes to the
   // rank's log only.
@@ -181,8 +179,9 @@ int main(int argc, char** argv) {
   };
   try {
     int early_exit = -1;
-    const Command command = parse(argc, argv, early_exit);
+    Command command = parse(argc, argv, early_exit);
     if (early_exit >= 0) return early_exit;
+    command.program.entry = check_main;
     return dist::run_rank_program(command.program, argc, argv,
                                   [&](const dist::Runtime& runtime) { return run_rank(command, runtime); });
   } catch (const InputError& e) {
@@ -192,4 +191,11 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return fail("failed", e);
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  magic::keep_freed_memory_in_process();  // lib/core/allocator.h
+  return check_main(argc, argv);
 }

@@ -326,10 +326,13 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
   return settling(lease, f, [&] { return attribute_with(f, config, runtime, std::move(problem), options); });
 }
 
+int run_main(int argc, char** argv);
+
 int run(int argc, char** argv) {
   int early_exit = -1;
-  const Flags flags = parse(argc, argv, early_exit);
+  Flags flags = parse(argc, argv, early_exit);
   if (early_exit >= 0) return early_exit;
+  if (flags.program) flags.program->entry = run_main;
   if (!flags.program) return attribute(flags, nullptr);
   if (!dist::running_as_rank()) {
     // Load the config here too, so a bad one is reported once, before any rank starts.
@@ -352,11 +355,8 @@ int run(int argc, char** argv) {
                                 [&](const dist::Runtime& runtime) { return attribute(flags, &runtime); });
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  magic::keep_freed_memory_in_process();  // lib/core/allocator.h
-  using namespace magic;
+// main(), also entered by each spawned rank forked from the launcher (RankProgram::entry).
+int run_main(int argc, char** argv) {
   const bool rank = dist::running_as_rank();
   const std::string who = rank ? str_cat("magic-run: rank ", std::getenv("RANK")) : "magic-run";
   // One line for the user (the launcher relays a rank's last line); a backtrace goes to the rank's log.
@@ -382,4 +382,11 @@ int main(int argc, char** argv) {
     say("failed", e);
     return kExitBadInput;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  magic::keep_freed_memory_in_process();  // lib/core/allocator.h
+  return run_main(argc, argv);
 }

@@ -28,6 +28,11 @@ nlohmann::ordered_json number(double v) {
   return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
 }
 
+// "nothing failed through grad": a bite run that computed its levels up to the expected one.
+std::string join_nonempty(const std::string& head, const std::string& tail) {
+  return tail.empty() ? head : head + " " + tail;
+}
+
 std::string pad(const std::string& text, size_t width) {
   // Pads by display width: the diagnosis may hold "≈" (3 bytes, 1 column).
   size_t columns = 0;
@@ -142,8 +147,8 @@ void print_report(const CheckReport& r, std::ostream& out) {
     std::vector<std::string> blurred;
     for (const auto& b : r.bite) {
       caught += b.caught;
-      std::string observed =
-          b.observed_level.empty() ? "nothing failed" : b.observed_level + ": " + b.observed_diagnosis;
+      std::string observed = b.observed_level.empty() ? join_nonempty("nothing failed", b.observed_diagnosis)
+                                                      : b.observed_level + ": " + b.observed_diagnosis;
       out << pad(b.mutation, 33) << pad(expected_text(b), 21) << pad(observed, 64) << (b.caught ? "yes" : "NO") << "\n";
       if (b.caught && !b.factor_distinct) blurred.push_back(b.mutation + " (" + b.observed_factor + ")");
     }
@@ -280,8 +285,8 @@ std::string junit_xml(const CheckReport& r) {
         continue;
       }
       x << ">\n      <failure message=\"" << xml_escape("not caught with " + expected_text(b)) << "\">"
-        << xml_escape("observed " +
-                      (b.observed_level.empty() ? "no failure" : b.observed_level + ": " + b.observed_diagnosis))
+        << xml_escape("observed " + (b.observed_level.empty() ? join_nonempty("no failure", b.observed_diagnosis)
+                                                              : b.observed_level + ": " + b.observed_diagnosis))
         << "</failure>\n    </testcase>\n";
     }
     x << "  </testsuite>\n";

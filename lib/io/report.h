@@ -16,6 +16,8 @@ namespace magic {
 struct BiteOutcome {
   std::string mutation, description;
   std::string expected_level, expected_factor;
+  // Nothing failed: observed_level is empty, and under --bite the diagnosis says how far the run
+  // went ("through grad": a mutation's run computes its levels up to the expected one).
   std::string observed_level, observed_factor, observed_diagnosis;
   bool caught = false;
   // False when the observed scale is also the value of another named size ("x n_per_block =

@@ -79,6 +79,7 @@ MagicResult run_magic(const StepFunction& step, const QueryFunction& query, cons
     if (options.stop_on_non_finite) require_finite(result.query_gradient.with_prefix("dQ/d"), "query gradient");
   }
 
+  if (!options.replay) return result;
   start = std::chrono::steady_clock::now();
   ReplayObserver replay_observer = options.on_replay_step;
   if (options.stop_on_non_finite) {

@@ -24,6 +24,7 @@ struct MagicOptions {
   CheckpointSchedule schedule = CheckpointSchedule::kSqrt;
   std::optional<std::string> spill_dir;  // spill checkpoints to disk under this directory
   bool per_query = false;                // one REPLAY per query: scores [Q, ...w.shape]
+  bool replay = true;                    // false: train and take the query gradient only (scores undefined)
   StepObserver on_step;                  // sees every forward-training step
   ReplayObserver on_replay_step;         // sees every REPLAY step (per-query: every query's)
   // Stop at the first value that is not finite (finite_guard.h): a training step's gradient or

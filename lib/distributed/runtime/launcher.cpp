@@ -15,7 +15,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
+#include <iostream>
 #include <map>
 #include <optional>
 #include <thread>
@@ -223,9 +225,13 @@ Verdict judge(const std::vector<RankProcess>& ranks, const RankProcess* first_fa
                              past_timeout ? str_cat(" and did not resume within ", seconds, " s") : "")};
   }
   if (first_failure == nullptr || first_failure->lost) return {};
-  // A rank that failed while waiting in a collective waited for someone: a live rank that is not
-  // waiting (in a loop, or a deadlock outside our collectives) is the one that stopped.
+  // A rank that failed while waiting in a collective waited for someone: a rank killed by a
+  // signal (its death seen in the same poll as the waiter's exit), else a live rank that is not
+  // waiting (in a loop, or a deadlock outside our collectives), is the one that stopped.
   if (!progress[first_failure->rank].waiting.empty()) {
+    for (const auto& r : ranks) {
+      if (r.done && !r.lost && WIFSIGNALED(r.status)) return {&r, describe_status(r)};
+    }
     for (const auto& r : ranks) {
       if (!r.done && progress[r.rank].waiting.empty()) {
         return {&r, str_cat("stopped making progress (not waiting in any collective while rank ", first_failure->rank,
@@ -261,6 +267,54 @@ std::optional<std::vector<RankProgress>> read_progress_within(c10::intrusive_ptr
   return result.get();
 }
 
+// Whether this process runs a single thread (/proc/self/task lists one entry per thread).
+bool only_thread() {
+  std::error_code ec;
+  int threads = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/task", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++threads;
+  }
+  return !ec && threads == 1;
+}
+
+// A forked rank: waits for the store's port, takes the rank's variables (as an exec'd rank gets
+// them in its environment), enters the program and exits with its code. Never returns into the launcher's stack: an
+// exception is a failed rank.
+[[noreturn]] void run_forked_rank(int port_fd, const std::vector<std::string>& dropped_keys,
+                                  const std::vector<std::string>& vars, const std::function<int()>& rank_main) {
+  std::string port;
+  char buffer[16];
+  for (ssize_t n; (n = read(port_fd, buffer, sizeof(buffer))) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) std::_Exit(kExitBadInput);
+    port.append(buffer, static_cast<size_t>(n));
+  }
+  close(port_fd);
+  if (port.empty()) std::_Exit(kExitBadInput);  // the launcher could not start the store
+  for (const auto& key : dropped_keys) unsetenv(key.c_str());
+  for (const auto& kv : vars) {
+    const size_t eq = kv.find('=');
+    const std::string key = kv.substr(0, eq);
+    setenv(key.c_str(), key == "MASTER_PORT" ? port.c_str() : kv.c_str() + eq + 1, 1);
+  }
+  int code = kExitBadInput;
+  try {
+    code = rank_main();
+  } catch (const std::exception& e) {
+    std::cerr << "rank failed: " << e.what() << std::endl;
+  } catch (...) {
+    std::cerr << "rank failed with an unknown exception" << std::endl;
+  }
+  // Flushed, then out without the static destructors: LibTorch's unregister every operator,
+  // writing to dispatcher tables this process shares copy-on-write with the launcher (a copied
+  // page each, ~0.3 s per rank); the rank's own objects are gone with rank_main's scope.
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
+
 }  // namespace
 
 bool running_as_rank() {
@@ -284,22 +338,26 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
   SignalDispositions signals;
   LogDirectory logs(options.log_root);
 
-  c10d::TCPStoreOptions store_options;
-  store_options.port = 0;  // any free port
-  store_options.isServer = true;
-  store_options.waitWorkers = false;
-  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options);
-  const int port = store->getPort();
-  for (int r = 0; r < world_size; ++r) write_progress(*store, r, {true, "startup", ""});
+  // Ranks forked from this process (options.rank_main) skip loading the binary and LibTorch again
+  // (~0.6 s of CPU each). Only a process with no other thread forks safely without exec (a
+  // lock another thread held stays held in the child), so they are forked before the store (its
+  // server is a thread) and read its port from a pipe; with any thread here, every rank execs.
+  const bool forked = options.rank_main && only_thread();
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);  // else the children would write what is buffered here a second time
 
-  // Everything the children need is prepared before fork: only async-signal-safe calls after.
+  // Everything the children need is prepared before fork: only async-signal-safe calls after
+  // (forked ranks: after their port arrives, and with no other thread to hold a lock).
   std::vector<std::string> base_env;
+  std::vector<std::string> dropped_keys;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry = *e;
     const std::string key = entry.substr(0, entry.find('='));
     if (key == "RANK" || key == "WORLD_SIZE" || key == "LOCAL_RANK" || key == "LOCAL_WORLD_SIZE" ||
         key == "MASTER_ADDR" || key == "MASTER_PORT" || key == "TORCHELASTIC_USE_AGENT_STORE" ||
         key == "TORCHELASTIC_RESTART_COUNT" || key == "MAGIC_RANK_LOG") {
+      dropped_keys.push_back(key);
       continue;
     }
     base_env.push_back(entry);
@@ -309,33 +367,62 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
   for (auto& a : argv_storage) child_argv.push_back(a.data());
   child_argv.push_back(nullptr);
 
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  int port = 0;
+  const auto start_store = [&] {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = 0;  // any free port
+    store_options.isServer = true;
+    store_options.waitWorkers = false;
+    store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options);
+    port = store->getPort();
+    for (int r = 0; r < world_size; ++r) write_progress(*store, r, {true, "startup", ""});
+  };
+  if (!forked) start_store();
+
   std::vector<RankProcess> ranks(world_size);
+  std::vector<int> port_pipes;  // forked ranks: the write end of each rank's pipe
+  const auto give_up = [&](const std::string& what) {
+    for (int fd : port_pipes) close(fd);
+    stop_all(ranks);
+    throw DistributedError(what);
+  };
   for (int r = 0; r < world_size; ++r) {
     ranks[r].rank = r;
     ranks[r].log_path = str_cat(logs.path(), "/rank-", r, ".log");
+    const std::vector<std::string> rank_vars = {
+        str_cat("RANK=", r),
+        str_cat("LOCAL_RANK=", r),
+        str_cat("WORLD_SIZE=", world_size),
+        str_cat("LOCAL_WORLD_SIZE=", world_size),
+        std::string("MASTER_ADDR=127.0.0.1"),
+        str_cat("MASTER_PORT=", port),  // forked ranks: replaced by the port read from the pipe
+        std::string("TORCHELASTIC_USE_AGENT_STORE=True"),
+        str_cat("MAGIC_RANK_LOG=", ranks[r].log_path)};
     std::vector<std::string> env = base_env;
-    for (const auto& kv :
-         {str_cat("RANK=", r), str_cat("LOCAL_RANK=", r), str_cat("WORLD_SIZE=", world_size),
-          str_cat("LOCAL_WORLD_SIZE=", world_size), std::string("MASTER_ADDR=127.0.0.1"), str_cat("MASTER_PORT=", port),
-          std::string("TORCHELASTIC_USE_AGENT_STORE=True"), str_cat("MAGIC_RANK_LOG=", ranks[r].log_path)}) {
-      env.push_back(kv);
-    }
+    env.insert(env.end(), rank_vars.begin(), rank_vars.end());
     std::vector<char*> envp;
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
     const std::string exec_failed = str_cat(name, ": rank ", r, ": cannot execute ", options.program, "\n");
     const int log_fd = open(ranks[r].log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (log_fd < 0) {
-      stop_all(ranks);
-      throw DistributedError(str_cat("launcher: cannot create ", ranks[r].log_path, ": ", std::strerror(errno)));
+    if (log_fd < 0) give_up(str_cat("launcher: cannot create ", ranks[r].log_path, ": ", std::strerror(errno)));
+    int port_pipe[2] = {-1, -1};
+    if (forked && pipe2(port_pipe, O_CLOEXEC) != 0) {
+      const int error = errno;
+      close(log_fd);
+      give_up(str_cat("launcher: cannot create a pipe for rank ", r, ": ", std::strerror(error)));
     }
     const pid_t parent = getpid();
     const pid_t pid = fork();
     if (pid < 0) {
       const int error = errno;
       close(log_fd);
-      stop_all(ranks);
-      throw DistributedError(str_cat("launcher: fork failed for rank ", r, ": ", std::strerror(error)));
+      if (forked) {
+        close(port_pipe[0]);
+        close(port_pipe[1]);
+      }
+      give_up(str_cat("launcher: fork failed for rank ", r, ": ", std::strerror(error)));
     }
     if (pid == 0) {
       setpgid(0, 0);
@@ -351,6 +438,11 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
       sigprocmask(SIG_SETMASK, &none, nullptr);
       dup2(log_fd, STDERR_FILENO);
       if (r != 0) dup2(log_fd, STDOUT_FILENO);
+      if (forked) {
+        for (int fd : port_pipes) close(fd);
+        close(port_pipe[1]);
+        run_forked_rank(port_pipe[0], dropped_keys, rank_vars, options.rank_main);
+      }
       execve(options.program.c_str(), child_argv.data(), envp.data());
       [[maybe_unused]] const ssize_t written = write(STDERR_FILENO, exec_failed.data(), exec_failed.size());
       _exit(127);
@@ -358,6 +450,23 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
     setpgid(pid, pid);
     close(log_fd);
     ranks[r].pid = pid;
+    if (forked) {
+      close(port_pipe[0]);
+      port_pipes.push_back(port_pipe[1]);
+    }
+  }
+  if (forked) {
+    try {
+      start_store();
+    } catch (const std::exception& e) {
+      give_up(str_cat("launcher: cannot start the store: ", e.what()));
+    }
+    const std::string text = std::to_string(port);
+    for (int fd : port_pipes) {
+      [[maybe_unused]] const ssize_t written = write(fd, text.data(), text.size());
+      close(fd);
+    }
+    port_pipes.clear();
   }
 
   // Supervise: a failure, a rank stopped past the timeout, an unreadable status or an interrupt

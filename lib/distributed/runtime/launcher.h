@@ -1,6 +1,8 @@
 // The built-in launcher (--launch spawn): runs a command line as world_size rank processes on
 // loopback, with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1,
 // MASTER_PORT) and a TCPStore hosted here (TORCHELASTIC_USE_AGENT_STORE), and supervises them:
+//  - ranks are forked from this process and enter the program's main (rank_main) when it has no
+//    other thread, else they execute the program (see SpawnOptions::rank_main);
 //  - rank 0's stdout is passed through; every rank's stderr (and the other ranks' stdout) goes
 //    to a per-rank log (MAGIC_RANK_LOG tells the rank its path); rank 0's log is copied to the
 //    launcher's log stream at the end of a run in which no rank failed;
@@ -16,6 +18,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -35,6 +38,10 @@ struct SpawnOptions {
   std::chrono::milliseconds timeout{60000};
   std::string name = "magic-check";  // how the launcher's messages begin
   std::string log_root;              // where the per-rank log directory goes ($TMPDIR or /tmp)
+  // The program's own entry (its main, which reads RANK and the rest from the environment): when
+  // set, ranks are forked from this process and enter it, instead of executing `program`, if
+  // this process has no other thread (else they execute `program`, which must be this binary).
+  std::function<int()> rank_main;
 };
 
 // True inside a rank process (RANK is set: launched by us, torchrun or srun).

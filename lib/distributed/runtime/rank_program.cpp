@@ -56,6 +56,7 @@ int run_rank_program(const RankProgram& program, int argc, char** argv,
   spawn.world_size = program.topology.world_size();
   spawn.timeout = program.timeout;
   spawn.name = program.name;
+  if (program.entry) spawn.rank_main = [&program, argc, argv] { return program.entry(argc, argv); };
   return spawn_ranks(spawn, std::cerr);
 }
 

@@ -1,11 +1,11 @@
 // How magic-check and magic-run become a distributed program: the same command line runs as the
-// launcher (--launch spawn: start world_size ranks of this binary on loopback, launcher.h) and
-// as each rank (RANK is set, by our launcher, torchrun or srun: connect and run the body).
-// --launch threads (magic-check only) runs the ranks as threads of this process instead, each
-// with its own Runtime and Gloo groups over an in-memory store: the same collectives without a
-// process start per rank (about 0.6 s each with Debian's LibTorch), for a pre-commit hook. It
-// gives up what separate processes give: a rank that hangs outside a collective is not stopped
-// (collectives still time out), and a crash takes every rank with it.
+// launcher (--launch spawn: start world_size ranks of this binary on loopback, forked from this
+// process where it can, launcher.h) and as each rank (RANK is set, by our launcher, torchrun or
+// srun: connect and run the body). --launch threads (magic-check only) runs the ranks as threads
+// of this process instead, each with its own Runtime and Gloo groups over an in-memory store: the
+// same collectives without a process per rank. It gives up what separate processes give: a rank
+// that hangs outside a collective is not stopped (collectives still time out), and a crash takes
+// every rank with it.
 #pragma once
 
 #include <chrono>
@@ -26,6 +26,9 @@ struct RankProgram {
   TopologySpec topology = TopologySpec::parse("dp=1");
   BackendKind backend = BackendKind::kGloo;
   std::chrono::milliseconds timeout{60000};
+  // The tool's main: with it, spawned ranks are forked from the launcher and enter it with RANK
+  // set (launcher.h's rank_main), skipping a second load of the binary and LibTorch.
+  std::function<int(int, char**)> entry;
 
   // Throws InputError for a launch mode other than spawn|env (|threads where allowed), and for
   // a world the built-in launcher does not start (naming --topology and the way out), before
