@@ -279,8 +279,8 @@ bool only_thread() {
 }
 
 // A forked rank: waits for the store's port, takes the rank's variables (as an exec'd rank gets
-// them in its environment), enters the program and exits with its code. Never returns into the launcher's stack: an
-// exception is a failed rank.
+// them in its environment), enters the program and exits with its code. Never returns into the
+// launcher's stack: an exception is a failed rank.
 [[noreturn]] void run_forked_rank(int port_fd, const std::vector<std::string>& dropped_keys,
                                   const std::vector<std::string>& vars, const std::function<int()>& rank_main) {
   std::string port;
@@ -384,6 +384,9 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
   std::vector<int> port_pipes;  // forked ranks: the write end of each rank's pipe
   const auto give_up = [&](const std::string& what) {
     for (int fd : port_pipes) close(fd);
+    // Only the ranks started so far: a pid of -1 would signal process 1 and wait for any child.
+    ranks.erase(std::remove_if(ranks.begin(), ranks.end(), [](const RankProcess& r) { return r.pid <= 0; }),
+                ranks.end());
     stop_all(ranks);
     throw DistributedError(what);
   };
@@ -439,6 +442,7 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
       dup2(log_fd, STDERR_FILENO);
       if (r != 0) dup2(log_fd, STDOUT_FILENO);
       if (forked) {
+        close(log_fd);
         for (int fd : port_pipes) close(fd);
         close(port_pipe[1]);
         run_forked_rank(port_pipe[0], dropped_keys, rank_vars, options.rank_main);
@@ -461,11 +465,17 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
     } catch (const std::exception& e) {
       give_up(str_cat("launcher: cannot start the store: ", e.what()));
     }
+    // A rank already dead has closed its pipe: EPIPE, not SIGPIPE (the supervision below names it).
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    struct sigaction saved {};
+    sigaction(SIGPIPE, &ignore, &saved);
     const std::string text = std::to_string(port);
     for (int fd : port_pipes) {
       [[maybe_unused]] const ssize_t written = write(fd, text.data(), text.size());
       close(fd);
     }
+    sigaction(SIGPIPE, &saved, nullptr);
     port_pipes.clear();
   }
 
