@@ -1,5 +1,7 @@
 #include "checks/run_check.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <chrono>
 #include <functional>
@@ -18,10 +20,6 @@ PipelineOutputs run_distributed(const CheckSettings& s, const dist::Runtime& run
                                 const ReferenceRun& reference) {
   return s.resolved_workload() == "lm" ? run_distributed_lm(s, runtime, mutation, reference.states)
                                        : run_distributed_spd(s, runtime, mutation, reference.states);
-}
-
-ReferenceRun run_reference(const CheckSettings& s) {
-  return s.resolved_workload() == "lm" ? run_reference_lm(s) : run_reference_spd(s);
 }
 
 // Why the AVG convention failed, with the shard label counts that make it inexact ("" if equal).
@@ -52,6 +50,28 @@ std::string unjudged_level(const std::vector<CheckRow>& clean, const std::string
 
 }  // namespace
 
+// Under a low-precision policy the reference runs twice: with the policy (the candidate's teacher
+// and partner) and in fp64 (the golden run both are measured against).
+ReferenceRuns run_references(const CheckSettings& s) {
+  const auto run = [](const CheckSettings& settings) {
+    return settings.resolved_workload() == "lm" ? run_reference_lm(settings) : run_reference_spd(settings);
+  };
+  dist::set_phase("reference");
+  ReferenceRuns runs{run(s), std::nullopt};
+  if (s.precision.low_precision()) {
+    CheckSettings fp64 = s;
+    fp64.precision = PrecisionPolicy{};
+    dist::set_phase("golden reference (fp64)");
+    runs.golden = run(fp64);
+  }
+  return runs;
+}
+
+std::shared_ptr<const ReferenceRuns> references_for_ranks(const CheckSettings& settings) {
+  at::set_num_threads(1);
+  return std::make_shared<const ReferenceRuns>(run_references(settings));
+}
+
 CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime) {
   const auto start = std::chrono::steady_clock::now();
   const CheckSettings& s = request.settings;
@@ -64,21 +84,13 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime)
     mutations = plan.run;
   }
 
-  // The reference on every rank (cheap here, and it needs no communication: every rank gets the
-  // states the grad level is evaluated at); then the distributed runs, clean first (unless
-  // --mutate), then each mutation.
-  // Under a low-precision policy the reference runs twice: with the policy (the candidate's
-  // teacher and partner) and in fp64 (the golden run both are measured against).
-  dist::set_phase("reference");
-  const ReferenceRun reference = run_reference(s);
-  std::optional<ReferenceRun> golden;
-  if (s.precision.low_precision()) {
-    CheckSettings fp64 = s;
-    fp64.precision = PrecisionPolicy{};
-    dist::set_phase("golden reference (fp64)");
-    golden = run_reference(fp64);
-  }
-  const PipelineOutputs* golden_outputs = golden ? &golden->outputs : nullptr;
+  // The reference on every rank unless the launcher computed it for all (it needs no
+  // communication: every rank gets the states the grad level is evaluated at); then the
+  // distributed runs, clean first (unless --mutate), then each mutation.
+  const std::shared_ptr<const ReferenceRuns> references =
+      request.references ? request.references : std::make_shared<const ReferenceRuns>(run_references(s));
+  const ReferenceRun& reference = references->reference;
+  const PipelineOutputs* golden_outputs = references->golden ? &references->golden->outputs : nullptr;
   dist::set_phase("distributed pipeline");
   std::vector<PipelineOutputs> runs;
   if (request.mode != CheckMode::kMutate) {

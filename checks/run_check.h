@@ -1,9 +1,13 @@
-// One magic-check run on this rank: the distributed pipeline for the clean run, the one planted
-// mutation (--mutate) or every mutation that applies (--bite); then, on rank 0, the reference,
-// the comparison rows and the bite verdicts.
+// One magic-check run on this rank: the single-process reference (unless given), the distributed
+// pipeline for the clean run, the one planted mutation (--mutate) or every mutation that applies
+// (--bite); then, on rank 0, the comparison rows and the bite verdicts.
 #pragma once
 
+#include <memory>
+#include <optional>
 #include <string>
+
+#include "checks/pipeline_outputs.h"
 
 #include "checks/check_settings.h"
 #include "lib/distributed/runtime/runtime.h"
@@ -13,10 +17,26 @@ namespace magic::checks {
 
 enum class CheckMode { kPlain, kMutate, kBite };
 
+// The single-process runs a check is judged against: the reference and, under a low-precision
+// policy, the fp64 golden run. A function of the settings alone, with no communication.
+struct ReferenceRuns {
+  ReferenceRun reference;
+  std::optional<ReferenceRun> golden;
+};
+ReferenceRuns run_references(const CheckSettings& settings);
+
+// run_references as a launcher computes it for ranks that will share its memory: with one
+// intra-op thread, as each rank runs (the same numbers), which also starts no thread in the
+// launcher, so that its ranks can still be forked (launcher.h).
+std::shared_ptr<const ReferenceRuns> references_for_ranks(const CheckSettings& settings);
+
 struct CheckRequest {
   CheckSettings settings;
   CheckMode mode = CheckMode::kPlain;
   std::string mutation;  // kMutate only
+  // run_references(settings), computed once by a launcher whose ranks share its memory (forked or
+  // threads); null: each rank computes it.
+  std::shared_ptr<const ReferenceRuns> references;
 };
 
 // Every rank calls it. Rank 0 gets the full report; other ranks an empty one (exit code 0).

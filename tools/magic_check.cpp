@@ -4,12 +4,14 @@
 #include <CLI/CLI.hpp>
 
 #include <iostream>
+#include <memory>
 
 #include "checks/mutations.h"
 #include "checks/run_check.h"
 #include "lib/core/allocator.h"
 #include "lib/core/dtype.h"
 #include "lib/core/error.h"
+#include "lib/core/process_exit.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/progress.h"
 #include "lib/distributed/runtime/rank_program.h"
@@ -166,8 +168,9 @@ int run_rank(const Command& c, const dist::Runtime& runtime) {
   return report.exit_code();
 }
 
-// main(), also entered by each spawned rank forked from the launcher (RankProgram::entry).
-int check_main(int argc, char** argv) {
+// main(); also entered by each spawned rank forked from the launcher (RankProgram::entry), with
+// the references the launcher computed before forking.
+int check_main(int argc, char** argv, std::shared_ptr<const checks::ReferenceRuns> inherited_references) {
   const std::string who = dist::running_as_rank() ? str_cat("magic-check: rank ", std::getenv("RANK")) : "magic-check";
   // One line for the user (the launcher relays a rank's last such line); a backtrace goes to the
   // rank's log only.
@@ -181,7 +184,15 @@ int check_main(int argc, char** argv) {
     int early_exit = -1;
     Command command = parse(argc, argv, early_exit);
     if (early_exit >= 0) return early_exit;
-    command.program.entry = check_main;
+    // A forked rank enters here while this frame, in its copy of the launcher's memory, is live.
+    command.program.entry = [&command](int rank_argc, char** rank_argv) {
+      return check_main(rank_argc, rank_argv, command.request.references);
+    };
+    command.request.references = std::move(inherited_references);
+    // Once here instead of on every rank, when the ranks inherit it.
+    if (!command.request.references && dist::ranks_share_memory(command.program)) {
+      command.request.references = checks::references_for_ranks(command.request.settings);
+    }
     return dist::run_rank_program(command.program, argc, argv,
                                   [&](const dist::Runtime& runtime) { return run_rank(command, runtime); });
   } catch (const InputError& e) {
@@ -196,6 +207,6 @@ int check_main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  magic::keep_freed_memory_in_process();  // lib/core/allocator.h
-  return check_main(argc, argv);
+  magic::keep_freed_memory_in_process();                                    // lib/core/allocator.h
+  magic::exit_without_static_destructors(check_main(argc, argv, nullptr));  // lib/core/process_exit.h
 }

@@ -10,6 +10,7 @@
 #include "lib/core/allocator.h"
 #include "lib/core/error.h"
 #include "lib/core/json_fields.h"
+#include "lib/core/process_exit.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/progress.h"
 #include "lib/distributed/runtime/rank_program.h"
@@ -387,6 +388,6 @@ int run_main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  magic::keep_freed_memory_in_process();  // lib/core/allocator.h
-  return run_main(argc, argv);
+  magic::keep_freed_memory_in_process();                         // lib/core/allocator.h
+  magic::exit_without_static_destructors(run_main(argc, argv));  // lib/core/process_exit.h
 }

@@ -33,13 +33,13 @@ at::Tensor send_gates(const ThreePoolLayout& layout, const Group& world, int ran
 at::Tensor receive_gates(const ThreePoolLayout& layout, const Group& world, int rank, const at::Tensor& anchor,
                          int64_t batch, int64_t sites, int64_t components, const PortalId& id) {
   const RowRange mine = rows_of(layout, rank, batch);
-  std::vector<at::Tensor> pieces;
+  std::vector<PortalSource> sources;
   for (int source : layout.ci_ranks()) {
     const RowRange shared = overlap(mine, rows_of(layout, source, batch));
     if (shared.begin >= shared.end) continue;
-    pieces.push_back(portal_recv(anchor, {shared.size(), sites, components}, world, source, id));
+    sources.push_back({source, {shared.size(), sites, components}});
   }
-  return at::cat(pieces);
+  return at::cat(portal_recv_all(anchor, sources, world, id));
 }
 
 }  // namespace magic::dist

@@ -56,19 +56,27 @@ void post_send(const at::Tensor& x, int64_t group_id, int64_t peer, int64_t tag,
   pending[me].push_back({std::move(group), std::move(work), std::move(what)});
 }
 
-at::Tensor receive(const std::vector<int64_t>& shape, const at::TensorOptions& options, int64_t group_id, int64_t peer,
-                   int64_t tag, const std::string& name) {
-  at::Tensor y = at::empty(shape, options);
-  const std::shared_ptr<const Group> group = find_group(group_id);
+Group::PostedRecv post_receive(const std::vector<int64_t>& shape, const at::TensorOptions& options, const Group& group,
+                               int64_t peer, int64_t tag) {
+  return group.recv_async(at::empty(shape, options), static_cast<int>(peer), wire_tag(group, tag));
+}
+
+at::Tensor wait_receive(Group::PostedRecv& posted, const Group& group, int64_t peer, int64_t tag,
+                        const std::string& name) {
   try {
-    group->recv_(y, static_cast<int>(peer), wire_tag(*group, tag));
+    return group.wait_recv(posted);
   } catch (const DistributedError& e) {
-    throw DistributedError(str_cat(portal_text(name, tag), ": rank ", group->global_rank(), " waited for rank ",
-                                   group->ranks()[peer], ", which never sent (it did not reach this portal or died); ",
+    throw DistributedError(str_cat(portal_text(name, tag), ": rank ", group.global_rank(), " waited for rank ",
+                                   group.ranks()[peer], ", which never sent (it did not reach this portal or died); ",
                                    e.what()));
   }
-  return y;
 }
+
+// A tensor received before its PortalRecv node was made (portal_recv_all). Not a Tensor argument
+// to apply(), which would make it an input of the node.
+struct Received {
+  at::Tensor tensor;
+};
 
 void save_address(AutogradContext* ctx, int64_t group, int64_t peer, int64_t tag, const std::string& name) {
   ctx->saved_data["group"] = group;
@@ -92,10 +100,13 @@ struct PortalSend : Function<PortalSend> {
 
 struct PortalRecv : Function<PortalRecv> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& anchor, std::vector<int64_t> shape, int64_t group,
-                            int64_t peer, int64_t tag, std::string name) {
+                            int64_t peer, int64_t tag, std::string name, Received received) {
     save_address(ctx, group, peer, tag, name);
     ctx->saved_data["anchor_shape"] = anchor.sizes().vec();
-    return receive(shape, anchor.options(), group, peer, tag, name);
+    if (received.tensor.defined()) return received.tensor;
+    const std::shared_ptr<const Group> g = find_group(group);
+    Group::PostedRecv posted = post_receive(shape, anchor.options(), *g, peer, tag);
+    return wait_receive(posted, *g, peer, tag, name);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     // Send the cotangent back; the token is the anchor's gradient, so a higher-order pass that
@@ -104,7 +115,8 @@ struct PortalRecv : Function<PortalRecv> {
         PortalSend::apply(grad[0], ctx->saved_data["group"].toInt(), ctx->saved_data["peer"].toInt(),
                           ctx->saved_data["tag"].toInt() + 1, ctx->saved_data["name"].toStringRef());
     const auto anchor_shape = ctx->saved_data["anchor_shape"].toIntVector();
-    return {token.expand(anchor_shape), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {
+        token.expand(anchor_shape), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -113,7 +125,7 @@ variable_list PortalSend::backward(AutogradContext* ctx, variable_list) {
   const at::Tensor x = ctx->get_saved_variables()[0];
   const at::Tensor cotangent =
       PortalRecv::apply(x, x.sizes().vec(), ctx->saved_data["group"].toInt(), ctx->saved_data["peer"].toInt(),
-                        ctx->saved_data["tag"].toInt() + 1, ctx->saved_data["name"].toStringRef());
+                        ctx->saved_data["tag"].toInt() + 1, ctx->saved_data["name"].toStringRef(), Received{});
   return {cotangent, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
 }
 
@@ -133,7 +145,33 @@ at::Tensor portal_send(const at::Tensor& x, const Group& group, int peer, const 
 
 at::Tensor portal_recv(const at::Tensor& anchor, const std::vector<int64_t>& shape, const Group& group, int peer,
                        const PortalId& id) {
-  return PortalRecv::apply(anchor, shape, group.id(), static_cast<int64_t>(peer), id.tag, id.name);
+  return PortalRecv::apply(anchor, shape, group.id(), static_cast<int64_t>(peer), id.tag, id.name, Received{});
+}
+
+std::vector<at::Tensor> portal_recv_all(const at::Tensor& anchor, const std::vector<PortalSource>& sources,
+                                        const Group& group, const PortalId& id) {
+  std::vector<Group::PostedRecv> posted;
+  for (const auto& source : sources)
+    posted.push_back(post_receive(source.shape, anchor.options(), group, source.peer, id.tag));
+  std::vector<at::Tensor> received;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    try {
+      received.push_back(wait_receive(posted[i], group, sources[i].peer, id.tag, id.name));
+    } catch (...) {
+      // The transport may still write into the receives not waited for: keep them alive.
+      static std::vector<Group::PostedRecv>* abandoned = new std::vector<Group::PostedRecv>;
+      static std::mutex abandoned_mutex;
+      std::lock_guard<std::mutex> lock(abandoned_mutex);
+      abandoned->insert(abandoned->end(), posted.begin() + static_cast<std::ptrdiff_t>(i) + 1, posted.end());
+      throw;
+    }
+  }
+  std::vector<at::Tensor> out;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    out.push_back(PortalRecv::apply(anchor, sources[i].shape, group.id(), static_cast<int64_t>(sources[i].peer), id.tag,
+                                    id.name, Received{received[i]}));
+  }
+  return out;
 }
 
 void wait_portal_sends(const Group& group) {

@@ -47,6 +47,18 @@ at::Tensor portal_send(const at::Tensor& x, const Group& group, int peer, const 
 at::Tensor portal_recv(const at::Tensor& anchor, const std::vector<int64_t>& shape, const Group& group, int peer,
                        const PortalId& id);
 
+// A portal_recv's source (a rank of the group) and the shape it receives.
+struct PortalSource {
+  int peer = 0;
+  std::vector<int64_t> shape;
+};
+
+// portal_recv from each source in turn, with every receive posted before any is waited for: a
+// Gloo sender sends only once its receiver has posted, so receives made one at a time cost a
+// round trip each, one after the other.
+std::vector<at::Tensor> portal_recv_all(const at::Tensor& anchor, const std::vector<PortalSource>& sources,
+                                        const Group& group, const PortalId& id);
+
 // Waits for every send this rank (the caller's global rank in `group`) has posted. Pending sends
 // are kept per rank, not per thread: autograd may run a backward on another thread.
 void wait_portal_sends(const Group& group);

@@ -140,14 +140,21 @@ at::Tensor ThreePoolSpd::ppgd_loss(const TrainState& s, const Shard& shard, cons
                                    const SpdTermWeights& terms) const {
   const SpdConfig& c = setup_.config;
   const int64_t C = c.components;
+  // Every block rank's share, its receive posted before any is waited for.
+  std::vector<PortalSource> sources;
+  for (int64_t k = 0; k < layout_.n_blocks(); ++k) {
+    const int64_t numel = 2 * c.width * C * static_cast<int64_t>(layout_.sites_of_block(k).size());
+    for (int r : layout_.block_ranks(k)) sources.push_back({r, {numel}});
+  }
+  const std::vector<at::Tensor> parts =
+      portal_recv_all(s.params.at(kSync), sources, *groups_.world, portal_id(shard.t, kTrainComponents));
   TensorTree vu;
+  size_t next = 0;
   for (int64_t k = 0; k < layout_.n_blocks(); ++k) {
     const auto sites = layout_.sites_of_block(k);
-    const int64_t numel = 2 * c.width * C * static_cast<int64_t>(sites.size());
     at::Tensor flat;
-    for (int r : layout_.block_ranks(k)) {
-      const at::Tensor part =
-          portal_recv(s.params.at(kSync), {numel}, *groups_.world, r, portal_id(shard.t, kTrainComponents));
+    for (size_t i = 0; i < layout_.block_ranks(k).size(); ++i) {
+      const at::Tensor& part = parts[next++];
       flat = flat.defined() ? flat + part : part;
     }
     int64_t offset = 0;

@@ -200,10 +200,21 @@ void Group::wait_send(const c10::intrusive_ptr<c10d::Work>& work) const {
 }
 
 void Group::recv_(at::Tensor& tensor, int source, int tag) const {
+  PostedRecv posted = recv_async(tensor, source, tag);
+  wait_recv(posted);
+}
+
+Group::PostedRecv Group::recv_async(const at::Tensor& tensor, int source, int tag) const {
   if (tracing()) std::fprintf(stderr, "[collective] rank %d recv from %d tag %d\n", global_rank(), source, tag);
-  std::vector<at::Tensor> buffers{on_wire(tensor)};
-  wait(backend_->recv(buffers, source, tag), "recv");
-  if (!buffers[0].is_same(tensor)) tensor.copy_(buffers[0]);
+  PostedRecv posted{tensor, {on_wire(tensor)}, {}};
+  posted.work = backend_->recv(posted.wire, source, tag);
+  return posted;
+}
+
+at::Tensor Group::wait_recv(PostedRecv& posted) const {
+  wait(posted.work, "recv");
+  if (!posted.wire[0].is_same(posted.tensor)) posted.tensor.copy_(posted.wire[0]);
+  return posted.tensor;
 }
 
 void Group::barrier() const {

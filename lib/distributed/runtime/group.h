@@ -53,6 +53,16 @@ class Group {
   c10::intrusive_ptr<c10d::Work> send_async(const at::Tensor& tensor, int destination, int tag) const;
   void wait_send(const c10::intrusive_ptr<c10d::Work>& work) const;
   void recv_(at::Tensor& tensor, int source, int tag) const;
+  // A receive posted now and finished by wait_recv(), which returns the tensor received: posting
+  // several before waiting lets their messages travel at once (a Gloo sender sends only once the
+  // receive is posted, so receives made one at a time cost a round trip each).
+  struct PostedRecv {
+    at::Tensor tensor;
+    std::vector<at::Tensor> wire;
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+  PostedRecv recv_async(const at::Tensor& tensor, int source, int tag) const;
+  at::Tensor wait_recv(PostedRecv& posted) const;
   void barrier() const;
 
  private:

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "lib/core/error.h"
+#include "lib/core/process_exit.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/progress.h"
 
@@ -267,17 +268,6 @@ std::optional<std::vector<RankProgress>> read_progress_within(c10::intrusive_ptr
   return result.get();
 }
 
-// Whether this process runs a single thread (/proc/self/task lists one entry per thread).
-bool only_thread() {
-  std::error_code ec;
-  int threads = 0;
-  for (auto it = std::filesystem::directory_iterator("/proc/self/task", ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    ++threads;
-  }
-  return !ec && threads == 1;
-}
-
 // A forked rank: waits for the store's port, takes the rank's variables (as an exec'd rank gets
 // them in its environment), enters the program and exits with its code. Never returns into the
 // launcher's stack: an exception is a failed rank.
@@ -306,16 +296,22 @@ bool only_thread() {
   } catch (...) {
     std::cerr << "rank failed with an unknown exception" << std::endl;
   }
-  // Flushed, then out without the static destructors: LibTorch's unregister every operator,
-  // writing to dispatcher tables this process shares copy-on-write with the launcher (a copied
-  // page each, ~0.3 s per rank); the rank's own objects are gone with rank_main's scope.
-  std::cout.flush();
-  std::cerr.flush();
-  std::fflush(nullptr);
-  std::_Exit(code);
+  // The rank's own objects are gone with rank_main's scope; the static destructors would copy
+  // each dispatcher page this process shares with the launcher (~0.3 s per rank).
+  exit_without_static_destructors(code);
 }
 
 }  // namespace
+
+bool single_threaded_process() {
+  std::error_code ec;
+  int threads = 0;  // /proc/self/task lists one entry per thread
+  for (auto it = std::filesystem::directory_iterator("/proc/self/task", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++threads;
+  }
+  return !ec && threads == 1;
+}
 
 bool running_as_rank() {
   const char* rank = std::getenv("RANK");
@@ -342,7 +338,7 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
   // (~0.6 s of CPU each). Only a process with no other thread forks safely without exec (a
   // lock another thread held stays held in the child), so they are forked before the store (its
   // server is a thread) and read its port from a pipe; with any thread here, every rank execs.
-  const bool forked = options.rank_main && only_thread();
+  const bool forked = options.rank_main && single_threaded_process();
   std::cout.flush();
   std::cerr.flush();
   std::fflush(nullptr);  // else the children would write what is buffered here a second time
@@ -497,7 +493,7 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
       }
       return WEXITSTATUS(ranks[0].status);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 
   // Judge before stopping anyone: afterwards every live rank looks killed.

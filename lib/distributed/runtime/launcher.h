@@ -47,6 +47,9 @@ struct SpawnOptions {
 // True inside a rank process (RANK is set: launched by us, torchrun or srun).
 bool running_as_rank();
 
+// Whether this process has no thread but the calling one (then spawn_ranks forks its ranks).
+bool single_threaded_process();
+
 // Returns the exit code for the whole command: rank 0's (0 or 1) when every rank ended
 // normally, else 2 (a rank failed or stalled, a status could not be read, or we were
 // interrupted). Throws InputError, before starting anything, for a world size outside

@@ -22,6 +22,11 @@ void RankProgram::validate() const {
   }
 }
 
+bool ranks_share_memory(const RankProgram& program) {
+  if (running_as_rank()) return false;
+  return program.launch == "threads" || (program.launch == "spawn" && program.entry && single_threaded_process());
+}
+
 int run_rank_program(const RankProgram& program, int argc, char** argv,
                      const std::function<int(const Runtime&)>& body) {
   if (running_as_rank()) {
@@ -34,7 +39,9 @@ int run_rank_program(const RankProgram& program, int argc, char** argv,
                                " needs ", program.topology.world_size(), " ranks"));
     }
     auto runtime = Runtime::connect(rendezvous, program.backend, program.timeout);
-    return body(*runtime);
+    const int code = body(*runtime);
+    runtime->keep_connections_until_exit();  // this process ends with the program
+    return code;
   }
   if (program.launch == "threads") {
     at::set_num_threads(1);

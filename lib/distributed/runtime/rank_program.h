@@ -36,6 +36,12 @@ struct RankProgram {
   void validate() const;
 };
 
+// Whether the ranks run_rank_program starts from here share this process's memory, so that what
+// is computed before the call is theirs without computing it again: rank threads (--launch
+// threads), or ranks forked from here (--launch spawn with an entry, while this process has no
+// other thread). False inside a rank and for --launch env.
+bool ranks_share_memory(const RankProgram& program);
+
 // In a rank: one thread for ATen, the pid file, a WORLD_SIZE that matches the topology, the
 // connection, then `body`'s exit code. In the launcher: spawn the ranks and return the run's
 // exit code (launcher.h); --launch threads: run every rank on a thread, rank 0's code (a failed

@@ -94,6 +94,15 @@ std::shared_ptr<Group> Runtime::shared_group(const std::string& name, const std:
   return shared_groups_[key] = new_group(name, ranks);
 }
 
+void Runtime::keep_connections_until_exit() {
+  progress_.reset();
+  static auto* const kept = new std::vector<std::shared_ptr<Group>>;  // never freed: the process ends
+  kept->push_back(world_);
+  for (const auto& entry : shared_groups_) {
+    if (entry.second) kept->push_back(entry.second);
+  }
+}
+
 std::shared_ptr<Group> Runtime::new_group(const std::string& name, const std::vector<int>& ranks) const {
   const std::string unique = str_cat(name, "#", groups_created_++);
   if (std::find(ranks.begin(), ranks.end(), rank_) == ranks.end()) return nullptr;
