@@ -15,6 +15,7 @@
 
 #include "checks/lm_pipelines.h"
 #include "checks/planted_precision.h"
+#include "checks/run_check.h"
 #include "lib/core/allocator.h"
 #include "lib/core/dtype.h"
 #include "lib/core/strings.h"
@@ -76,13 +77,9 @@ int main(int argc, char** argv) {
     checks::CheckSettings s;
     s.topology = dist::TopologySpec::parse(topology);
     s.precision = PrecisionPolicy::for_compute(parse_dtype(name, "--dtypes"));
-    const checks::ReferenceRun reference = checks::run_reference_lm(s);
-    std::optional<checks::ReferenceRun> golden;
-    if (s.precision.low_precision()) {
-      checks::CheckSettings fp64 = s;
-      fp64.precision = PrecisionPolicy{};
-      golden = checks::run_reference_lm(fp64);
-    }
+    const checks::ReferenceRuns references = checks::run_references(s);
+    const checks::ReferenceRun& reference = references.reference;
+    const std::optional<checks::ReferenceRun>& golden = references.golden;
     std::cout << name << " on " << topology << ":\n";
     double smallest = -1, smallest_reference = -1;
     bool all_caught = true, reference_caught = true;

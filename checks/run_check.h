@@ -7,9 +7,8 @@
 #include <optional>
 #include <string>
 
-#include "checks/pipeline_outputs.h"
-
 #include "checks/check_settings.h"
+#include "checks/pipeline_outputs.h"
 #include "lib/distributed/runtime/runtime.h"
 #include "lib/io/report.h"
 

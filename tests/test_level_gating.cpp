@@ -7,6 +7,7 @@
 #include <set>
 
 #include "checks/lm_pipelines.h"
+#include "checks/run_check.h"
 #include "checks/spd_pipelines.h"
 #include "lib/distributed/runtime/runtime.h"
 
@@ -25,7 +26,7 @@ std::set<std::string> levels_of(const checks::PipelineOutputs& outputs) {
 checks::PipelineOutputs distributed_outputs(checks::CheckSettings s, std::vector<Level> levels) {
   s.levels = std::move(levels);
   const bool lm = s.resolved_workload() == "lm";
-  const checks::ReferenceRun reference = lm ? checks::run_reference_lm(s) : checks::run_reference_spd(s);
+  const checks::ReferenceRun reference = checks::run_references(s).reference;
   checks::PipelineOutputs out;
   dist::run_ranks_in_threads(static_cast<int>(s.topology.world_size()), [&](dist::Runtime& rt) {
     checks::PipelineOutputs mine = lm ? checks::run_distributed_lm(s, rt, "", reference.states)
