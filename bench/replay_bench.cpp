@@ -1,11 +1,12 @@
 // replay_bench: forward training vs REPLAY time and memory as the run grows.
 //
-// Config (fixed, fp64, one intra-op thread): GPT with 2 layers, d_model 64, 4 heads, 128-token
-// sequences, batch 8, AdamW with warmup + cosine, on fixtures/text/proverbs.jsonl; N steps with
-// the given checkpoint schedule. Each (N, schedule) runs in its own child process so that its
-// peak RSS (VmHWM) is its own; "growth" is peak RSS minus the RSS before training started.
+// Config (fixed, fp64): GPT with 2 layers, d_model 64, 4 heads, 128-token sequences, batch 8,
+// AdamW with warmup + cosine, on fixtures/text/proverbs.jsonl; N steps with the given checkpoint
+// schedule, with each given count of intra-op threads (two or more: REPLAY pipelined, as
+// magic-run runs it; replay_mode.h). Each (N, schedule, threads) runs in its own child process so
+// that its peak RSS (VmHWM) is its own; "growth" is peak RSS minus the RSS before training started.
 //
-//   replay_bench [--steps 16,64,256] [--schedules sqrt,all]
+//   replay_bench [--steps 16,64,256] [--schedules sqrt,all] [--threads 1]
 #include <ATen/Parallel.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,8 +35,8 @@ int64_t status_kib(const std::string& field) {
 }
 
 // One measurement, printed as a tab-separated line for the parent.
-int measure(int64_t steps, const std::string& schedule) {
-  at::set_num_threads(1);
+int measure(int64_t steps, const std::string& schedule, int threads) {
+  at::set_num_threads(threads);
   nlohmann::json config = {
       {"seed", 0},
       {"dtype", "fp64"},
@@ -54,6 +55,7 @@ int measure(int64_t steps, const std::string& schedule) {
   const int64_t baseline = status_kib("VmRSS");
   MagicOptions options;
   options.schedule = run.checkpoints;
+  options.replay_mode = choose_replay_mode(problem.step->runs_collectives(), threads);
   MagicResult r = run_magic(*problem.step, *problem.query, problem.initial, problem.weights, options);
   const int64_t peak = status_kib("VmHWM");
   std::cout << steps << '\t' << schedule << '\t' << r.train_seconds << '\t' << r.replay_seconds << '\t' << r.checkpoints
@@ -62,8 +64,8 @@ int measure(int64_t steps, const std::string& schedule) {
   return 0;
 }
 
-std::string run_child(const std::string& self, int64_t steps, const std::string& schedule) {
-  const std::string command = self + " --measure " + std::to_string(steps) + " " + schedule;
+std::string run_child(const std::string& self, int64_t steps, const std::string& schedule, const std::string& threads) {
+  const std::string command = self + " --measure " + std::to_string(steps) + " " + schedule + " " + threads;
   FILE* pipe = popen(command.c_str(), "r");
   std::string output;
   char buffer[512];
@@ -76,31 +78,34 @@ std::string run_child(const std::string& self, int64_t steps, const std::string&
 
 int main(int argc, char** argv) {
   magic::keep_freed_memory_in_process();  // lib/core/allocator.h
-  std::string steps_arg = "16,64,256", schedules_arg = "sqrt,all";
+  std::string steps_arg = "16,64,256", schedules_arg = "sqrt,all", threads_arg = "1";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--measure" && i + 2 < argc) return measure(std::stoll(argv[i + 1]), argv[i + 2]);
+    if (a == "--measure" && i + 3 < argc) return measure(std::stoll(argv[i + 1]), argv[i + 2], std::stoi(argv[i + 3]));
     if (a == "--steps" && i + 1 < argc) steps_arg = argv[++i];
     if (a == "--schedules" && i + 1 < argc) schedules_arg = argv[++i];
+    if (a == "--threads" && i + 1 < argc) threads_arg = argv[++i];
   }
-  std::cout << "replay_bench: GPT 2 layers, d=64, 4 heads, T=128, batch 8, AdamW, fp64, 1 thread\n\n";
-  std::cout << "| N | schedule | train s | REPLAY s | REPLAY/train | checkpoints | states held | checkpoint MiB | peak "
-               "RSS MiB | RSS growth MiB |\n";
-  std::cout << "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-  for (const auto& schedule : split(schedules_arg, ',')) {
-    for (const auto& n : split(steps_arg, ',')) {
-      std::stringstream line(run_child(argv[0], std::stoll(n), schedule));
-      int64_t steps = 0, checkpoints = 0, held = 0, bytes = 0, peak = 0, growth = 0;
-      double train = 0, replay = 0;
-      std::string sched;
-      if (!(line >> steps >> sched >> train >> replay >> checkpoints >> held >> bytes >> peak >> growth)) {
-        std::cout << "| " << n << " | " << schedule << " | (child failed) |\n";
-        continue;
+  std::cout << "replay_bench: GPT 2 layers, d=64, 4 heads, T=128, batch 8, AdamW, fp64\n\n";
+  std::cout << "| N | schedule | threads | train s | REPLAY s | REPLAY/train | checkpoints | states held | checkpoint "
+               "MiB | peak RSS MiB | RSS growth MiB |\n";
+  std::cout << "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& threads : split(threads_arg, ',')) {
+    for (const auto& schedule : split(schedules_arg, ',')) {
+      for (const auto& n : split(steps_arg, ',')) {
+        std::stringstream line(run_child(argv[0], std::stoll(n), schedule, threads));
+        int64_t steps = 0, checkpoints = 0, held = 0, bytes = 0, peak = 0, growth = 0;
+        double train = 0, replay = 0;
+        std::string sched;
+        if (!(line >> steps >> sched >> train >> replay >> checkpoints >> held >> bytes >> peak >> growth)) {
+          std::cout << "| " << n << " | " << schedule << " | " << threads << " | (child failed) |\n";
+          continue;
+        }
+        std::cout << "| " << steps << " | " << sched << " | " << threads << " | " << format_fixed(train, 2) << " | "
+                  << format_fixed(replay, 2) << " | " << format_fixed(replay / train, 2) << " | " << checkpoints
+                  << " | " << held << " | " << format_fixed(bytes / 1048576.0, 1) << " | "
+                  << format_fixed(peak / 1024.0, 0) << " | " << format_fixed(growth / 1024.0, 0) << " |" << std::endl;
       }
-      std::cout << "| " << steps << " | " << sched << " | " << format_fixed(train, 2) << " | "
-                << format_fixed(replay, 2) << " | " << format_fixed(replay / train, 2) << " | " << checkpoints << " | "
-                << held << " | " << format_fixed(bytes / 1048576.0, 1) << " | " << format_fixed(peak / 1024.0, 0)
-                << " | " << format_fixed(growth / 1024.0, 0) << " |" << std::endl;
     }
   }
   return 0;

@@ -83,5 +83,23 @@ TEST(CheckpointSchedule, PeakStatesHeldIsWhatReplayHolds) {
   EXPECT_EQ(peak_states_held(CheckpointSchedule::kSqrt, 240, false), 45);  // 30 checkpoints + 15
 }
 
+// Pipelined REPLAY holds a segment being recomputed, at most half its length of the segment being
+// traced, and two traced steps (replay_mode.h): `all`'s closed form agrees with the count over its
+// checkpoints; sqrt on 240 steps holds 15 + 7 + 2.
+TEST(CheckpointSchedule, PipelinedPeakHoldsTwoSegmentsAndTwoTracedSteps) {
+  for (int64_t n : {1, 2, 7}) {
+    for (ReplayMode mode : {ReplayMode::kSequential, ReplayMode::kPipelined}) {
+      EXPECT_EQ(peak_states_held(CheckpointSchedule::kAll, n, false, mode),
+                n + segment_states_held(checkpoint_steps(CheckpointSchedule::kAll, n), n, mode))
+          << n;
+    }
+  }
+  EXPECT_EQ(peak_states_held(CheckpointSchedule::kSqrt, 240, false, ReplayMode::kPipelined), 30 + 15 + 7 + 2);
+  EXPECT_EQ(peak_states_held(CheckpointSchedule::kSqrt, 240, true, ReplayMode::kPipelined), 15 + 7 + 2);
+  // log on 9 steps: 0 4 6 7 8, segments of 4, 2, 1, 1, 1: segment 0 begun with 2 of segment 1 left.
+  EXPECT_EQ(segment_states_held({0, 4, 6, 7, 8}, 9, ReplayMode::kPipelined), 4 + 2 + 2);
+  EXPECT_EQ(segment_states_held({0, 4, 6, 7, 8}, 9, ReplayMode::kSequential), 4);
+}
+
 }  // namespace
 }  // namespace magic

@@ -15,10 +15,15 @@
 namespace magic {
 namespace {
 
-// Peak resident KiB of a child running MAGIC_RUN_BINARY with `args` (output discarded).
-int64_t peak_rss_kib(const std::vector<std::string>& args) {
+// Peak resident KiB of a child running MAGIC_RUN_BINARY with `args` and `threads` intra-op
+// threads (output discarded).
+int64_t peak_rss_kib(const std::vector<std::string>& args, int threads) {
+  const std::string threads_text = std::to_string(threads);
+  std::cout.flush();  // or the child's freopen writes what the buffer held a second time
+  fflush(nullptr);
   const pid_t pid = fork();
   if (pid == 0) {
+    setenv("OMP_NUM_THREADS", threads_text.c_str(), 1);
     std::vector<char*> argv{const_cast<char*>(MAGIC_RUN_BINARY)};
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -53,18 +58,23 @@ TEST(MemoryEstimate, OneStateIsABuiltProblemsState) {
   EXPECT_EQ(estimate_run_memory(config).state_bytes + 8, state_bytes(p.initial));
 }
 
+// With one thread magic-run replays sequentially; with two it pipelines REPLAY (replay_mode.h),
+// holding the next step's traced graph and the next segment's states, and its estimate adds them.
 TEST(MemoryEstimate, BoundsWhatARealRunAddsToLibTorch) {
   const nlohmann::json j = activation_heavy_run();
   const std::string path = ::testing::TempDir() + "/memory-heavy.json";
   std::ofstream(path) << j.dump(2);
-  const MemoryEstimate e = estimate_run_memory(RunConfig::load(path));
-  const double baseline = static_cast<double>(peak_rss_kib({"--help"})) * 1024.0;
-  const double run = static_cast<double>(peak_rss_kib({"--config", path, "--top", "0"})) * 1024.0;
-  const double added = run - baseline;
-  std::cout << "estimate " << e.str() << "; measured " << format_bytes(added) << " above LibTorch's "
-            << format_bytes(baseline) << "\n";
-  EXPECT_GE(e.total(), added) << "the estimate is below what the run holds";
-  EXPECT_LE(e.total(), 1.33 * added) << "the estimate is far above what the run holds";
+  for (int threads : {1, 2}) {
+    const ReplayMode mode = choose_replay_mode(false, threads);
+    const MemoryEstimate e = estimate_run_memory(RunConfig::load(path), mode);
+    const double baseline = static_cast<double>(peak_rss_kib({"--help"}, threads)) * 1024.0;
+    const double run = static_cast<double>(peak_rss_kib({"--config", path, "--top", "0"}, threads)) * 1024.0;
+    const double added = run - baseline;
+    std::cout << threads << " threads: estimate " << e.str() << "; measured " << format_bytes(added)
+              << " above LibTorch's " << format_bytes(baseline) << "\n";
+    EXPECT_GE(e.total(), added) << threads << " threads: the estimate is below what the run holds";
+    EXPECT_LE(e.total(), 1.33 * added) << threads << " threads: the estimate is far above what the run holds";
+  }
 }
 
 }  // namespace

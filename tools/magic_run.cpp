@@ -1,6 +1,7 @@
 // magic-run: real MAGIC attribution on real data. Trains the configured model with checkpoints,
 // evaluates the query loss, backpropagates through training with REPLAY, writes per-example (or
 // per-token, per-query) scores and prints the most helpful and most harmful examples.
+#include <ATen/Parallel.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
@@ -286,13 +287,18 @@ int attribute_with(const Flags& f, const RunConfig& config, const dist::Runtime*
 int attribute(const Flags& f, const dist::Runtime* runtime) {
   const RunConfig config = RunConfig::load(f.config_path);
   const bool speaks = runtime == nullptr || runtime->rank() == 0;
-  const MemoryEstimate memory = estimate_run_memory(config);
+  // One process splits its threads between REPLAY's products and its recomputation; a rank's
+  // steps run collectives, which one thread must issue in order (replay_mode.h).
+  const int threads = at::get_num_threads();
+  const ReplayMode replay_mode = choose_replay_mode(/*step_runs_collectives=*/runtime != nullptr, threads);
+  const MemoryEstimate memory = estimate_run_memory(config, replay_mode);
   // Ranks our launcher spawned were checked together before they started.
   if (runtime == nullptr || f.program->launch == "env") require_memory(config, memory, available_memory_bytes());
   std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>();
   if (runtime) parallelism = lm_data_parallel(*runtime, f.program->topology, config.model);
   AttributionOptions options;
   options.per_query = f.per_query;
+  options.replay_mode = replay_mode;
   // Progress: on stderr in one process; a rank's stderr goes to its log, so rank 0 shows it on stdout.
   std::ostream& progress = runtime ? std::cout : std::cerr;
   if (speaks) {
@@ -321,6 +327,7 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
     std::cout << "magic-run: " << problem.train->size() << " examples from " << config.train_path << ", " << queries
               << " queries, " << config.steps << " steps of " << config.batch_size << ", " << config.optimizer.name
               << ", " << checkpoint_schedule_name(config.checkpoints) << " checkpoints, " << config.precision.str()
+              << (replay_mode == ReplayMode::kPipelined ? str_cat(", REPLAY pipelined on ", threads, " threads") : "")
               << (runtime ? ", on " + f.program->topology.str() : std::string()) << "; estimated peak memory "
               << memory.str() << (runtime ? " per rank" : "") << std::endl;
   }

@@ -20,6 +20,7 @@ Attribution run_attribution(const RunConfig& config, LmProblem problem, const At
   magic.least_across_ranks = options.least_across_ranks;
   magic.per_query = options.per_query;
   magic.stop_on_non_finite = true;
+  magic.replay_mode = options.replay_mode;
   const int64_t steps = p.step->num_steps();
   const int64_t replay_steps = steps * (options.per_query ? p.query->num_queries() : 1);
   // REPLAY's meter starts with its first step (after training and the query gradient).
@@ -55,8 +56,8 @@ Attribution run_attribution(const RunConfig& config, LmProblem problem, const At
     if (replayed == replay_steps) replay->finish();
   };
   // Every rank takes part in the calibration step's collectives; the speaking one prints it.
-  const TimeEstimate time =
-      estimate_time(*p.step, p.initial, p.weights, config.checkpoints, options.per_query ? p.query->num_queries() : 1);
+  const TimeEstimate time = estimate_time(*p.step, p.initial, p.weights, config.checkpoints,
+                                          options.per_query ? p.query->num_queries() : 1, options.replay_mode);
   if (options.progress) {
     *options.progress << "estimated time: " << time.str() << std::endl;
     training.emplace("training", steps, *options.progress, options.terminal);  // its clock starts now

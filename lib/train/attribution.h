@@ -21,6 +21,7 @@ struct AttributionOptions {
   // every rank resume from the same point (magic_pipeline.h).
   std::optional<std::string> resume_folder;
   std::function<int64_t(int64_t)> least_across_ranks;
+  ReplayMode replay_mode = ReplayMode::kSequential;  // replay_mode.h
 };
 
 struct Attribution {

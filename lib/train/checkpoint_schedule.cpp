@@ -55,14 +55,24 @@ std::vector<int64_t> checkpoint_steps(CheckpointSchedule schedule, int64_t n) {
   return steps;
 }
 
-int64_t peak_states_held(CheckpointSchedule schedule, int64_t n, bool spilled) {
-  if (schedule == CheckpointSchedule::kAll) return (spilled ? 0 : n) + 1;
-  const std::vector<int64_t> steps = checkpoint_steps(schedule, n);
-  int64_t longest = 0;
-  for (size_t k = 0; k < steps.size(); ++k) {
-    longest = std::max(longest, (k + 1 < steps.size() ? steps[k + 1] : n) - steps[k]);
+int64_t segment_states_held(const std::vector<int64_t>& checkpoints, int64_t n, ReplayMode mode) {
+  const auto length = [&](size_t k) { return (k + 1 < checkpoints.size() ? checkpoints[k + 1] : n) - checkpoints[k]; };
+  int64_t held = 0;
+  for (size_t k = 0; k < checkpoints.size(); ++k) {
+    const int64_t next = k > 0 ? length(k - 1) : 0;
+    held = std::max(held, mode == ReplayMode::kSequential ? length(k) : std::max(length(k), next + next / 2) + 2);
   }
-  return (spilled ? 0 : static_cast<int64_t>(steps.size())) + longest;
+  return held;
+}
+
+int64_t peak_states_held(CheckpointSchedule schedule, int64_t n, bool spilled, ReplayMode mode) {
+  if (schedule == CheckpointSchedule::kAll) {
+    // Every segment is one step long.
+    const int64_t segments = mode == ReplayMode::kSequential ? 1 : 3;
+    return (spilled ? 0 : n) + segments;
+  }
+  const std::vector<int64_t> steps = checkpoint_steps(schedule, n);
+  return (spilled ? 0 : static_cast<int64_t>(steps.size())) + segment_states_held(steps, n, mode);
 }
 
 }  // namespace magic

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "lib/train/replay_mode.h"
+
 namespace magic {
 
 enum class CheckpointSchedule { kAll, kSqrt, kLog };
@@ -20,9 +22,17 @@ int64_t isqrt(int64_t n);  // floor(sqrt(n)), exact
 // Strictly increasing steps in [0, N), starting at 0.
 std::vector<int64_t> checkpoint_steps(CheckpointSchedule schedule, int64_t num_steps);
 
-// The most states REPLAY holds at once: the checkpoints it keeps (none when they are spilled to
-// disk) plus the longest segment it recomputes between two of them. Closed form for `all`, so a
-// huge N costs nothing to estimate.
-int64_t peak_states_held(CheckpointSchedule schedule, int64_t num_steps, bool spilled);
+// The most states REPLAY holds at once besides its checkpoints (segment k runs from checkpoint k
+// to the next, L_k steps; REPLAY takes them latest first):
+//   sequential: max_k L_k, the segment it recomputes;
+//   pipelined:  max_k max(L_k, L_{k-1} + ⌊L_{k-1}/2⌋) + 2: the segment being traced (at most half
+//               of the next one's length left once that one is begun: segment_walker.h), the next
+//               one being recomputed, and two traced steps (one waiting, one being consumed).
+int64_t segment_states_held(const std::vector<int64_t>& checkpoints, int64_t num_steps, ReplayMode mode);
+
+// The checkpoints REPLAY keeps (none when they are spilled to disk) plus segment_states_held.
+// Closed form for `all`, so a huge N costs nothing to estimate.
+int64_t peak_states_held(CheckpointSchedule schedule, int64_t num_steps, bool spilled,
+                         ReplayMode mode = ReplayMode::kSequential);
 
 }  // namespace magic

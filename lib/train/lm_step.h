@@ -32,6 +32,7 @@ class LmStep : public StepFunction {
   StepOutput step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const override;
   at::Tensor assemble_weight_gradient(const at::Tensor& local) const override;
   double cotangent_scale() const override { return precision_->policy().loss_scale; }
+  bool runs_collectives() const override { return parallelism_->runs_collectives(); }
 
   TensorTree gradient(const TrainState& state, int64_t t, const at::Tensor& w, bool create_graph) const override;
   // Step t's training loss (global value).

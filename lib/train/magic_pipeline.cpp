@@ -90,7 +90,7 @@ MagicResult run_magic(const StepFunction& step, const QueryFunction& query, cons
       if (options.on_replay_step) options.on_replay_step(t, vjp);
     };
   }
-  ReplayBackward replay(step, store, w, replay_observer);
+  ReplayBackward replay(step, store, w, replay_observer, options.replay_mode);
   const int64_t segments = static_cast<int64_t>(store.steps().size());
   // One query's dQ/dw (this rank's share), taken up from the journal where it was begun or done.
   const auto replay_query = [&](int64_t j, const std::function<TensorTree()>& query_gradient) -> at::Tensor {

@@ -27,6 +27,9 @@ struct MagicOptions {
   bool replay = true;                    // false: train and take the query gradient only (scores undefined)
   StepObserver on_step;                  // sees every forward-training step
   ReplayObserver on_replay_step;         // sees every REPLAY step (per-query: every query's)
+  // Sequential, or pipelined on two threads (replay_mode.h; with one intra-op thread each, the
+  // scores equal a one-thread sequential REPLAY's bit for bit).
+  ReplayMode replay_mode = ReplayMode::kSequential;
   // Stop at the first value that is not finite (finite_guard.h): a training step's gradient or
   // parameters, the query loss and gradient, a REPLAY step's cotangent, the scores.
   bool stop_on_non_finite = false;

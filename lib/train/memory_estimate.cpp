@@ -21,10 +21,12 @@ std::string format_bytes(double bytes) {
 std::string MemoryEstimate::str() const {
   return str_cat(format_bytes(total()), " (", states, " states of ", format_bytes(static_cast<double>(state_bytes)),
                  ", batches ", format_bytes(static_cast<double>(batch_bytes)), ", a step's activations ",
-                 format_bytes(static_cast<double>(activation_bytes)), ")");
+                 format_bytes(static_cast<double>(activation_bytes)),
+                 traced_bytes > 0 ? ", the next step traced " + format_bytes(static_cast<double>(traced_bytes)) : "",
+                 ")");
 }
 
-MemoryEstimate estimate_run_memory(const RunConfig& c) {
+MemoryEstimate estimate_run_memory(const RunConfig& c, ReplayMode mode) {
   MemoryEstimate e;
   // Parameters of the configured GPT, counted from a real (small) initialization.
   const int64_t parameters = gpt_init(c.model, at::kFloat, 0).numel();
@@ -32,7 +34,7 @@ MemoryEstimate estimate_run_memory(const RunConfig& c) {
   // Adam keeps m and v beside the parameters; SGD with momentum one trace.
   const int64_t copies = c.optimizer.name == "sgd" ? (c.optimizer.momentum != 0.0 ? 2 : 1) : 3;
   e.state_bytes = parameters * element * copies;
-  e.states = peak_states_held(c.checkpoints, c.steps, c.spill_dir.has_value());
+  e.states = peak_states_held(c.checkpoints, c.steps, c.spill_dir.has_value(), mode);
   // Per step: row indices, token ids and labels (int64), data weights (per token at most).
   const double per_step = static_cast<double>(c.batch_size) * (8.0 + 16.0 * c.model.max_len);
   e.batch_bytes = static_cast<int64_t>(std::min(per_step * static_cast<double>(c.steps), 9.0e18));
@@ -42,6 +44,7 @@ MemoryEstimate estimate_run_memory(const RunConfig& c) {
   const double tokens = static_cast<double>(c.batch_size) * static_cast<double>(m.max_len);
   const auto compute = static_cast<double>(c10::elementSize(c.precision.compute));
   e.activation_bytes = static_cast<int64_t>(std::min(4.0 * per_token * tokens * compute, 9.0e18));
+  if (mode == ReplayMode::kPipelined) e.traced_bytes = e.activation_bytes / 2;
   return e;
 }
 

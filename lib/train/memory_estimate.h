@@ -9,12 +9,15 @@
 //            scores, mask and probabilities; logits and log-probabilities), times B·T tokens, times 4
 //            (the forward, the backward kept for differentiation, the double backward on top).
 //            Rows are counted at max_len; a rank of a mesh holds less (counted in full: a bound).
+//            Pipelined REPLAY (replay_mode.h) holds more states, and the next step's traced graph
+//            (the forward and the kept backward: half of the above) beside the product's.
 // LibTorch itself (about 160 MiB resident) is not counted.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "lib/train/replay_mode.h"
 #include "lib/train/run_config.h"
 
 namespace magic {
@@ -24,16 +27,18 @@ struct MemoryEstimate {
   int64_t state_bytes = 0;       // one state
   int64_t batch_bytes = 0;       // all steps' batches
   int64_t activation_bytes = 0;  // one REPLAY step's graph
+  int64_t traced_bytes = 0;      // pipelined: the next step's traced graph
 
   double total() const {
     return static_cast<double>(states) * state_bytes + static_cast<double>(batch_bytes) +
-           static_cast<double>(activation_bytes);
+           static_cast<double>(activation_bytes) + static_cast<double>(traced_bytes);
   }
-  // "1.2 GiB (45 states of 1.3 MiB, batches 12.0 MiB, a step's activations 747 MiB)"
+  // "1.2 GiB (45 states of 1.3 MiB, batches 12.0 MiB, a step's activations 747 MiB)", pipelined
+  // with ", the next step traced 373 MiB" before the ")"
   std::string str() const;
 };
 
-MemoryEstimate estimate_run_memory(const RunConfig& config);
+MemoryEstimate estimate_run_memory(const RunConfig& config, ReplayMode mode = ReplayMode::kSequential);
 
 // MemAvailable from /proc/meminfo, in bytes; 0 when it cannot be read.
 int64_t available_memory_bytes();

@@ -50,6 +50,8 @@ class Parallelism {
   virtual at::Tensor sum_across_ranks(const at::Tensor& local) const = 0;
   // dQ/dw from this rank's REPLAY (non-zero on its own rows and columns) -> the full scores.
   virtual at::Tensor assemble_weight_gradient(const at::Tensor& local) const = 0;
+  // Whether any of the above talks to other ranks.
+  virtual bool runs_collectives() const { return true; }
 };
 
 class SingleProcess : public Parallelism {
@@ -61,6 +63,7 @@ class SingleProcess : public Parallelism {
   TensorTree apply_convention(const TensorTree& grads) const override { return grads; }
   at::Tensor sum_across_ranks(const at::Tensor& local) const override { return local.detach(); }
   at::Tensor assemble_weight_gradient(const at::Tensor& local) const override { return local; }
+  bool runs_collectives() const override { return false; }
 };
 
 // Global value forward, local partial backward, for a quantity summed across ranks:

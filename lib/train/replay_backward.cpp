@@ -2,8 +2,13 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include <optional>
+#include <stdexcept>
+
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/progress.h"
+#include "lib/train/replay_pipeline.h"
+#include "lib/train/segment_walker.h"
 
 namespace magic {
 namespace {
@@ -30,18 +35,24 @@ TensorTree take(const TensorTree& shape, const std::vector<at::Tensor>& grads, s
 
 }  // namespace
 
-StepVjp step_vjp(const StepFunction& step, const TrainState& state, int64_t t, const at::Tensor& w,
-                 const TrainState& cotangent_next) {
-  TrainState s = leaf_state(state);
-  at::Tensor w_leaf = w.detach().requires_grad_(true);
-  StepOutput out = step.step(s, t, w_leaf, /*traced=*/true);
+TracedStep trace_step(const StepFunction& step, const TrainState& state, int64_t t, const at::Tensor& w) {
+  TracedStep traced;
+  traced.t = t;
+  traced.leaves = leaf_state(state);
+  traced.w_leaf = w.detach().requires_grad_(true);
+  traced.out = step.step(traced.leaves, t, traced.w_leaf, /*traced=*/true);
+  return traced;
+}
 
+StepVjp backward_through(const StepFunction& step, TracedStep traced, const TrainState& cotangent_next) {
+  const TrainState& s = traced.leaves;
+  const StepOutput& out = traced.out;
   std::vector<at::Tensor> outputs, grad_outputs;
   collect_outputs(out.next.params, cotangent_next.params, outputs, grad_outputs);
   collect_outputs(out.next.opt, cotangent_next.opt, outputs, grad_outputs);
   collect_outputs(out.next.persistent, cotangent_next.persistent, outputs, grad_outputs);
   std::vector<at::Tensor> inputs = floating_leaves(s);
-  inputs.push_back(w_leaf);
+  inputs.push_back(traced.w_leaf);
 
   // ×S before, ÷S after: exact for a power of two S (lib/core/precision_policy.h).
   const double S = step.cotangent_scale();
@@ -60,48 +71,80 @@ StepVjp step_vjp(const StepFunction& step, const TrainState& state, int64_t t, c
   result.cotangent.params = take(s.params, grads, index);
   result.cotangent.opt = take(s.opt, grads, index);
   result.cotangent.persistent = take(s.persistent, grads, index);
-  result.dw = grads[index].defined() ? grads[index].detach() : at::zeros_like(w);
+  result.dw = grads[index].defined() ? grads[index].detach() : at::zeros_like(traced.w_leaf);
   return result;
 }
 
+StepVjp step_vjp(const StepFunction& step, const TrainState& state, int64_t t, const at::Tensor& w,
+                 const TrainState& cotangent_next) {
+  return backward_through(step, trace_step(step, state, t, w), cotangent_next);
+}
+
 ReplayBackward::ReplayBackward(const StepFunction& step, const CheckpointStore& store, at::Tensor w,
-                               ReplayObserver observer)
-    : step_(step), store_(store), w_(w.detach()), observer_(std::move(observer)) {}
+                               ReplayObserver observer, ReplayMode mode)
+    : step_(step), store_(store), w_(w.detach()), observer_(std::move(observer)), mode_(mode) {
+  if (mode_ == ReplayMode::kPipelined && step_.runs_collectives()) {
+    throw std::invalid_argument(
+        "pipelined REPLAY needs a step that runs no collectives (its steps run on a second thread); use "
+        "ReplayMode::kSequential");
+  }
+}
 
 ReplayResult ReplayBackward::run(const TensorTree& dq_dparams, const ReplayResume* from,
                                  const SegmentObserver& on_segment) const {
   const int64_t n = step_.num_steps();
   const std::vector<int64_t>& checkpoints = store_.steps();
   const int64_t segments = static_cast<int64_t>(checkpoints.size());
+  const int64_t first = segments - 1 - (from ? from->segments_done : 0);
   ReplayResult result;
   result.dw = from ? from->dw.clone() : at::zeros_like(w_);
 
   std::optional<TrainState> lambda;  // λ_{t+1}; starts as (∂Q/∂θ_N, 0, 0)
   if (from && from->segments_done > 0) lambda = from->lambda;
   dist::PhaseScope phase("REPLAY");
-  for (int64_t k = segments - 1 - (from ? from->segments_done : 0); k >= 0; --k) {
+  // Sequential: recompute only when nothing is ready to trace, so one segment is held.
+  std::optional<SegmentWalker> walker;
+  std::optional<ReplayPipeline> pipeline;
+  if (mode_ == ReplayMode::kPipelined) {
+    pipeline.emplace(SegmentWalker(step_, store_, w_, first));
+  } else {
+    walker.emplace(step_, store_, w_, first);
+  }
+  const auto next_traced = [&]() -> TracedStep {
+    if (pipeline) return pipeline->next();
+    while (!walker->can_trace()) {
+      walker->recompute_one();
+      result.observed_states_held = std::max(result.observed_states_held, walker->states_held());
+    }
+    TracedStep traced = walker->trace();
+    result.observed_states_held = std::max(result.observed_states_held, walker->states_held() + 1);
+    return traced;
+  };
+  for (int64_t k = first; k >= 0; --k) {
     const int64_t begin = checkpoints[k];
     const int64_t end = k + 1 < segments ? checkpoints[k + 1] : n;
-    if (end - begin > 1) dist::set_phase(str_cat("REPLAY: recomputing from the checkpoint before step ", begin));
-    // Recompute s_begin .. s_{end-1} once, untraced.
-    std::vector<TrainState> segment{store_.load(begin)};
-    for (int64_t t = begin; t + 1 < end; ++t) segment.push_back(step_.step(segment.back(), t, w_, false).next);
-    result.peak_states_held = std::max(result.peak_states_held, store_.count() + static_cast<int64_t>(segment.size()));
-    if (!lambda) {
-      lambda = zero_cotangent(segment.back());
-      lambda->params = dq_dparams.detach();
-    }
     for (int64_t t = end - 1; t >= begin; --t) {
+      TracedStep traced = next_traced();
+      if (traced.t != t) throw std::logic_error(str_cat("REPLAY: step ", traced.t, " came where ", t, " was due"));
       dist::set_phase(str_cat("REPLAY step ", t));
-      StepVjp vjp = step_vjp(step_, segment.back(), t, w_, *lambda);
+      if (!lambda) {
+        lambda = zero_cotangent(traced.leaves);
+        lambda->params = dq_dparams.detach();
+      }
+      StepVjp vjp = backward_through(step_, std::move(traced), *lambda);
       if (observer_) observer_(t, vjp);
-      segment.pop_back();
       lambda = std::move(vjp.cotangent);
       result.dw += vjp.dw;
     }
     if (on_segment) on_segment(segments - k, *lambda, result.dw);
   }
   result.initial_cotangent = *lambda;
+  if (pipeline) {
+    result.observed_states_held = pipeline->observed_states_held();
+    result.peak_states_held = store_.count() + segment_states_held(checkpoints, n, mode_);
+  } else {
+    result.peak_states_held = result.observed_states_held;
+  }
   return result;
 }
 

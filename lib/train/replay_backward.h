@@ -3,12 +3,14 @@
 //   for t = N-1 .. 0:  (λ_t, δw) = VJP of s_{t+1} = step(s_t, batch_t, w) against λ_{t+1};  λw += δw
 // States are restored segment by segment: for the segment between two checkpoints, the states
 // are recomputed forward (untraced) once and held, then consumed backwards. Memory is the
-// checkpoints plus one segment; recomputation is about one extra forward pass.
+// checkpoints plus one segment; recomputation is about one extra forward pass. Pipelined
+// (replay_mode.h), a second thread recomputes and traces while this one takes the products.
 #pragma once
 
 #include <functional>
 
 #include "lib/train/checkpoint_store.h"
+#include "lib/train/replay_mode.h"
 #include "lib/train/step_function.h"
 
 namespace magic {
@@ -18,7 +20,20 @@ struct StepVjp {
   at::Tensor dw;         // this step's contribution to dQ/dw
 };
 
-// One vector-Jacobian product of step t at s_t against λ_{t+1}.
+// Step t at s_t run with its graph kept, ready for one product: the part of a vector-Jacobian
+// product that does not need λ_{t+1} (the forward and the gradient kept for differentiation).
+struct TracedStep {
+  int64_t t = 0;
+  TrainState leaves;  // s_t, its floating entries requiring grad
+  at::Tensor w_leaf;
+  StepOutput out;  // s_{t+1} with the graph to `leaves` and `w_leaf`
+};
+TracedStep trace_step(const StepFunction& step, const TrainState& state, int64_t t, const at::Tensor& w);
+
+// The product itself: λ_t and δw from a traced step and λ_{t+1}; the graph is freed.
+StepVjp backward_through(const StepFunction& step, TracedStep traced, const TrainState& cotangent_next);
+
+// One vector-Jacobian product of step t at s_t against λ_{t+1}: trace_step, then backward_through.
 StepVjp step_vjp(const StepFunction& step, const TrainState& state, int64_t t, const at::Tensor& w,
                  const TrainState& cotangent_next);
 
@@ -38,13 +53,18 @@ using SegmentObserver = std::function<void(int64_t segments_done, const TrainSta
 struct ReplayResult {
   at::Tensor dw;                 // dQ/dw: the scores
   TrainState initial_cotangent;  // dQ/ds_0
-  int64_t peak_states_held = 0;  // checkpoints plus the largest segment buffer
+  // Checkpoints plus segment_states_held (checkpoint_schedule.h): what sequential REPLAY holds at
+  // its peak, the bound of what pipelined REPLAY can hold (how close it comes depends on timing).
+  int64_t peak_states_held = 0;
+  int64_t observed_states_held = 0;  // the most it did hold at once, counted as it ran
 };
 
 class ReplayBackward {
  public:
-  // `observer` sees every step's product as it is taken (progress, the non-finite guard).
-  ReplayBackward(const StepFunction& step, const CheckpointStore& store, at::Tensor w, ReplayObserver observer = {});
+  // `observer` sees every step's product as it is taken (progress, the non-finite guard), on the
+  // calling thread. kPipelined needs a step that runs no collectives (StepFunction::runs_collectives).
+  ReplayBackward(const StepFunction& step, const CheckpointStore& store, at::Tensor w, ReplayObserver observer = {},
+                 ReplayMode mode = ReplayMode::kSequential);
 
   // `dq_dparams`: ∂Q/∂θ_N. The store must hold checkpoint 0 (every schedule does). One segment
   // per checkpoint; `from` skips the segments an earlier process finished.
@@ -56,6 +76,7 @@ class ReplayBackward {
   const CheckpointStore& store_;
   at::Tensor w_;
   ReplayObserver observer_;
+  ReplayMode mode_;
 };
 
 }  // namespace magic

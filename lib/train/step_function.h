@@ -36,6 +36,9 @@ class StepFunction {
   // divides what it yields: the loss scale, so that the low-precision parts of the backward of
   // the backward see cotangents of the size the training backward saw (fp16 would flush them).
   virtual double cotangent_scale() const { return 1.0; }
+  // Whether step() and gradient() talk to other ranks. Pipelined REPLAY (replay_mode.h) runs
+  // steps on a second thread, so only a step that says it does not may be pipelined.
+  virtual bool runs_collectives() const { return true; }
 };
 
 // ∇²L_t(θ) v = ∇<∇L_t(θ), v>, through whatever collectives the step's gradient uses.

@@ -1,7 +1,9 @@
 #include "lib/train/time_estimate.h"
 
+#include <algorithm>
 #include <chrono>
 
+#include "lib/core/intra_op_threads.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/progress.h"
 #include "lib/train/progress_meter.h"
@@ -22,11 +24,15 @@ double timed(Fn&& fn) {
 std::string TimeEstimate::str() const {
   return str_cat("training about ", format_duration(training), ", REPLAY about ", format_duration(replay),
                  " (calibration: ", format_duration(step_seconds), " a step, ", format_duration(vjp_seconds),
-                 " a step's VJP)");
+                 " a step's VJP",
+                 trace_seconds > 0 ? str_cat(", pipelined: ", format_duration(trace_seconds), " traced on one thread, ",
+                                             format_duration(back_seconds), " back on the other")
+                                   : std::string(),
+                 ")");
 }
 
 TimeEstimate estimate_time(const StepFunction& step, const TrainState& initial, const at::Tensor& w,
-                           CheckpointSchedule schedule, int64_t replays) {
+                           CheckpointSchedule schedule, int64_t replays, ReplayMode mode) {
   dist::PhaseScope phase("calibration step");
   TimeEstimate e;
   StepOutput out;
@@ -34,13 +40,33 @@ TimeEstimate estimate_time(const StepFunction& step, const TrainState& initial, 
   // kernel selection) that the run's thousands of steps do not.
   out = step.step(initial, 0, w, false);
   e.step_seconds = timed([&] { out = step.step(initial, 0, w, false); });
-  // Any cotangent of the right shapes times the product: the next state itself.
-  step_vjp(step, initial, 0, w, out.next);
-  e.vjp_seconds = timed([&] { step_vjp(step, initial, 0, w, out.next); });
   const auto n = static_cast<double>(step.num_steps());
   const auto recomputed = n - static_cast<double>(checkpoint_steps(schedule, step.num_steps()).size());
   e.training = n * e.step_seconds;
-  e.replay = static_cast<double>(replays) * (n * e.vjp_seconds + recomputed * e.step_seconds);
+  // Any cotangent of the right shapes times the product: the next state itself.
+  if (mode == ReplayMode::kSequential) {
+    step_vjp(step, initial, 0, w, out.next);
+    e.vjp_seconds = timed([&] { step_vjp(step, initial, 0, w, out.next); });
+    e.replay = static_cast<double>(replays) * (n * e.vjp_seconds + recomputed * e.step_seconds);
+    return e;
+  }
+  const PipelineThreads threads = pipeline_threads(at::get_num_threads());
+  double worker_step = 0;
+  TracedStep traced;
+  {
+    IntraOpThreadsScope worker(threads.worker);
+    step.step(initial, 0, w, false);
+    worker_step = timed([&] { step.step(initial, 0, w, false); });
+    backward_through(step, trace_step(step, initial, 0, w), out.next);
+    e.trace_seconds = timed([&] { traced = trace_step(step, initial, 0, w); });
+  }
+  {
+    IntraOpThreadsScope caller(threads.caller);
+    e.back_seconds = timed([&] { backward_through(step, std::move(traced), out.next); });
+  }
+  e.vjp_seconds = e.trace_seconds + e.back_seconds;
+  e.replay =
+      static_cast<double>(replays) * std::max(n * e.back_seconds, n * e.trace_seconds + recomputed * worker_step);
   return e;
 }
 

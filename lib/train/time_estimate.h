@@ -4,6 +4,10 @@
 //   training ≈ N t_step
 //   REPLAY   ≈ R (N t_vjp + (N - C) t_step)   (R REPLAYs: 1, or one per query; C checkpoints,
 //                                             the other steps are recomputed once each)
+// Pipelined (replay_mode.h), the product splits into tracing the step (t_trace, on the worker,
+// with the recomputation) and its backward (t_back, on the caller), each timed with its share of
+// the threads, and the slower side sets the pace:
+//   REPLAY   ≈ R max(N t_back, N t_trace + (N - C) t_step')
 // Steps differ in batch content, so this is a guide, not a promise; progress meters correct it.
 #pragma once
 
@@ -16,12 +20,13 @@ namespace magic {
 
 struct TimeEstimate {
   double step_seconds = 0, vjp_seconds = 0;
+  double trace_seconds = 0, back_seconds = 0;  // pipelined: vjp_seconds = trace + back
   double training = 0, replay = 0;
   // "training about 16.8s, REPLAY about 31.8s (calibration: 0.35s a step, 0.62s a step's VJP)"
   std::string str() const;
 };
 
 TimeEstimate estimate_time(const StepFunction& step, const TrainState& initial, const at::Tensor& w,
-                           CheckpointSchedule schedule, int64_t replays);
+                           CheckpointSchedule schedule, int64_t replays, ReplayMode mode = ReplayMode::kSequential);
 
 }  // namespace magic

@@ -1,0 +1,50 @@
+// REPLAY's states, latest first, from its checkpoints: the states of a segment (from one
+// checkpoint to the next) are recomputed forward, untraced, and each is then traced once, from
+// the segment's last step back to its first. Segments are taken latest first too, and at most one
+// is recomputed ahead of the one being traced, started once at most half its length of the
+// current one is left to trace. Whoever drives the walker picks the order of the
+// two kinds of work: sequential REPLAY recomputes only when there is nothing to trace (one
+// segment held); the pipeline's thread recomputes the next segment while the current one's
+// traced steps wait to be consumed (replay_pipeline.h).
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "lib/train/checkpoint_store.h"
+#include "lib/train/replay_backward.h"
+#include "lib/train/step_function.h"
+
+namespace magic {
+
+class SegmentWalker {
+ public:
+  // Segments first_segment .. 0 of the store's checkpoints (segment k starts at checkpoint k).
+  SegmentWalker(const StepFunction& step, const CheckpointStore& store, at::Tensor w, int64_t first_segment);
+
+  bool done() const;            // every step traced
+  bool can_trace() const;       // the latest untraced step's state is held
+  TracedStep trace();           // traces it; its state leaves the walker
+  bool can_recompute() const;   // a state of the next segment is to be computed, and may be now
+  void recompute_one();         // computes it (a segment's first state is loaded from its checkpoint)
+  int64_t states_held() const;  // checkpoints plus the states held here (traced steps not counted)
+
+ private:
+  struct Segment {
+    int64_t begin = 0, end = 0;  // steps begin .. end-1
+    std::vector<TrainState> states;
+    bool complete() const { return static_cast<int64_t>(states.size()) == end - begin; }
+  };
+  // A recomputed segment becomes the current one once the current one is traced.
+  void promote();
+  int64_t segment_length(int64_t k) const;  // steps in segment k
+
+  const StepFunction& step_;
+  const CheckpointStore& store_;
+  at::Tensor w_;
+  int64_t next_segment_;            // the next segment to start recomputing; -1 when none is left
+  std::optional<Segment> current_;  // complete, being traced from its back
+  std::optional<Segment> ahead_;    // being recomputed
+};
+
+}  // namespace magic
