@@ -20,7 +20,8 @@ inline ReplayMode choose_replay_mode(bool step_runs_collectives, int intra_op_th
 }
 
 // Pipelined REPLAY's split of the intra-op threads: the worker (recomputing, tracing) takes half,
-// at least one; the caller (the products, the larger part of the work) the rest, at least one.
+// at least one; the caller (the products) the rest, at least one. The two sides' work is about
+// even in matrix products (README, "REPLAY pipelined on two threads").
 struct PipelineThreads {
   int caller = 1, worker = 1;
 };
