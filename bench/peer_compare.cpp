@@ -8,9 +8,10 @@
 // full row each, as the peer's random rows); token values do not change the work.
 // Each side runs as its own process (peak RSS is the child's own, from wait4); the peer with
 // Debian's /usr/bin/python3 and python3-torch, magic-run as a user runs it (OMP_NUM_THREADS).
-// The peer runs twice: as shipped, and with the allocator setting magic-run makes for itself
-// (lib/core/allocator.h, given to glibc as GLIBC_TUNABLES), so the speed-up that is not the
-// allocator's shows in the last column.
+// The peer runs twice: as shipped, and with the malloc setting magic-run makes for itself
+// (lib/core/allocator.h, given to glibc as GLIBC_TUNABLES), so the speed-up that is not malloc's
+// shows in the last column. magic-run's caching CPU allocator (lib/core/caching_cpu_allocator.h)
+// is its own and not given to the peer.
 //
 //   peer_compare [--steps 16,64,256] [--threads 1,2] [--peer PATH] [--python /usr/bin/python3]
 #include <sys/resource.h>
@@ -145,7 +146,7 @@ int main(int argc, char** argv) {
   std::cout << "peer_compare: GPT 2 layers, d=64, 4 heads, T=128, batch 8, AdamW, sqrt checkpoints, fp64; "
             << "seconds as each side reports them, peak RSS of each process\n\n"
             << "| N | threads | peer train s | peer REPLAY s | peer RSS MiB | magic-run train s | magic-run REPLAY s "
-               "| magic-run RSS MiB | end-to-end speed-up | peer with our allocator setting: train + REPLAY s | "
+               "| magic-run RSS MiB | end-to-end speed-up | peer with our malloc setting: train + REPLAY s | "
                "speed-up over it |\n"
             << "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const std::string& threads : split(threads_list, ',')) {

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "lib/core/allocator.h"
+#include "lib/core/caching_cpu_allocator.h"
 #include "lib/core/strings.h"
 #include "lib/train/magic_pipeline.h"
 #include "lib/train/run_config.h"
@@ -77,7 +78,8 @@ std::string run_child(const std::string& self, int64_t steps, const std::string&
 }  // namespace
 
 int main(int argc, char** argv) {
-  magic::keep_freed_memory_in_process();  // lib/core/allocator.h
+  magic::keep_freed_memory_in_process();   // lib/core/allocator.h
+  magic::install_caching_cpu_allocator();  // lib/core/caching_cpu_allocator.h
   std::string steps_arg = "16,64,256", schedules_arg = "sqrt,all", threads_arg = "1";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];

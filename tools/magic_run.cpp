@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "lib/core/allocator.h"
+#include "lib/core/caching_cpu_allocator.h"
 #include "lib/core/error.h"
 #include "lib/core/json_fields.h"
 #include "lib/core/process_exit.h"
@@ -396,5 +397,6 @@ int run_main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   magic::keep_freed_memory_in_process();                         // lib/core/allocator.h
+  magic::install_caching_cpu_allocator();                        // lib/core/caching_cpu_allocator.h
   magic::exit_without_static_destructors(run_main(argc, argv));  // lib/core/process_exit.h
 }

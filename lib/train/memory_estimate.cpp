@@ -43,8 +43,8 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, ReplayMode mode) {
                            3.0 * static_cast<double>(m.vocab);
   const double tokens = static_cast<double>(c.batch_size) * static_cast<double>(m.max_len);
   const auto compute = static_cast<double>(c10::elementSize(c.precision.compute));
-  e.activation_bytes = static_cast<int64_t>(std::min(4.0 * per_token * tokens * compute, 9.0e18));
-  if (mode == ReplayMode::kPipelined) e.traced_bytes = e.activation_bytes / 2;
+  e.activation_bytes = static_cast<int64_t>(std::min(3.0 * per_token * tokens * compute, 9.0e18));
+  if (mode == ReplayMode::kPipelined) e.traced_bytes = e.activation_bytes * 2 / 3;
   return e;
 }
 

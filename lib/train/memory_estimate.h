@@ -6,11 +6,13 @@
 //   batches  every step's rows, token ids and labels, built before training
 //   activations  one REPLAY step's graph: the forward's saved tensors per token,
 //            L·(17·d + 3·H·T) + 3·V elements (residual stream, LayerNorms, qkv, MLP hidden; attention
-//            scores, mask and probabilities; logits and log-probabilities), times B·T tokens, times 4
-//            (the forward, the backward kept for differentiation, the double backward on top).
+//            scores, mask and probabilities; logits and log-probabilities), times B·T tokens, times 3
+//            (the forward, the backward kept for differentiation, the double backward's own
+//            temporaries, which reuse the blocks the graph frees as the product consumes it:
+//            caching_cpu_allocator.h; 4 was measured with malloc's heap alone).
 //            Rows are counted at max_len; a rank of a mesh holds less (counted in full: a bound).
 //            Pipelined REPLAY (replay_mode.h) holds more states, and the next step's traced graph
-//            (the forward and the kept backward: half of the above) beside the product's.
+//            (the forward and the kept backward: two thirds of the above) beside the product's.
 // LibTorch itself (about 160 MiB resident) is not counted.
 #pragma once
 
