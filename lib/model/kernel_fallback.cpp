@@ -1,5 +1,7 @@
 #include "lib/model/kernel_fallback.h"
 
+#include "lib/model/gelu.h"
+
 namespace magic::kernels {
 namespace {
 
@@ -34,6 +36,7 @@ at::Tensor softmax(const at::Tensor& x, int64_t dim) {
 }
 
 at::Tensor gelu(const at::Tensor& x) {
+  if (x.scalar_type() == at::kDouble) return gelu_erf(x);  // gelu.h
   if (!needs_fp32(x)) return at::gelu(x);
   return at::gelu(wide(x)).to(x.scalar_type());
 }

@@ -1,0 +1,19 @@
+// GELU with the normal CDF evaluated once per forward (the erf form, as at::gelu computes it):
+//   y = x·Φ(x),  y' = Φ(x) + x·φ(x),  y'' = φ(x)·(2 − x²),  Φ(x) = (1 + erf(x/√2))/2,
+//   φ(x) = exp(−x²/2)/√(2π).
+// at::gelu evaluates erf again in its backward and in that backward's own derivative; in fp64
+// erf is the costliest elementwise op of a REPLAY step (perf on replay_bench: 15% of the run). Here
+// the forward keeps Φ and φ, the backward is built from them with multiplications (differentiable
+// through the slope function below, whose derivative recomputes only the exp), so a traced step
+// and its vector-Jacobian product evaluate erf once. Every order of derivative is exact.
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace magic {
+
+// The value is at::gelu's bit for bit in fp64 (x·Φ rounds as x·0.5·(1 + erf)); in fp32 at::gelu
+// rounds differently (it is kept there: kernels::gelu).
+at::Tensor gelu_erf(const at::Tensor& x);
+
+}  // namespace magic
