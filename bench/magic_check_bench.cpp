@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/topology.h"
 
@@ -31,15 +32,12 @@ double timed_run(const std::string& args, int& exit_code) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int repeats = 3;
-  std::string topologies = "n_ci=4,n_per_block=2;dp=4;dp=2,cp=2,fsdp=2";
-  std::string launches = "spawn,threads";
-  for (int i = 1; i + 1 < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--repeats") repeats = std::stoi(argv[++i]);
-    if (a == "--topologies") topologies = argv[++i];
-    if (a == "--launches") launches = argv[++i];
-  }
+  auto flags = magic::bench::parse_flags(
+      argc, argv,
+      {{"repeats", "3"}, {"topologies", "n_ci=4,n_per_block=2;dp=4;dp=2,cp=2,fsdp=2"}, {"launches", "spawn,threads"}},
+      "magic_check_bench [--repeats R] [--topologies \"T1;T2\"] [--launches spawn,threads]");
+  const int repeats = std::stoi(flags["repeats"]);
+  const std::string topologies = flags["topologies"], launches = flags["launches"];
   std::cout << "magic_check_bench: " << std::thread::hardware_concurrency() << " cores, " << repeats
             << " runs per layout, fp64, Gloo on loopback\n\n"
             << "| topology | ranks | launch | check min s | check median s | exit | --bite min s | --bite median s | "

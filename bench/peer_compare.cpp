@@ -30,6 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_flags.h"
 #include "lib/core/strings.h"
 
 namespace {
@@ -115,23 +116,15 @@ std::string write_run(const std::string& dir, int64_t steps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string steps_list = "16,64,256", threads_list = "1,2", python = "/usr/bin/python3";
-  std::string peer = std::string(MAGIC_SOURCE_DIR) + "/../shared/bench/peer_magic.py";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--steps")
-      steps_list = argv[i + 1];
-    else if (a == "--threads")
-      threads_list = argv[i + 1];
-    else if (a == "--peer")
-      peer = argv[i + 1];
-    else if (a == "--python")
-      python = argv[i + 1];
-    else {
-      std::cerr << "peer_compare: unknown flag " << a << "\n";
-      return 2;
-    }
-  }
+  auto flags =
+      magic::bench::parse_flags(argc, argv,
+                                {{"steps", "16,64,256"},
+                                 {"threads", "1,2"},
+                                 {"python", "/usr/bin/python3"},
+                                 {"peer", std::string(MAGIC_SOURCE_DIR) + "/../shared/bench/peer_magic.py"}},
+                                "peer_compare [--steps 16,64,256] [--threads 1,2] [--peer PATH] [--python PATH]");
+  const std::string steps_list = flags["steps"], threads_list = flags["threads"], python = flags["python"],
+                    peer = flags["peer"];
   if (!std::filesystem::exists(peer)) {
     std::cerr << "peer_compare: the peer " << peer << " is not there (--peer PATH)\n";
     return 2;

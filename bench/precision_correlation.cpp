@@ -6,10 +6,10 @@
 //   precision_correlation [--config fixtures/runs/adamw_batch16.json] [--dtypes fp32,bf16,fp16]
 #include <ATen/Parallel.h>
 
-#include <cstring>
 #include <iostream>
 #include <sstream>
 
+#include "bench/bench_flags.h"
 #include "lib/compare/correlation.h"
 #include "lib/core/allocator.h"
 #include "lib/core/dtype.h"
@@ -40,12 +40,11 @@ Run run(RunConfig config, const PrecisionPolicy& precision) {
 
 int main(int argc, char** argv) {
   magic::keep_freed_memory_in_process();  // lib/core/allocator.h
-  std::string config_path = std::string(MAGIC_SOURCE_DIR) + "/fixtures/runs/adamw_batch16.json",
-              dtypes = "fp32,bf16,fp16";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--config") == 0) config_path = argv[i + 1];
-    if (std::strcmp(argv[i], "--dtypes") == 0) dtypes = argv[i + 1];
-  }
+  auto flags = magic::bench::parse_flags(
+      argc, argv,
+      {{"config", std::string(MAGIC_SOURCE_DIR) + "/fixtures/runs/adamw_batch16.json"}, {"dtypes", "fp32,bf16,fp16"}},
+      "precision_correlation [--config run.json] [--dtypes fp32,bf16,fp16]");
+  const std::string config_path = flags["config"], dtypes = flags["dtypes"];
   at::set_num_threads(1);
   const RunConfig config = RunConfig::load(config_path);
   const Run golden = run(config, PrecisionPolicy::for_compute(c10::kDouble));

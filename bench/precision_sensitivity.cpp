@@ -9,10 +9,10 @@
 //   precision_sensitivity [--topology dp=4] [--dtypes bf16,fp16,fp32,fp64]
 #include <ATen/Parallel.h>
 
-#include <cstring>
 #include <iostream>
 #include <sstream>
 
+#include "bench/bench_flags.h"
 #include "checks/lm_pipelines.h"
 #include "checks/planted_precision.h"
 #include "checks/run_check.h"
@@ -64,11 +64,9 @@ std::string verdict(const std::string& level) {
 
 int main(int argc, char** argv) {
   magic::keep_freed_memory_in_process();  // lib/core/allocator.h
-  std::string topology = "dp=4", dtypes = "bf16,fp16,fp32,fp64";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--topology") == 0) topology = argv[i + 1];
-    if (std::strcmp(argv[i], "--dtypes") == 0) dtypes = argv[i + 1];
-  }
+  auto flags = magic::bench::parse_flags(argc, argv, {{"topology", "dp=4"}, {"dtypes", "bf16,fp16,fp32,fp64"}},
+                                         "precision_sensitivity [--topology dp=4] [--dtypes bf16,fp16,fp32,fp64]");
+  const std::string topology = flags["topology"], dtypes = flags["dtypes"];
   at::set_num_threads(1);
   const std::vector<double> deltas{0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2, 0.3, 0.5};
   std::stringstream list(dtypes);

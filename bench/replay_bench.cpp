@@ -16,6 +16,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "bench/bench_flags.h"
 #include "lib/core/allocator.h"
 #include "lib/core/caching_cpu_allocator.h"
 #include "lib/core/strings.h"
@@ -80,14 +81,13 @@ std::string run_child(const std::string& self, int64_t steps, const std::string&
 int main(int argc, char** argv) {
   magic::keep_freed_memory_in_process();   // lib/core/allocator.h
   magic::install_caching_cpu_allocator();  // lib/core/caching_cpu_allocator.h
-  std::string steps_arg = "16,64,256", schedules_arg = "sqrt,all", threads_arg = "1";
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--measure" && i + 3 < argc) return measure(std::stoll(argv[i + 1]), argv[i + 2], std::stoi(argv[i + 3]));
-    if (a == "--steps" && i + 1 < argc) steps_arg = argv[++i];
-    if (a == "--schedules" && i + 1 < argc) schedules_arg = argv[++i];
-    if (a == "--threads" && i + 1 < argc) threads_arg = argv[++i];
-  }
+  // --measure N SCHEDULE THREADS: one configuration, in this (child) process.
+  if (argc == 5 && std::string(argv[1]) == "--measure")
+    return measure(std::stoll(argv[2]), argv[3], std::stoi(argv[4]));
+  auto flags =
+      magic::bench::parse_flags(argc, argv, {{"steps", "16,64,256"}, {"schedules", "sqrt,all"}, {"threads", "1"}},
+                                "replay_bench [--steps 16,64,256] [--schedules sqrt,all] [--threads 1,2]");
+  const std::string steps_arg = flags["steps"], schedules_arg = flags["schedules"], threads_arg = flags["threads"];
   std::cout << "replay_bench: GPT 2 layers, d=64, 4 heads, T=128, batch 8, AdamW, fp64\n\n";
   std::cout << "| N | schedule | threads | train s | REPLAY s | REPLAY/train | checkpoints | states held | checkpoint "
                "MiB | peak RSS MiB | RSS growth MiB |\n";
