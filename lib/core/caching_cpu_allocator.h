@@ -10,7 +10,9 @@
 // the most blocks of each size alive at once; and a block is mapped once, so it page-faults once.
 //
 // Blocks below `min_bytes` go to the allocator it replaces (small and many: malloc serves them
-// well). Cached blocks are kept until the process ends.
+// well). Cached blocks are kept until the process ends: right for magic-run, whose shapes repeat
+// every step (every batch is padded to max_len); a process whose tensor sizes kept changing would
+// hold a high-water mark for each size.
 #pragma once
 
 #include <c10/core/Allocator.h>
