@@ -29,13 +29,19 @@ struct GeluSlope : public torch::autograd::Function<GeluSlope> {
 struct Gelu : public torch::autograd::Function<Gelu> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x) {
     const at::Tensor cdf = 0.5 * (1.0 + at::erf(x * M_SQRT1_2));
-    const at::Tensor pdf = at::exp(-0.5 * x * x) * kInvSqrt2Pi;
-    ctx->save_for_backward({x, cdf, pdf});
+    ctx->save_for_backward({x, cdf});
     return x * cdf;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     const variable_list saved = ctx->get_saved_variables();
-    return {grad[0] * GeluSlope::apply(saved[0], saved[1], saved[2])};
+    // φ here, not in the forward: a forward without a backward (no grad) never needs it. It enters
+    // the slope as a constant; GeluSlope's own backward carries its derivative.
+    at::Tensor pdf;
+    {
+      at::NoGradGuard constant;
+      pdf = at::exp(-0.5 * saved[0] * saved[0]) * kInvSqrt2Pi;
+    }
+    return {grad[0] * GeluSlope::apply(saved[0], saved[1], pdf)};
   }
 };
 

@@ -3,9 +3,10 @@
 //   φ(x) = exp(−x²/2)/√(2π).
 // at::gelu evaluates erf again in its backward and in that backward's own derivative; in fp64
 // erf is the costliest elementwise op of a REPLAY step (perf on replay_bench: 15% of the run). Here
-// the forward keeps Φ and φ, the backward is built from them with multiplications (differentiable
-// through the slope function below, whose derivative recomputes only the exp), so a traced step
-// and its vector-Jacobian product evaluate erf once. Every order of derivative is exact.
+// the forward keeps Φ, the backward forms φ (one exp) and builds the derivative from them with
+// multiplications (differentiable through the slope function in gelu.cpp, whose own derivative
+// recomputes only the exp), so a traced step and its vector-Jacobian product evaluate erf once.
+// Every order of derivative is exact.
 #pragma once
 
 #include <ATen/ATen.h>
