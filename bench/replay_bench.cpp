@@ -1,9 +1,8 @@
 // replay_bench: forward training vs REPLAY time and memory as the run grows.
 //
-// Config (fixed, fp64): GPT with 2 layers, d_model 64, 4 heads, 128-token sequences, batch 8,
-// AdamW with warmup + cosine, on fixtures/text/proverbs.jsonl; N steps with the given checkpoint
-// schedule, with each given count of intra-op threads (two or more: REPLAY pipelined, as
-// magic-run runs it; replay_mode.h). Each (N, schedule, threads) runs in its own child process so
+// The run is bench/replay_bench_config.h's: N steps with the given checkpoint schedule, with each
+// given count of intra-op threads (two or more: REPLAY pipelined, as magic-run runs it;
+// replay_mode.h). Each (N, schedule, threads) runs in its own child process so
 // that its peak RSS (VmHWM) is its own; "growth" is peak RSS minus the RSS before training started.
 //
 //   replay_bench [--steps 16,64,256] [--schedules sqrt,all] [--threads 1]
@@ -17,11 +16,11 @@
 #include <sstream>
 
 #include "bench/bench_flags.h"
+#include "bench/replay_bench_config.h"
 #include "lib/core/allocator.h"
 #include "lib/core/caching_cpu_allocator.h"
 #include "lib/core/strings.h"
 #include "lib/train/magic_pipeline.h"
-#include "lib/train/run_config.h"
 
 namespace {
 
@@ -39,20 +38,7 @@ int64_t status_kib(const std::string& field) {
 // One measurement, printed as a tab-separated line for the parent.
 int measure(int64_t steps, const std::string& schedule, int threads) {
   at::set_num_threads(threads);
-  nlohmann::json config = {
-      {"seed", 0},
-      {"dtype", "fp64"},
-      {"model", {{"vocab", 257}, {"d_model", 64}, {"n_layers", 2}, {"n_heads", 4}, {"max_len", 128}}},
-      {"data", {{"train", "text/proverbs.jsonl"}, {"queries", "text/queries.jsonl"}}},
-      {"training", {{"steps", steps}, {"batch_size", 8}, {"checkpoints", schedule}}},
-      {"optimizer",
-       {{"name", "adamw"},
-        {"lr", 1e-3},
-        {"weight_decay", 0.01},
-        {"eps_root", 1e-12},
-        {"schedule", {{"name", "cosine"}, {"warmup_fraction", 0.1}}}}},
-  };
-  const RunConfig run = RunConfig::from_json(config, "replay_bench", std::string(MAGIC_SOURCE_DIR) + "/fixtures");
+  const RunConfig run = bench::replay_bench_config(steps, schedule, std::string(MAGIC_SOURCE_DIR) + "/fixtures");
   const LmProblem problem = build_lm_problem(run);
   const int64_t baseline = status_kib("VmRSS");
   MagicOptions options;
