@@ -1,7 +1,8 @@
 // The memory estimate magic-run refuses runs by (memory_estimate.h), against what a run really
 // holds: one state is a built problem's state, and the whole estimate bounds the peak resident
 // memory a real magic-run process adds to LibTorch's own (measured by the kernel: wait4's
-// ru_maxrss, minus that of `magic-run --help`), without exceeding it by more than a third.
+// ru_maxrss, minus that of `magic-run --help`), without exceeding it by more than a third (less
+// the pipelined run's next traced graph, whose share of the peak depends on timing).
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -73,7 +74,12 @@ TEST(MemoryEstimate, BoundsWhatARealRunAddsToLibTorch) {
     std::cout << threads << " threads: estimate " << e.str() << "; measured " << format_bytes(added)
               << " above LibTorch's " << format_bytes(baseline) << "\n";
     EXPECT_GE(e.total(), added) << threads << " threads: the estimate is below what the run holds";
-    EXPECT_LE(e.total(), 1.33 * added) << threads << " threads: the estimate is far above what the run holds";
+    // Pipelined, the next step's traced graph counts in full, as if its trace peaked with the
+    // product; how much of it a run holds then depends on how the two threads' steps overlap (here
+    // 102-117 of 178 MiB on an idle machine, 77 beside another test under ctest -j2), so the far-above
+    // bound leaves it out. One thread has no such part: its estimate is bounded whole.
+    const double timing_free = e.total() - static_cast<double>(e.traced_bytes);
+    EXPECT_LE(timing_free, 1.33 * added) << threads << " threads: the estimate is far above what the run holds";
   }
 }
 
