@@ -20,6 +20,8 @@ RunConfig lm_check_config(const CheckSettings& s) {
   if (s.run_config) {
     RunConfig c = *s.run_config;
     c.steps = s.steps;
+    // The settings' policy, not the config's: the golden reference of a bf16 config runs it in fp64.
+    c.precision = s.precision;
     c.batch_size = s.global_batch();
     c.spill_dir.reset();  // the check keeps its few checkpoints in memory
     return c;
