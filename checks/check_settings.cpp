@@ -12,8 +12,8 @@
 namespace magic::checks {
 
 const std::vector<Level>& all_levels() {
-  static const std::vector<Level> levels{Level::kGrad, Level::kQueryGrad, Level::kHvp, Level::kFinalParams,
-                                         Level::kScores};
+  static const std::vector<Level> levels{Level::kGrad,   Level::kOptimizer,   Level::kQueryGrad, Level::kHvp,
+                                         Level::kReplay, Level::kFinalParams, Level::kScores};
   return levels;
 }
 
@@ -21,10 +21,14 @@ std::string level_name(Level level) {
   switch (level) {
     case Level::kGrad:
       return "grad";
+    case Level::kOptimizer:
+      return "optimizer";
     case Level::kQueryGrad:
       return "query_grad";
     case Level::kHvp:
       return "hvp";
+    case Level::kReplay:
+      return "replay";
     case Level::kFinalParams:
       return "final_params";
     case Level::kScores:

@@ -19,8 +19,15 @@
 
 namespace magic::checks {
 
-// The compared levels, in the order a bug shows up in them (DESIGN.md section 5).
-enum class Level { kGrad, kQueryGrad, kHvp, kFinalParams, kScores };
+// The compared levels, in the order a bug shows up in them (docs/magic-check.md has the map of
+// which stage of the pipeline each row sees):
+//   grad          the reduced gradient before clipping, at the reference's state of every step
+//   optimizer     what the optimizer consumes and does, one step from the reference's full state:
+//                 the clip coefficient, the gradient after unscaling and clipping, the update
+//   query_grad    ∂Q/∂θ_N, per parameter;   hvp   ∇²L v at θ_0 and θ_N
+//   replay        REPLAY's restored and recomputed states against training's (bit for bit)
+//   final_params, scores
+enum class Level { kGrad, kOptimizer, kQueryGrad, kHvp, kReplay, kFinalParams, kScores };
 const std::vector<Level>& all_levels();
 std::string level_name(Level level);
 // "grad,hvp,scores"; InputError listing the valid names.
@@ -59,6 +66,9 @@ struct CheckSettings {
   bool wants(Level level) const;
   // Whether any level after `level` is wanted (every level after grad needs the training run).
   bool wants_after(Level level) const;
+  // Whether the training run is needed (every level after optimizer), and REPLAY (replay, scores).
+  bool needs_training() const { return wants_after(Level::kOptimizer); }
+  bool needs_replay() const { return wants(Level::kReplay) || wants(Level::kScores); }
   // The wanted levels up to and including `last` (a --bite mutation's run computes only those:
   // later levels cannot change its first failing level).
   std::vector<Level> levels_through(const std::string& last) const;

@@ -1,8 +1,10 @@
 #include "checks/lm_pipelines.h"
 
+#include "checks/planted_pipeline.h"
 #include "checks/planted_precision.h"
 #include "checks/planted_variants.h"
 #include "checks/reduction_probe.h"
+#include "checks/replay_states.h"
 
 #include "lib/core/dtype.h"
 #include "lib/core/seed.h"
@@ -16,19 +18,10 @@
 
 namespace magic::checks {
 
-RunConfig lm_check_config(const CheckSettings& s) {
-  if (s.run_config) {
-    RunConfig c = *s.run_config;
-    c.steps = s.steps;
-    // The settings' policy, not the config's: the golden reference of a bf16 config runs it in fp64.
-    c.precision = s.precision;
-    c.batch_size = s.global_batch();
-    c.spill_dir.reset();  // the check keeps its few checkpoints in memory
-    return c;
-  }
-  nlohmann::json optimizer = s.optimizer_json();
-  optimizer["clip_norm"] = 5.0;
-  nlohmann::json json = {
+namespace {
+
+nlohmann::json workload_json(const CheckSettings& s, const nlohmann::json& optimizer) {
+  return {
       {"seed", s.seed},
       {"dtype", s.precision.to_json()},
       {"model", {{"vocab", 257}, {"d_model", 16}, {"n_layers", 1}, {"n_heads", 2}, {"max_len", s.max_len}}},
@@ -40,7 +33,42 @@ RunConfig lm_check_config(const CheckSettings& s) {
         {"checkpoints", s.checkpoints}}},
       {"optimizer", optimizer},
   };
-  return RunConfig::from_json(json, "magic-check workload", s.fixtures_dir);
+}
+
+}  // namespace
+
+double workload_clip_norm(const CheckSettings& s) {
+  CheckSettings fp64 = s;
+  fp64.precision = PrecisionPolicy{};
+  const LmProblem p = build_lm_problem(
+      RunConfig::from_json(workload_json(fp64, s.optimizer_json()), "magic-check workload", s.fixtures_dir));
+  std::vector<double> norms;
+  const TrainState at_start{p.initial.params.requires_grad(), p.initial.opt, {}};
+  for (int64_t t = 0; t < p.step->num_steps(); ++t) {
+    norms.push_back(norm(p.step->gradient(at_start, t, p.weights, false)).item<double>());
+  }
+  std::sort(norms.begin(), norms.end());
+  if (norms.size() == 1) return norms.front() / 2;
+  size_t gap = 0;  // the widest gap between neighbouring norms, by ratio
+  for (size_t i = 1; i + 1 < norms.size(); ++i) {
+    if (norms[i + 1] / norms[i] > norms[gap + 1] / norms[gap]) gap = i;
+  }
+  return std::sqrt(norms[gap] * norms[gap + 1]);
+}
+
+RunConfig lm_check_config(const CheckSettings& s) {
+  if (s.run_config) {
+    RunConfig c = *s.run_config;
+    c.steps = s.steps;
+    // The settings' policy, not the config's: the golden reference of a bf16 config runs it in fp64.
+    c.precision = s.precision;
+    c.batch_size = s.global_batch();
+    c.spill_dir.reset();  // the check keeps its few checkpoints in memory
+    return c;
+  }
+  nlohmann::json optimizer = s.optimizer_json();
+  optimizer["clip_norm"] = workload_clip_norm(s);
+  return RunConfig::from_json(workload_json(s, optimizer), "magic-check workload", s.fixtures_dir);
 }
 
 TensorTree hvp_direction(const TensorTree& params, uint64_t seed) {
@@ -73,14 +101,49 @@ PipelineOutputs lm_grad_outputs(const SumLengths& n, const std::vector<TensorTre
   return out;
 }
 
+// Every parameter's tensors of every step, concatenated (a row per parameter).
+at::Tensor steps_of(const std::vector<TensorTree>& trees, const std::string& name) {
+  std::vector<at::Tensor> steps;
+  for (const auto& tree : trees) steps.push_back(tree.at(name).reshape({-1}));
+  return at::cat(steps);
+}
+
+// One optimizer step from the reference's state at every step t: what it consumed, its clip
+// coefficient (undefined without clipping) and its update θ_{t+1} − θ_t; full-shape trees.
+struct OptimizerSteps {
+  std::vector<at::Tensor> coefficients;
+  std::vector<TensorTree> inputs, updates;
+};
+
+void append_optimizer_outputs(PipelineOutputs& out, const SumLengths& n, const OptimizerSteps& steps) {
+  // c_t = min(1, max/||g||): one number summing every parameter's squares.
+  if (!steps.coefficients.empty()) {
+    out.push_back({"optimizer", "clip_coefficient", at::stack(steps.coefficients).reshape({-1}), 0.0,
+                   /*shared_inputs=*/true, n.parameters});
+  }
+  for (const auto& p : steps.inputs.front()) {
+    out.push_back({"optimizer", p.name + "[input]", steps_of(steps.inputs, p.name), 0.0, true, n.batch_labels});
+  }
+  // Not at shared inputs as far as rounding goes: Adam's update divides by sqrt(v), so an entry whose
+  // gradient is rounding noise moves by ±lr in either run (judged against fp64 as the HVP at θ_N is).
+  for (const auto& p : steps.updates.front()) {
+    out.push_back({"optimizer", p.name + "[update]", steps_of(steps.updates, p.name), 0.0, false, n.batch_labels});
+  }
+}
+
 // The levels after grad, appended to `out`; no score rows when `scores` is undefined (REPLAY
 // not run: the scores level not wanted).
 void append_trained_outputs(PipelineOutputs& out, const SumLengths& n, const TensorTree& query_grad,
-                            const TensorTree& hvp_initial, const TensorTree& hvp_final, const TensorTree& final_params,
+                            const TensorTree& hvp_initial, const TensorTree& hvp_final,
+                            const std::optional<NamedTensor>& replay_states, const TensorTree& final_params,
                             const at::Tensor& scores) {
-  out.push_back({"query_grad", "all", query_grad.flatten(), 0.0, false, n.query_labels});
+  // Per parameter: a factor on one group of ∂Q/∂θ is that row's scale, not a few percent of one row.
+  for (const auto& p : query_grad) {
+    out.push_back({"query_grad", p.name, p.tensor.reshape({-1}), 0.0, false, n.query_labels});
+  }
   out.push_back({"hvp", "theta_0", hvp_initial.flatten(), 0.0, /*shared_inputs=*/true, n.batch_labels});
   out.push_back({"hvp", "theta_N", hvp_final.flatten(), 0.0, false, n.batch_labels});
+  if (replay_states) out.push_back(*replay_states);
   // Per parameter: a precision bug in the update shows on the tensors it touches, not behind the
   // drift of the embeddings in one concatenation.
   for (const auto& p : final_params) {
@@ -100,6 +163,17 @@ void append_trained_outputs(PipelineOutputs& out, const SumLengths& n, const Ten
 
 }  // namespace
 
+// The optimizer state `full` (full-shape slots "mu.<param>", ..., and the 0-dim count) as this
+// rank stores it: each slot sharded as its parameter is.
+TensorTree shard_optimizer_state(const Parallelism& parallel, const TensorTree& full) {
+  return full.map([&](const at::Tensor& slot) {
+    if (slot.dim() == 0) return slot.clone();
+    TensorTree one;
+    one.insert("slot", slot);
+    return parallel.shard(one).at("slot");
+  });
+}
+
 PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Runtime& runtime,
                                    const std::string& mutation, const std::vector<TrainState>& teacher) {
   const RunConfig config = lm_check_config(settings);
@@ -110,6 +184,8 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
   auto tap = std::make_shared<ReductionTap>();
   const LmProblem problem = build_lm_problem(config, tapped_parallelism(parallel, tap),
                                              planted_precision(mutation, config.precision, runtime.world_size()));
+  const auto step = planted_step(mutation, *problem.step, problem.optimizer);
+  const auto query = planted_query(mutation, *problem.query, settings.topology.dp());
   const bool probe = has_reduction_rows(settings);
   // c of the reduction probe: the gradient the step returns is Σ_r partial_r / S (/ R under AVG).
   const double c =
@@ -117,33 +193,55 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
   // Sharded tensors (parameters and everything shaped like them) are compared at full shape.
   std::vector<TensorTree> step_grads;
   std::vector<std::map<std::string, ReductionTerms>> step_sums;
+  OptimizerSteps optimizer_steps;
   for (size_t t = 0; t < teacher.size(); ++t) {
+    const auto at_step = static_cast<int64_t>(t);
     dist::set_phase(str_cat("step gradients at step ", t));
     const TrainState at_reference{parallel->shard(teacher[t].params).requires_grad(), problem.initial.opt, {}};
     if (probe) tap->arm();
-    step_grads.push_back(parallel->unshard(
-        problem.step->gradient(at_reference, static_cast<int64_t>(t), problem.weights, false).detach()));
-    if (!probe) continue;
-    std::map<std::string, ReductionTerms> sums;
-    for (const auto& [name, partial] : tap->take(full_init))
-      sums[name] = exact_reduction(*parts.groups.world, partial, c);
-    step_sums.push_back(std::move(sums));
+    step_grads.push_back(parallel->unshard(step->gradient(at_reference, at_step, problem.weights, false).detach()));
+    if (probe) {
+      std::map<std::string, ReductionTerms> sums;
+      for (const auto& [name, partial] : tap->take(full_init))
+        sums[name] = exact_reduction(*parts.groups.world, partial, c);
+      step_sums.push_back(std::move(sums));
+    }
+    if (!settings.wants(Level::kOptimizer)) continue;
+    // One whole step from the reference's parameters and optimizer state.
+    dist::set_phase(str_cat("optimizer step at step ", t));
+    const TrainState sharded{parallel->shard(teacher[t].params), shard_optimizer_state(*parallel, teacher[t].opt), {}};
+    const StepOutput one = step->step(sharded, at_step, problem.weights, false);
+    if (one.clip_coefficient.defined()) optimizer_steps.coefficients.push_back(one.clip_coefficient);
+    optimizer_steps.inputs.push_back(parallel->unshard(one.grads));
+    optimizer_steps.updates.push_back(add(parallel->unshard(one.next.params), scale(teacher[t].params, -1.0)));
   }
   const SumLengths n = sum_lengths(config, problem, full_init);
   PipelineOutputs out = lm_grad_outputs(n, step_grads);
-  // Levels past grad need the training run (and REPLAY for the scores); a --bite mutation run
-  // whose expected level is grad skips them (CheckSettings::levels_through).
-  if (settings.wants_after(Level::kGrad)) {
+  if (settings.wants(Level::kOptimizer)) append_optimizer_outputs(out, n, optimizer_steps);
+  // Levels past the optimizer need the training run (and REPLAY for replay and scores); a --bite
+  // mutation run whose expected level is earlier skips them (CheckSettings::levels_through).
+  if (settings.needs_training()) {
     MagicOptions options;
     options.schedule = config.checkpoints;
-    options.replay = settings.wants(Level::kScores);
-    MagicResult result = run_magic(*problem.step, *problem.query, problem.initial, problem.weights, options);
+    options.replay = settings.needs_replay();
+    // replay/states: the state training started each step from, against the one REPLAY used.
+    std::vector<TrainState> trained;
+    StateDifference difference;
+    options.on_step = [&](int64_t, const TrainState& before, const StepOutput&) {
+      trained.push_back(detach_state(before));
+    };
+    options.on_replay_step = [&](int64_t t, const StepVjp& vjp) {
+      add_state_difference(difference, t, trained.at(t), vjp.state);
+    };
+    MagicResult result = run_magic(*step, *query, problem.initial, problem.weights, options);
     const TensorTree v = parallel->shard(hvp_direction(full_init, settings.seed));
     const int64_t last = problem.step->num_steps() - 1;
+    std::optional<NamedTensor> states;
+    if (settings.needs_replay()) states = replay_state_output(*parts.groups.world, difference);
     append_trained_outputs(
         out, n, parallel->unshard(result.query_gradient),
-        parallel->unshard(hessian_vector_product(*problem.step, problem.initial, 0, problem.weights, v)),
-        parallel->unshard(hessian_vector_product(*problem.step, result.final_state, last, problem.weights, v)),
+        parallel->unshard(hessian_vector_product(*step, problem.initial, 0, problem.weights, v)),
+        parallel->unshard(hessian_vector_product(*step, result.final_state, last, problem.weights, v)), states,
         parallel->unshard(result.final_state.params), result.scores);
   }
   if (probe) append_reduction_outputs(out, step_grads, step_sums);
@@ -163,11 +261,20 @@ ReferenceRun run_reference_lm(const CheckSettings& settings) {
   const SumLengths n = sum_lengths(config, problem, problem.initial.params);
   ReferenceRun run;
   run.outputs = lm_grad_outputs(n, unrolled.step_grads);
+  OptimizerSteps steps{unrolled.step_clip_coefficients, unrolled.step_clipped, {}};
+  for (size_t t = 0; t < unrolled.step_params.size(); ++t) {
+    const TensorTree& next = t + 1 < unrolled.step_params.size() ? unrolled.step_params[t + 1] : unrolled.final_params;
+    steps.updates.push_back(add(next, scale(unrolled.step_params[t], -1.0)));
+  }
+  append_optimizer_outputs(run.outputs, n, steps);
   append_trained_outputs(run.outputs, n, reference::lm_query_gradient(setup, unrolled.final_params),
                          reference::lm_batch_hvp(setup, problem.initial.params, problem.weights, 0, v),
                          reference::lm_batch_hvp(setup, unrolled.final_params, problem.weights, last, v),
-                         unrolled.final_params, unrolled.scores);
-  for (const auto& params : unrolled.step_params) run.states.push_back(TrainState{params, {}, {}});
+                         replay_state_reference(settings.topology.world_size()), unrolled.final_params,
+                         unrolled.scores);
+  for (size_t t = 0; t < unrolled.step_params.size(); ++t) {
+    run.states.push_back(TrainState{unrolled.step_params[t], unrolled.step_opt[t], {}});
+  }
   return run;
 }
 

@@ -3,7 +3,11 @@
 // single-process full-batch reference (reference/unrolled_lm) on one.
 //   grad/<param>      the reduced gradient (before clipping) of every step at the reference's
 //                     state of that step, concatenated
-//   query_grad/all    ∂Q/∂θ_N;   hvp/theta_0, hvp/theta_N   ∇²L v at θ_0 (batch 0), θ_N (batch N-1)
+//   optimizer/clip_coefficient            c_t of every step (where the run clips)
+//   optimizer/<param>[input]              c_t·g_t as the optimizer received it, every step
+//   optimizer/<param>[update]             θ_{t+1} − θ_t of one step from the reference's (θ_t, o_t)
+//   query_grad/<param> ∂Q/∂θ_N;   hvp/theta_0, hvp/theta_N   ∇²L v at θ_0 (batch 0), θ_N (batch N-1)
+//   replay/states     REPLAY's states against training's, bit for bit (replay_states.h)
 //   final_params/<param>; scores/per_document, scores/per_token
 #pragma once
 
@@ -15,8 +19,16 @@
 
 namespace magic::checks {
 
-// A small GPT on the KJV fixture with per-token weights.
+// A small GPT on the KJV fixture with per-token weights, clipped at workload_clip_norm; with
+// --config, that run (its clip norm, if any) at the settings' precision.
 RunConfig lm_check_config(const CheckSettings& settings);
+
+// The built-in workload's clip norm, chosen so that clipping fires on some steps and not on
+// others: the gradient norms of every step's batch at θ_0 (fp64, unclipped) are sorted and the
+// norm sits at the geometric middle of the widest gap (by ratio) between neighbours, as far from
+// every step's norm as it can be (rounding in low precision cannot move a step across it); with
+// one step, half its norm (the step clips).
+double workload_clip_norm(const CheckSettings& settings);
 
 // The random direction of the HVP checks: the same tree on every rank and in the reference.
 TensorTree hvp_direction(const TensorTree& params, uint64_t seed);

@@ -7,6 +7,7 @@
 #include "lib/core/dtype.h"
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
+#include "lib/train/checkpoint_schedule.h"
 
 namespace magic::checks {
 
@@ -155,7 +156,7 @@ const std::vector<Mutation>& mutation_catalog() {
        PrecisionNeed::kReduceInMaster},
       {"master-weights-in-compute-dtype",
        "the update is applied to weights stored in the compute dtype (no master copy)",
-       "final_params",
+       "optimizer",
        "",
        std::nullopt,
        {},
@@ -169,6 +170,47 @@ const std::vector<Mutation>& mutation_catalog() {
        {{"world", 2}},
        {},
        PrecisionNeed::kFp16},
+      {"clip-local-norm",
+       "the clip coefficient is computed from this rank's local, unreduced gradient norm",
+       "optimizer",
+       "",
+       kMesh,
+       {{"world", 2}},
+       {},
+       PrecisionNeed::kNone,
+       /*needs_clipping=*/true},
+      {"clip-shard-norm-not-reduced",
+       "the clip norm of sharded gradients sums this rank's shard only (its all-reduce over the shard group is "
+       "missing)",
+       "optimizer",
+       "",
+       kMesh,
+       {{"fsdp", 2}},
+       {},
+       PrecisionNeed::kNone,
+       /*needs_clipping=*/true},
+      {"optimizer-input-scaled",
+       "the embeddings' gradient is all-reduced once more over dp between clipping and the optimizer",
+       "optimizer",
+       "x dp",
+       kMesh,
+       {{"dp", 2}}},
+      {"query-grad-scaled",
+       "the query gradient of the embeddings is all-reduced once more over dp",
+       "query_grad",
+       "x dp",
+       kMesh,
+       {{"dp", 2}}},
+      {"replay-restore-fresh-optimizer",
+       "REPLAY restores a checkpoint's parameters with a fresh optimizer state (a model-only load)",
+       "replay",
+       "",
+       std::nullopt,
+       {},
+       {},
+       PrecisionNeed::kNone,
+       false,
+       /*needs_later_checkpoint=*/true},
   };
   return catalog;
 }
@@ -232,6 +274,14 @@ std::string unmet_precision(PrecisionNeed need, const PrecisionPolicy& p) {
 
 }  // namespace
 
+RunTraits run_traits(const CheckSettings& s) {
+  RunTraits traits;
+  traits.clipping = s.run_config ? s.run_config->optimizer.clip_norm.has_value() : s.resolved_workload() == "lm";
+  const auto steps = checkpoint_steps(parse_checkpoint_schedule(s.checkpoints), s.steps);
+  traits.later_checkpoint = steps.size() > 1;
+  return traits;
+}
+
 std::string precision_need_text(PrecisionNeed need) {
   switch (need) {
     case PrecisionNeed::kNone:
@@ -257,7 +307,12 @@ std::vector<std::pair<std::string, int64_t>> factor_sizes(const dist::TopologySp
   return sizes;
 }
 
-std::string unmet_requirement(const Mutation& m, const dist::TopologySpec& topology, const PrecisionPolicy& precision) {
+std::string unmet_requirement(const Mutation& m, const dist::TopologySpec& topology, const PrecisionPolicy& precision,
+                              RunTraits run) {
+  if (m.needs_clipping && !run.clipping) return "needs gradient clipping (the checked run has no optimizer.clip_norm)";
+  if (m.needs_later_checkpoint && !run.later_checkpoint) {
+    return "needs a checkpoint after step 0 for REPLAY to restore (2 steps or more)";
+  }
   if (std::string unmet = unmet_precision(m.precision_need, precision); !unmet.empty()) return unmet;
   for (const auto& [name, least] : m.at_least) {
     const int64_t v = size_of(name, topology);
@@ -273,11 +328,11 @@ std::string unmet_requirement(const Mutation& m, const dist::TopologySpec& topol
 }
 
 BitePlan plan_bite(const dist::TopologySpec& topology, const std::vector<Level>& levels,
-                   const PrecisionPolicy& precision) {
+                   const PrecisionPolicy& precision, RunTraits run) {
   BitePlan plan;
   for (const auto& m : mutation_catalog()) {
     if (m.family && m.family != topology.family()) continue;
-    if (const std::string unmet = unmet_requirement(m, topology, precision); !unmet.empty()) {
+    if (const std::string unmet = unmet_requirement(m, topology, precision, run); !unmet.empty()) {
       plan.skipped.push_back({m.name, unmet});
     } else if (!checks_level(levels, m.expected_level)) {
       plan.skipped.push_back({m.name, level_unchecked(m, levels)});
@@ -289,7 +344,7 @@ BitePlan plan_bite(const dist::TopologySpec& topology, const std::vector<Level>&
 }
 
 const Mutation& find_mutation(const std::string& name, const dist::TopologySpec& topology,
-                              const std::vector<Level>& levels, const PrecisionPolicy& precision) {
+                              const std::vector<Level>& levels, const PrecisionPolicy& precision, RunTraits run) {
   std::vector<std::string> names;
   for (const auto& m : mutation_catalog()) names.push_back(m.name);
   for (const auto& m : mutation_catalog()) {
@@ -298,7 +353,7 @@ const Mutation& find_mutation(const std::string& name, const dist::TopologySpec&
       throw InputError(str_cat("--mutate ", name, ": does not apply to ", topology.str(), "; it needs a ",
                                m.family == dist::TopologyFamily::kMesh ? "mesh" : "three-pool", " layout"));
     }
-    if (const std::string unmet = unmet_requirement(m, topology, precision); !unmet.empty()) {
+    if (const std::string unmet = unmet_requirement(m, topology, precision, run); !unmet.empty()) {
       throw InputError(str_cat("--mutate ", name, ": does not apply to ", topology.str(), "; it ", unmet));
     }
     if (!checks_level(levels, m.expected_level)) {

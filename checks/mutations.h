@@ -42,7 +42,22 @@ struct Mutation {
   std::vector<std::pair<std::string, int64_t>> at_least;
   std::vector<std::pair<std::string, int64_t>> at_most = {};
   PrecisionNeed precision_need = PrecisionNeed::kNone;
+  // A clip-norm bug exists only where the run clips (the built-in workloads always do; a --config
+  // without optimizer.clip_norm does not).
+  bool needs_clipping = false;
+  // A restore bug shows only where REPLAY restores a checkpoint after step 0 (2 steps or more).
+  bool needs_later_checkpoint = false;
 };
+
+// What a mutation may need of the checked run beyond its layout and precision.
+struct RunTraits {
+  bool clipping = true;          // the run clips its gradient
+  bool later_checkpoint = true;  // REPLAY restores a checkpoint after step 0
+};
+// The traits of the run `settings` check: the built-in lm workload clips (its clip norm is chosen
+// so that it fires, lm_pipelines.h); a --config clips where it says so; the three-pool workload
+// does not clip.
+RunTraits run_traits(const CheckSettings& settings);
 
 // The sizes factors are named after: the topology's, and "loss_scale" where it is >= 2.
 std::vector<std::pair<std::string, int64_t>> factor_sizes(const dist::TopologySpec& topology,
@@ -50,7 +65,7 @@ std::vector<std::pair<std::string, int64_t>> factor_sizes(const dist::TopologySp
 
 // "" when `m` applies to `topology`, else why not: "needs n_per_block >= 2 (n_per_block=1 here)".
 std::string unmet_requirement(const Mutation& m, const dist::TopologySpec& topology,
-                              const PrecisionPolicy& precision = {});
+                              const PrecisionPolicy& precision = {}, RunTraits run = {});
 
 const std::vector<Mutation>& mutation_catalog();
 
@@ -61,12 +76,13 @@ struct BitePlan {
   std::vector<BiteSkip> skipped;
 };
 BitePlan plan_bite(const dist::TopologySpec& topology, const std::vector<Level>& levels,
-                   const PrecisionPolicy& precision = {});
+                   const PrecisionPolicy& precision = {}, RunTraits run = {});
 
 // InputError listing the catalog when `name` is unknown or does not apply to the topology, or
 // naming both levels when the level the mutation must fail at is not among `levels`.
 const Mutation& find_mutation(const std::string& name, const dist::TopologySpec& topology,
-                              const std::vector<Level>& levels = all_levels(), const PrecisionPolicy& precision = {});
+                              const std::vector<Level>& levels = all_levels(), const PrecisionPolicy& precision = {},
+                              RunTraits run = {});
 
 // Caught when the first failing level is the expected one and, if a factor is expected, a
 // failing row at that level has a scale equal to that factor's value on `topology` (exactly, or

@@ -6,6 +6,7 @@
 
 #include "checks/mutations.h"
 #include "checks/reduction_probe.h"
+#include "checks/replay_states.h"
 #include "lib/compare/comparison.h"
 #include "lib/core/strings.h"
 
@@ -50,6 +51,17 @@ size_t find_partner(const PipelineOutputs& distributed, const std::vector<bool>&
     if (!used[i] && distributed[i].level == level && distributed[i].name == name) return i;
   }
   return distributed.size();
+}
+
+// "clips at steps 0, 2 of 4": where the reference's coefficient is below 1, so that a reader sees
+// both branches of the clip were compared.
+std::string clip_steps(const at::Tensor& coefficients) {
+  std::vector<std::string> fired;
+  for (int64_t t = 0; t < coefficients.numel(); ++t) {
+    if (coefficients[t].item<double>() < 1.0) fired.push_back(std::to_string(t));
+  }
+  if (fired.empty()) return str_cat("clips at no step of ", coefficients.numel());
+  return str_cat("clips at step", fired.size() > 1 ? "s " : " ", join(fired, ", "), " of ", coefficients.numel());
 }
 
 }  // namespace
@@ -119,6 +131,10 @@ std::vector<CheckRow> compare_outputs(const PipelineOutputs& distributed, const 
           str_cat("shape mismatch: distributed ", shape_text(d), ", reference ", shape_text(r.value))));
       continue;
     }
+    if (r.exact) {
+      rows.push_back(replay_state_row(distributed[match], r));
+      continue;
+    }
     if (golden) {
       const NamedTensor* g = find_output(golden, r.level, r.name);
       if (g == nullptr || g->value.sizes() != r.value.sizes()) {
@@ -134,6 +150,11 @@ std::vector<CheckRow> compare_outputs(const PipelineOutputs& distributed, const 
       continue;
     }
     rows.push_back(make_check_row(r.level, r.name, d, r.value, tolerance, factors, r.error_scale));
+  }
+  for (auto& row : rows) {
+    if (row.level != "optimizer" || row.tensor != "clip_coefficient" || !row.passed) continue;
+    const NamedTensor* r = find_output(&reference, row.level, row.tensor);
+    if (r != nullptr) row.diagnosis.text = clip_steps(r->value);
   }
   // The reduction rows (reduction_probe.h): one per gradient of the reference, judged against the
   // exact sum of the distributed reduction's own terms; placed after the other gradient rows.

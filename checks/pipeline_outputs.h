@@ -30,6 +30,10 @@ struct NamedTensor {
   // A distributed reduced gradient checked against the exact sum of its terms, the ranks' local
   // gradients (checks/reduction_probe.h): a row of its own with no reference partner.
   std::optional<ReductionTerms> reduction = std::nullopt;
+  // Compared for equality in every precision (replay/states: checks/replay_states.h), with what
+  // the distributed side says of it in `detail`.
+  bool exact = false;
+  std::string detail = {};
 };
 using PipelineOutputs = std::vector<NamedTensor>;
 

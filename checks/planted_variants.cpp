@@ -2,11 +2,13 @@
 
 #include <functional>
 #include <map>
+#include <mutex>
 #include <stdexcept>
 #include <type_traits>
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "checks/planted_pipeline.h"
 #include "checks/planted_precision.h"
 #include "lib/distributed/collectives/collectives.h"
 
@@ -58,6 +60,71 @@ class CpDpOnlyNormalizer : public DataParallel {
     at::Tensor by_cp_index = at::zeros({layout().cp()}, at::kDouble);
     by_cp_index[layout().cp_index(rank())] = local;
     return std::max(world().sum(by_cp_index)[layout().cp_index(rank())].item<double>(), 1.0);
+  }
+};
+
+// --- clipping and the optimizer's input ---
+
+// Identity forward; the backward keeps the cotangent (with its graph, for REPLAY) in `stash`.
+struct StashCotangent : torch::autograd::Function<StashCotangent> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, int64_t stash,
+                            const std::string& name) {
+    ctx->saved_data["stash"] = stash;
+    ctx->saved_data["name"] = name;
+    return x.view_as(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad);
+};
+
+// The clip coefficient from this rank's local gradient, before any collective summed it.
+class LocalClipNorm : public DataParallel {
+ public:
+  using DataParallel::DataParallel;
+  TensorTree enter(const TensorTree& params) const override {
+    return DataParallel::enter(params).map_named([this](const std::string& name, const at::Tensor& p) {
+      return p.is_floating_point() ? StashCotangent::apply(p, reinterpret_cast<int64_t>(this), name) : p;
+    });
+  }
+  at::Tensor global_norm(const TensorTree& grads) const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    at::Tensor squares = at::zeros({}, grads.begin()->tensor.options());
+    for (const auto& [name, local] : local_) squares = squares + (local * local).sum();
+    return squares.sqrt();
+  }
+  void keep(const std::string& name, const at::Tensor& local) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    local_[name] = local;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::map<std::string, at::Tensor> local_;
+};
+
+torch::autograd::variable_list StashCotangent::backward(torch::autograd::AutogradContext* ctx,
+                                                        torch::autograd::variable_list grad) {
+  reinterpret_cast<const LocalClipNorm*>(ctx->saved_data["stash"].toInt())
+      ->keep(ctx->saved_data["name"].toStringRef(), grad[0]);
+  return {grad[0], at::Tensor(), at::Tensor()};
+}
+
+// The norm of this rank's shard of the gradient, not summed over the shard group.
+class ShardNormNotReduced : public DataParallel {
+ public:
+  using DataParallel::DataParallel;
+  at::Tensor global_norm(const TensorTree& grads) const override { return norm(grads); }
+};
+
+// The embeddings' gradient summed once more over the dp replicas after clipping: x dp.
+class EmbeddingResync : public DataParallel {
+ public:
+  using DataParallel::DataParallel;
+  TensorTree optimizer_input(const TensorTree& clipped) const override {
+    const auto dp = static_cast<double>(layout().dp());
+    return clipped.map_named([dp](const std::string& name, const at::Tensor& g) {
+      return name == "tok_emb" || name == "pos_emb" ? g * dp : g;
+    });
   }
 };
 
@@ -272,8 +339,11 @@ std::shared_ptr<const Parallelism> planted_data_parallel(const std::string& muta
       {"cp-local-positions", make<WithPart<LocalPositions>>()},
       {"fsdp-avg-and-divide", make<WithPart<GatherAvgBackward>>()},
       {"fsdp-gather-once-differentiable", make<WithPart<GatherBackwardOutsideAutograd>>()},
-      {"hsdp-missing-replica-reduce", make<WithPart<NoCrossReplicaSum>>()}};
-  const auto it = variants.find(is_precision_mutation(mutation) ? "" : mutation);
+      {"hsdp-missing-replica-reduce", make<WithPart<NoCrossReplicaSum>>()},
+      {"clip-local-norm", make<LocalClipNorm>()},
+      {"clip-shard-norm-not-reduced", make<ShardNormNotReduced>()},
+      {"optimizer-input-scaled", make<EmbeddingResync>()}};
+  const auto it = variants.find(is_precision_mutation(mutation) || is_pipeline_mutation(mutation) ? "" : mutation);
   if (it == variants.end()) throw std::logic_error("no data-parallel variant for mutation '" + mutation + "'");
   return it->second(std::move(parts), convention);
 }
@@ -288,7 +358,7 @@ std::shared_ptr<const ThreePoolConventions> planted_three_pool_conventions(const
       {"global-sum-allreduce-backward", std::make_shared<GlobalSumAllReduceBackward>()},
       {"detached-global-residual", std::make_shared<DetachedGlobalResidual>()},
       {"ppgd-broadcast-all-ranks", std::make_shared<PpgdBroadcastAllRanks>()}};
-  const auto it = variants.find(is_precision_mutation(mutation) ? "" : mutation);
+  const auto it = variants.find(is_precision_mutation(mutation) || is_pipeline_mutation(mutation) ? "" : mutation);
   if (it == variants.end()) throw std::logic_error("no three-pool variant for mutation '" + mutation + "'");
   return it->second;
 }

@@ -75,6 +75,7 @@ class TappedParallelism : public Parallelism {
   at::Tensor global_norm(const TensorTree& grads) const override { return inner_->global_norm(grads); }
   TensorTree reduce_gradient(const TensorTree& grads) const override { return inner_->reduce_gradient(grads); }
   TensorTree apply_convention(const TensorTree& grads) const override { return inner_->apply_convention(grads); }
+  TensorTree optimizer_input(const TensorTree& clipped) const override { return inner_->optimizer_input(clipped); }
   at::Tensor sum_across_ranks(const at::Tensor& local) const override { return inner_->sum_across_ranks(local); }
   at::Tensor assemble_weight_gradient(const at::Tensor& local) const override {
     return inner_->assemble_weight_gradient(local);

@@ -78,9 +78,9 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime)
   std::vector<Mutation> mutations;
   BitePlan plan;
   if (request.mode == CheckMode::kMutate)
-    mutations.push_back(find_mutation(request.mutation, s.topology, s.levels, s.precision));
+    mutations.push_back(find_mutation(request.mutation, s.topology, s.levels, s.precision, run_traits(s)));
   if (request.mode == CheckMode::kBite) {
-    plan = plan_bite(s.topology, s.levels, s.precision);
+    plan = plan_bite(s.topology, s.levels, s.precision, run_traits(s));
     mutations = plan.run;
   }
 

@@ -1,9 +1,11 @@
 #include "checks/spd_pipelines.h"
 
+#include "checks/planted_pipeline.h"
 #include "checks/planted_precision.h"
 #include "checks/planted_variants.h"
 
 #include "checks/lm_pipelines.h"
+#include "checks/replay_states.h"
 #include "lib/core/json_fields.h"
 #include "lib/core/seed.h"
 #include "lib/core/strings.h"
@@ -89,12 +91,14 @@ PipelineOutputs spd_grad_outputs(const SumLengths& n, const StepGradRows& grads)
 // The levels after grad, appended to `out`; no score row when `scores` is undefined (REPLAY not
 // run: the scores level not wanted).
 void append_trained_outputs(PipelineOutputs& out, const SumLengths& n, const TensorTree& query_grad,
-                            const TensorTree& hvp_initial, const TensorTree& hvp_final, const TensorTree& final_params,
+                            const TensorTree& hvp_initial, const TensorTree& hvp_final,
+                            const std::optional<NamedTensor>& replay_states, const TensorTree& final_params,
                             const TensorTree& final_sources, const at::Tensor& scores) {
   out.push_back({"query_grad", "theta_ci", group_of(query_grad, is_ci), 0.0, false, n.queries});
   out.push_back({"query_grad", "V/U", group_of(query_grad, is_vu), 0.0, false, n.queries});
   out.push_back({"hvp", "theta_0", hvp_initial.flatten(), 0.0, /*shared_inputs=*/true, n.batch});
   out.push_back({"hvp", "theta_N", hvp_final.flatten(), 0.0, false, n.batch});
+  if (replay_states) out.push_back(*replay_states);
   out.push_back({"final_params", "theta_ci", group_of(final_params, is_ci), 0.0, false, n.batch, /*stored=*/true});
   out.push_back({"final_params", "V/U", group_of(final_params, is_vu), 0.0, false, n.batch, /*stored=*/true});
   // The sources move by ±ppgd_step from 0.5 (values every dtype holds): not a master-weights check.
@@ -157,11 +161,23 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
   PipelineOutputs out = spd_grad_outputs(n, grads);
   // Levels past grad need the training run (and REPLAY for the scores); a --bite mutation run
   // whose expected level is grad skips them (CheckSettings::levels_through).
-  if (settings.wants_after(Level::kGrad)) {
+  if (settings.needs_training()) {
     MagicOptions options;
     options.schedule = parse_checkpoint_schedule(settings.checkpoints);
-    options.replay = settings.wants(Level::kScores);
-    MagicResult result = run_magic(spd, spd, initial, w, options);
+    options.replay = settings.needs_replay();
+    // replay/states: the state training started each step from, against the one REPLAY used.
+    std::vector<TrainState> trained;
+    StateDifference difference;
+    options.on_step = [&](int64_t, const TrainState& before, const StepOutput&) {
+      trained.push_back(detach_state(before));
+    };
+    options.on_replay_step = [&](int64_t t, const StepVjp& vjp) {
+      add_state_difference(difference, t, trained.at(t), vjp.state);
+    };
+    const auto step = planted_step(mutation, spd, p.optimizer);
+    MagicResult result = run_magic(*step, spd, initial, w, options);
+    std::optional<NamedTensor> states;
+    if (settings.needs_replay()) states = replay_state_output(world, difference);
 
     // The HVP direction: one random tree over every parameter; each rank takes its share.
     const TensorTree v_full = hvp_direction(p.initial_params, settings.seed);
@@ -180,7 +196,7 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
     }
     outputs.add(result.final_state.persistent, p.initial_sources);
     const std::vector<TensorTree> full = outputs.full_trees(leader, world);
-    append_trained_outputs(out, n, full[0], full[1], full[2], full[3], full[4], result.scores);
+    append_trained_outputs(out, n, full[0], full[1], full[2], states, full[3], full[4], result.scores);
   }
   spd.finish();
   return out;
@@ -204,7 +220,8 @@ ReferenceRun run_reference_spd(const CheckSettings& settings) {
   append_trained_outputs(run.outputs, n, reference::spd_query_gradient(setup, unrolled.final_params),
                          reference::spd_batch_hvp(setup, p.initial_params, p.initial_sources, w, 0, v),
                          reference::spd_batch_hvp(setup, unrolled.final_params, unrolled.final_sources, w, last, v),
-                         unrolled.final_params, unrolled.final_sources, unrolled.scores);
+                         replay_state_reference(settings.topology.world_size()), unrolled.final_params,
+                         unrolled.final_sources, unrolled.scores);
   for (size_t t = 0; t < unrolled.step_params.size(); ++t) {
     run.states.push_back(TrainState{unrolled.step_params[t], {}, unrolled.step_sources[t]});
   }

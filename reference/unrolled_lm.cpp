@@ -2,8 +2,6 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
-#include "lib/optim/clip.h"
-
 namespace magic::reference {
 namespace {
 
@@ -58,6 +56,14 @@ at::Tensor plain_batch_loss(const UnrolledLmSetup& setup, const TensorTree& para
       return weighted.sum();
   }
   throw std::logic_error("bad reduction");
+}
+
+// c = min(1, max_norm / (||g|| + 1e-6)) over every parameter's gradient, written out here rather
+// than taken from lib/optim so that a slip there cannot cancel out.
+at::Tensor plain_clip_coefficient(const TensorTree& grads, double max_norm) {
+  at::Tensor squares = at::zeros({}, grads.begin()->tensor.options());
+  for (const auto& g : grads) squares = squares + (g.tensor * g.tensor).sum();
+  return (max_norm / (squares.sqrt() + 1e-6)).clamp_max(1.0);
 }
 
 // The document of every query chunk, and how many documents there are.
@@ -116,8 +122,14 @@ UnrolledLmResult unrolled_lm_scores(const UnrolledLmSetup& setup, const at::Tens
     at::Tensor loss = plain_batch_loss(setup, params, w, t);
     TensorTree grads = with_values(params, scaled_grad(setup, loss, params.tensors(), /*create_graph=*/true));
     result.step_params.push_back(params.detach());
+    result.step_opt.push_back(opt_state.detach());
     result.step_grads.push_back(grads.detach());
-    if (setup.clip_norm) grads = clip_by_global_norm(grads, *setup.clip_norm);
+    if (setup.clip_norm) {
+      const at::Tensor c = plain_clip_coefficient(grads, *setup.clip_norm);
+      grads = grads.map([&](const at::Tensor& g) { return g * c; });
+      result.step_clip_coefficients.push_back(c.detach());
+    }
+    result.step_clipped.push_back(grads.detach());
     OptimizerUpdate update = setup.optimizer->update(params, grads, opt_state);
     params = update.params;
     opt_state = update.state;

@@ -38,7 +38,11 @@ struct UnrolledLmResult {
   at::Tensor scores;  // dQ/dw, or [Q, ...] with per_query
   TensorTree final_params;
   std::vector<TensorTree> step_params;  // θ_t, the parameters step t starts from
+  std::vector<TensorTree> step_opt;     // o_t, the optimizer state step t starts from
   std::vector<TensorTree> step_grads;   // ∇L_t(θ_t), before clipping
+  // What the optimizer consumed at step t: c_t·∇L_t (c_t = 1 without clipping), and c_t.
+  std::vector<TensorTree> step_clipped;
+  std::vector<at::Tensor> step_clip_coefficients;
   double query_loss = 0.0;
 };
 

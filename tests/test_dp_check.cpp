@@ -7,6 +7,8 @@
 // The reduction bugs are caught by the reduction rows alone.
 #include <gtest/gtest.h>
 
+#include "lib/core/dtype.h"
+
 #include "checks/mutations.h"
 #include "checks/run_check.h"
 #include "tests/support.h"
@@ -69,6 +71,41 @@ std::string mutation_name(const ::testing::TestParamInfo<checks::Mutation>& info
 }
 
 INSTANTIATE_TEST_SUITE_P(Catalog, EachMutation, ::testing::ValuesIn(checks::mutation_catalog()), mutation_name);
+
+// The mutations of the gate's former blind spots (clipping, the optimizer's input, the query
+// gradient per parameter, REPLAY's restore): each caught at its level, with its factor, in fp64,
+// bf16 and fp16, on a layout whose sizes differ (dp=3,cp=2; dp=4,fsdp=2 for the sharded norm).
+class BlindSpotMutation : public ::testing::TestWithParam<std::tuple<std::string, c10::ScalarType>> {};
+
+TEST_P(BlindSpotMutation, IsCaughtInEveryPrecision) {
+  const auto& [name, dtype] = GetParam();
+  const checks::Mutation& m = checks::find_mutation(name, dist::TopologySpec::parse("dp=4,fsdp=2"));
+  checks::CheckRequest request;
+  const bool sharded = !m.at_least.empty() && m.at_least.front().first == "fsdp";
+  request.settings.topology = dist::TopologySpec::parse(sharded ? "dp=4,fsdp=2" : "dp=3,cp=2");
+  request.settings.precision = PrecisionPolicy::for_compute(dtype);
+  request.mode = checks::CheckMode::kMutate;
+  request.mutation = name;
+  const CheckReport report = testing::run_check_in_threads(request);
+  ASSERT_EQ(report.bite.size(), 1u);
+  const BiteOutcome& b = report.bite.front();
+  EXPECT_TRUE(b.caught) << name << ": observed " << b.observed_level << ": " << b.observed_diagnosis;
+  EXPECT_EQ(b.observed_level, m.expected_level);
+  if (!m.expected_factor.empty()) {
+    EXPECT_EQ(b.observed_factor, m.expected_factor) << b.observed_diagnosis;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Gate, BlindSpotMutation,
+                         ::testing::Combine(::testing::Values("clip-local-norm", "clip-shard-norm-not-reduced",
+                                                              "optimizer-input-scaled", "query-grad-scaled",
+                                                              "replay-restore-fresh-optimizer"),
+                                            ::testing::Values(c10::kDouble, c10::kBFloat16, c10::kHalf)),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, c10::ScalarType>>& info) {
+                           std::string name = std::get<0>(info.param) + "_" + dtype_name(std::get<1>(info.param));
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 // The two reduction bugs no comparison with the reference resolves (each rank's gradient is
 // already rounded to the compute dtype, so one more rounding of their sum hides in the u·√n two
@@ -140,6 +177,7 @@ TEST(DataParallelCheck, Fp32IsJudgedAgainstTheFp64GoldenRun) {
       EXPECT_LE(row.reduction->worst, row.reduction->bound) << row.tensor;
       continue;
     }
+    if (row.level == "replay") continue;  // compared for equality, in every precision
     ASSERT_TRUE(row.precision.has_value()) << row.tensor;
     EXPECT_GT(row.precision->reference_golden, 0.0) << row.tensor;  // fp32 really ran
     EXPECT_LE(row.precision->candidate_golden, row.precision->allowed_golden) << row.tensor;

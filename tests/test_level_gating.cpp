@@ -1,6 +1,6 @@
 // The distributed pipelines compute only the levels a run wants (--checks, and under --bite a
-// mutation's levels up to its expected one): levels after grad need the training run, the scores
-// REPLAY. Every wanted level is still produced and equal to what the full run produces.
+// mutation's levels up to its expected one): levels after optimizer need the training run, replay
+// and scores REPLAY. Every wanted level is still produced and equal to what the full run produces.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -36,25 +36,33 @@ checks::PipelineOutputs distributed_outputs(checks::CheckSettings s, std::vector
   return out;
 }
 
-void expect_gated(const std::string& topology) {
+// `optimizer`: whether the workload has optimizer rows (the lm workload; the three-pool one not yet).
+void expect_gated(const std::string& topology, bool optimizer) {
   checks::CheckSettings s;
   s.topology = dist::TopologySpec::parse(topology);
   s.steps = 2;
+  const auto with_optimizer = [&](std::set<std::string> levels) {
+    if (optimizer) levels.insert("optimizer");
+    return levels;
+  };
   const checks::PipelineOutputs full = distributed_outputs(s, checks::all_levels());
-  EXPECT_EQ(levels_of(full), (std::set<std::string>{"grad", "query_grad", "hvp", "final_params", "scores"}));
+  EXPECT_EQ(levels_of(full), with_optimizer({"grad", "query_grad", "hvp", "replay", "final_params", "scores"}));
 
   const checks::PipelineOutputs grad_only = distributed_outputs(s, {Level::kGrad});
   EXPECT_EQ(levels_of(grad_only), std::set<std::string>{"grad"}) << "no training run for the grad level";
 
   s.levels = checks::all_levels();
+  const checks::PipelineOutputs through_optimizer = distributed_outputs(s, s.levels_through("optimizer"));
+  EXPECT_EQ(levels_of(through_optimizer), with_optimizer({"grad"})) << "no training run for the optimizer level";
+
   const checks::PipelineOutputs through_hvp = distributed_outputs(s, s.levels_through("hvp"));
-  EXPECT_EQ(levels_of(through_hvp), (std::set<std::string>{"grad", "query_grad", "hvp", "final_params"}))
+  EXPECT_EQ(levels_of(through_hvp), with_optimizer({"grad", "query_grad", "hvp", "final_params"}))
       << "training without REPLAY";
 
   // What is computed is what the full run computes, bit for bit.
   std::map<std::string, at::Tensor> by_name;
   for (const auto& o : full) by_name[o.level + "/" + o.name] = o.value;
-  for (const auto* part : {&grad_only, &through_hvp}) {
+  for (const auto* part : {&grad_only, &through_optimizer, &through_hvp}) {
     for (const auto& o : *part) {
       ASSERT_TRUE(by_name.count(o.level + "/" + o.name)) << o.level << "/" << o.name;
       EXPECT_TRUE(at::equal(o.value, by_name.at(o.level + "/" + o.name))) << o.level << "/" << o.name;
@@ -63,17 +71,18 @@ void expect_gated(const std::string& topology) {
 }
 
 TEST(LevelGating, MeshPipelineComputesOnlyTheWantedLevels) {
-  expect_gated("dp=2,cp=2");
+  expect_gated("dp=2,cp=2", true);
 }
 
 TEST(LevelGating, ThreePoolPipelineComputesOnlyTheWantedLevels) {
-  expect_gated("n_ci=2,n_per_block=1,n_blocks=2,n_ppgd=1");
+  expect_gated("n_ci=2,n_per_block=1,n_blocks=2,n_ppgd=1", false);
 }
 
 TEST(LevelGating, LevelsThroughKeepsTheWantedLevelsUpToTheLastInOrder) {
   checks::CheckSettings s;
   EXPECT_EQ(s.levels_through("grad"), std::vector<Level>{Level::kGrad});
-  EXPECT_EQ(s.levels_through("hvp"), (std::vector<Level>{Level::kGrad, Level::kQueryGrad, Level::kHvp}));
+  EXPECT_EQ(s.levels_through("hvp"),
+            (std::vector<Level>{Level::kGrad, Level::kOptimizer, Level::kQueryGrad, Level::kHvp}));
   EXPECT_EQ(s.levels_through("scores"), checks::all_levels());
   s.levels = {Level::kGrad, Level::kScores};  // --checks grad,scores
   EXPECT_EQ(s.levels_through("final_params"), std::vector<Level>{Level::kGrad});

@@ -34,11 +34,17 @@ TEST(MagicCheckCli, FourRanksPassAtFp64PrecisionAndWriteBothReports) {
   const std::string json = temp_path("dp4.json"), junit = temp_path("dp4.xml");
   auto o = magic_check("--topology dp=4 --json " + json + " --junit " + junit);
   ASSERT_EQ(o.exit_code, 0) << o.output;
-  EXPECT_NE(o.output.find("PASS: 39 of 39 checks"), std::string::npos) << o.output;
+  // 17 parameters: grad, optimizer (input, update; and the clip coefficient), query_grad and
+  // final_params rows for each, two HVPs, REPLAY's states and two score rows.
+  EXPECT_NE(o.output.find("PASS: 91 of 91 checks"), std::string::npos) << o.output;
   auto report = nlohmann::json::parse(testing::read_file(json));
   EXPECT_EQ(report["world_size"], 4);
   EXPECT_EQ(report["passed"], true);
   for (const auto& row : report["checks"]) {
+    if (row["level"] == "replay") {  // differing entries on the worst rank; no ratios
+      EXPECT_EQ(row["worst_rel_err"].get<double>(), 0.0) << row.dump();
+      continue;
+    }
     EXPECT_NEAR(row["mean_ratio"].get<double>(), 1.0, 1e-9) << row.dump();
     EXPECT_LE(row["worst_rel_err"].get<double>(), 1e-9) << row.dump();
   }
@@ -91,7 +97,9 @@ TEST(MagicCheckCli, BiteCatchesEveryMutationWithItsSignature) {
   auto o = magic_check("--topology dp=4 --bite --json " + json);
   ASSERT_EQ(o.exit_code, 0) << o.output;
   auto report = nlohmann::json::parse(testing::read_file(json));
-  ASSERT_EQ(report["bite"].size(), 6u);
+  // The six of the data-parallel layout, the two clip mutations' dp one, the optimizer input's and
+  // the query gradient's factors, and REPLAY's restore.
+  ASSERT_EQ(report["bite"].size(), 10u);
   for (const auto& b : report["bite"]) {
     EXPECT_TRUE(b["caught"].get<bool>()) << b.dump();
     EXPECT_EQ(b["observed"]["level"], b["expected"]["level"]) << b.dump();
@@ -124,10 +132,11 @@ TEST(MagicCheckCli, ThreePoolTenRanksPassAtFp64Precision) {
   std::set<std::string> levels;
   for (const auto& row : report["checks"]) {
     levels.insert(row["level"].get<std::string>());
+    if (row["level"] == "replay") continue;  // no ratios: differing entries (0 to pass)
     EXPECT_NEAR(row["mean_ratio"].get<double>(), 1.0, 1e-9) << row.dump();
     EXPECT_LE(row["worst_rel_err"].get<double>(), 1e-9) << row.dump();
   }
-  EXPECT_EQ(levels, (std::set<std::string>{"grad", "query_grad", "hvp", "final_params", "scores"}));
+  EXPECT_EQ(levels, (std::set<std::string>{"grad", "query_grad", "hvp", "replay", "final_params", "scores"}));
 }
 
 // Four pool sizes that all differ (6, 2, 1, 3; world 12): each caught factor names one size.
@@ -143,7 +152,7 @@ TEST(MagicCheckCli, ThreePoolBiteOnDistinctSizesNamesExactlyTheExpectedFactor) {
     EXPECT_EQ(b["observed"]["factor"], b["expected"]["factor"]) << b.dump();
     bite[b["mutation"].get<std::string>()] = b;
   }
-  EXPECT_EQ(bite.size(), 7u);
+  EXPECT_EQ(bite.size(), 8u);
   // Every mutation of the layout ran; only those of the precision policy (fp64 here) are skipped.
   ASSERT_EQ(report["bite_skipped"].size(), 3u);
   for (const auto& k : report["bite_skipped"]) {
@@ -156,14 +165,14 @@ TEST(MagicCheckCli, ThreePoolBiteOnDistinctSizesNamesExactlyTheExpectedFactor) {
       bite["ppgd-broadcast-all-ranks"]["observed"]["diagnosis"].get<std::string>().find("x n_ppgd (scale 3.000000)"),
       std::string::npos)
       << bite["ppgd-broadcast-all-ranks"].dump();
-  EXPECT_NE(o.output.find("BITE PASS: 7 of 7 applicable mutations caught"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("BITE PASS: 8 of 8 applicable mutations caught"), std::string::npos) << o.output;
 }
 
 TEST(MagicCheckCli, BiteSaysWhichMutationsItSkippedAndWhy) {
   const std::string json = temp_path("skipped_bite.json");
   auto o = magic_check("--topology n_ci=2,n_per_block=1 --bite --steps 2 --json " + json);
   ASSERT_EQ(o.exit_code, 0) << o.output;
-  EXPECT_NE(o.output.find("BITE PASS: 5 of 5 applicable mutations caught with their expected level and factor "
+  EXPECT_NE(o.output.find("BITE PASS: 6 of 6 applicable mutations caught with their expected level and factor "
                           "(5 skipped: faith-on-all-ranks, avg-block-reduce, fp16-loss-scale-not-unscaled, "
                           "fp16-unscale-twice, master-weights-in-compute-dtype)"),
             std::string::npos)
@@ -257,7 +266,8 @@ TEST(MagicCheckCli, MeshWithCpAndFsdpPassesAtFp64Precision) {
   auto report = nlohmann::json::parse(testing::read_file(json));
   EXPECT_EQ(report["world_size"], 4);
   EXPECT_EQ(report["topology"], "dp=2,cp=2,fsdp=2");
-  ASSERT_EQ(report["checks"].size(), 39u);  // 17 grad, query_grad, 2 hvp, 17 final_params, 2 scores
+  // 17 grad, 1 + 2 x 17 optimizer, 17 query_grad, 2 hvp, replay states, 17 final_params, 2 scores
+  ASSERT_EQ(report["checks"].size(), 91u);
   for (const auto& row : report["checks"]) EXPECT_LE(row["worst_rel_err"].get<double>(), 1e-9) << row.dump();
 }
 
@@ -281,6 +291,7 @@ TEST(MagicCheckCli, Bf16PassesAgainstTheFp64GoldenRunAndReportsThreeErrors) {
       EXPECT_LE(row["reduction"]["worst_error"].get<double>(), row["reduction"]["bound"].get<double>()) << row.dump();
       continue;
     }
+    if (row["level"] == "replay") continue;  // compared for equality, not against fp64
     const auto& p = row["precision"];
     ASSERT_TRUE(p.is_object()) << row.dump();
     EXPECT_GT(p["reference_vs_golden"].get<double>(), 1e-4) << row.dump();  // bf16 really ran
@@ -290,7 +301,8 @@ TEST(MagicCheckCli, Bf16PassesAgainstTheFp64GoldenRunAndReportsThreeErrors) {
       EXPECT_LE(p["candidate_vs_reference"].get<double>(), p["bound"].get<double>()) << row.dump();
     }
   }
-  EXPECT_EQ(bounded, 18) << "the 17 grad rows at the teacher's states and the HVP at theta_0";
+  EXPECT_EQ(bounded, 36) << "at the teacher's states: the 17 grad rows, the clip coefficient and the 17 optimizer "
+                            "inputs; and the HVP at theta_0";
   EXPECT_EQ(reductions, 17) << "one reduction row per parameter";
 }
 

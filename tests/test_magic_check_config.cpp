@@ -42,7 +42,8 @@ TEST(MagicCheckConfig, ChecksTheRunsOwnConfigAtEveryLevel) {
     levels.insert(row["level"].get<std::string>());
     if (row["level"] == "scores") scores.insert(row["tensor"].get<std::string>());
   }
-  EXPECT_EQ(levels, (std::set<std::string>{"grad", "query_grad", "hvp", "final_params", "scores"}));
+  EXPECT_EQ(levels,
+            (std::set<std::string>{"grad", "optimizer", "query_grad", "hvp", "replay", "final_params", "scores"}));
   EXPECT_EQ(scores, std::set<std::string>{"per_document"}) << "the config's weights are per document";
 }
 

@@ -7,11 +7,23 @@
 #include <typeinfo>
 
 #include "checks/mutations.h"
+#include "checks/planted_pipeline.h"
 #include "checks/planted_precision.h"
 #include "checks/planted_variants.h"
 
 namespace magic {
 namespace {
+
+// A step and a query that are never run: only which object a planted wrapper hands back matters.
+struct NoStep : StepFunction {
+  int64_t num_steps() const override { return 0; }
+  StepOutput step(const TrainState&, int64_t, const at::Tensor&, bool) const override { return {}; }
+  TensorTree gradient(const TrainState&, int64_t, const at::Tensor&, bool) const override { return {}; }
+};
+struct NoQuery : QueryFunction {
+  int64_t num_queries() const override { return 0; }
+  at::Tensor loss(const TensorTree&, std::optional<int64_t>) const override { return {}; }
+};
 
 TEST(PlantedVariants, EachMutationPlantsAVariantOfItsFamilysObject) {
   const PrecisionPolicy fp16 = PrecisionPolicy::for_compute(c10::kHalf);
@@ -24,6 +36,16 @@ TEST(PlantedVariants, EachMutationPlantsAVariantOfItsFamilysObject) {
       continue;
     }
     EXPECT_EQ(typeid(*checks::planted_precision(m.name, fp16, 2)), typeid(MixedPrecision)) << m.name;
+    if (checks::is_pipeline_mutation(m.name)) {  // a wrapper of the step or the query the run is given
+      const NoStep step;
+      const NoQuery query;
+      const bool wrapped = checks::planted_step(m.name, step, nullptr).get() != &step ||
+                           checks::planted_query(m.name, query, 2).get() != &query;
+      EXPECT_TRUE(wrapped) << m.name;
+      const auto dp = checks::planted_data_parallel(m.name, dist::MeshParts{}, dist::Convention::kSum);
+      EXPECT_EQ(typeid(*dp), typeid(dist::DataParallel)) << m.name;
+      continue;
+    }
     if (m.family == dist::TopologyFamily::kMesh) {
       const auto planted = checks::planted_data_parallel(m.name, dist::MeshParts{}, dist::Convention::kSum);
       EXPECT_NE(typeid(*planted), typeid(dist::DataParallel)) << m.name;
@@ -38,6 +60,10 @@ TEST(PlantedVariants, EachMutationPlantsAVariantOfItsFamilysObject) {
 }
 
 TEST(PlantedVariants, NoMutationGivesTheCorrectObjects) {
+  const NoStep step;
+  const NoQuery query;
+  EXPECT_EQ(checks::planted_step("", step, nullptr).get(), &step);
+  EXPECT_EQ(checks::planted_query("", query, 2).get(), &query);
   const auto dp = checks::planted_data_parallel("", dist::MeshParts{}, dist::Convention::kSum);
   EXPECT_EQ(typeid(*dp), typeid(dist::DataParallel));
   const auto pools = checks::planted_three_pool_conventions("");

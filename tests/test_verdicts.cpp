@@ -4,6 +4,8 @@
 // --bite leaves out is listed with the reason; a mutation whose level is not checked is refused.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "checks/mutations.h"
 #include "checks/pipeline_outputs.h"
 #include "checks/planted_precision.h"
@@ -135,7 +137,7 @@ TEST(JudgeMutation, AMissingRowIsNoCatchOfAScaling) {
 
 TEST(BitePlan, ListsTheMutationsThatDoNotApplyAndWhy) {
   const auto plan = checks::plan_bite(dist::TopologySpec::parse("n_ci=2,n_per_block=1"), checks::all_levels());
-  EXPECT_EQ(plan.run.size(), 5u);
+  EXPECT_EQ(plan.run.size(), 6u);      // five of the layout's pools and REPLAY's restore
   ASSERT_EQ(plan.skipped.size(), 5u);  // two of the layout, three of the precision policy (fp64 here)
   for (const auto& k : plan.skipped) {
     if (k.mutation == "faith-on-all-ranks" || k.mutation == "avg-block-reduce") {
@@ -160,8 +162,25 @@ TEST(BitePlan, SkipsTheMutationsWhoseLevelIsNotChecked) {
   size_t mesh_mutations = 0;
   for (const auto& m : checks::mutation_catalog())
     mesh_mutations += !m.family || m.family == dist::TopologyFamily::kMesh;
-  EXPECT_EQ(mesh_mutations, 18u);  // 13 of the mesh's parallelism, 5 of the precision policy
+  // 13 of the mesh's parallelism, 5 of the precision policy, 2 of clipping, the optimizer input's,
+  // the query gradient's and REPLAY's restore
+  EXPECT_EQ(mesh_mutations, 23u);
   EXPECT_EQ(plan.run.size() + plan.skipped.size(), mesh_mutations);  // every one, in one list or the other
+}
+
+// A clip bug needs a run that clips, a restore bug a checkpoint after step 0: where the checked run
+// has neither, the mutation is skipped saying so (never counted as caught).
+TEST(BitePlan, SkipsClipAndRestoreMutationsTheRunCannotShow) {
+  const auto plan = checks::plan_bite(dist::TopologySpec::parse("dp=2,fsdp=2"), checks::all_levels(), {},
+                                      checks::RunTraits{/*clipping=*/false, /*later_checkpoint=*/false});
+  std::map<std::string, std::string> skipped;
+  for (const auto& k : plan.skipped) skipped[k.mutation] = k.reason;
+  EXPECT_EQ(skipped["clip-local-norm"], "needs gradient clipping (the checked run has no optimizer.clip_norm)");
+  EXPECT_EQ(skipped["clip-shard-norm-not-reduced"],
+            "needs gradient clipping (the checked run has no optimizer.clip_norm)");
+  EXPECT_EQ(skipped["replay-restore-fresh-optimizer"],
+            "needs a checkpoint after step 0 for REPLAY to restore (2 steps or more)");
+  for (const auto& m : plan.run) EXPECT_FALSE(m.needs_clipping || m.needs_later_checkpoint) << m.name;
 }
 
 TEST(FindMutation, RefusesAMutationWhoseLevelIsNotChecked) {

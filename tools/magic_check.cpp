@@ -143,11 +143,12 @@ Command parse(int argc, char** argv, int& early_exit) {
   if (bite && !mutate.empty()) throw InputError("--bite and --mutate: give one or the other");
   if (bite) c.request.mode = checks::CheckMode::kBite;
   if (!mutate.empty()) {
-    checks::find_mutation(mutate, s.topology, s.levels, s.precision);
+    checks::find_mutation(mutate, s.topology, s.levels, s.precision, checks::run_traits(s));
     c.request.mode = checks::CheckMode::kMutate;
     c.request.mutation = mutate;
   }
-  if (const auto plan = checks::plan_bite(s.topology, s.levels, s.precision); bite && plan.run.empty()) {
+  if (const auto plan = checks::plan_bite(s.topology, s.levels, s.precision, checks::run_traits(s));
+      bite && plan.run.empty()) {
     std::vector<std::string> why;
     for (const auto& skip : plan.skipped) why.push_back(skip.mutation + ": " + skip.reason);
     throw InputError(str_cat("--bite: no mutation can run on ", s.topology.str(), " (", join(why, "; "), ")"));

@@ -7,8 +7,12 @@ TensorTree clip_by_global_norm(const TensorTree& grads, double max_norm) {
 }
 
 TensorTree clip_by_global_norm(const TensorTree& grads, double max_norm, const at::Tensor& global_norm) {
-  at::Tensor coefficient = (max_norm / (global_norm + 1e-6)).clamp_max(1.0);
+  const at::Tensor coefficient = clip_coefficient(max_norm, global_norm);
   return grads.map([&](const at::Tensor& g) { return g * coefficient; });
+}
+
+at::Tensor clip_coefficient(double max_norm, const at::Tensor& global_norm) {
+  return (max_norm / (global_norm + 1e-6)).clamp_max(1.0);
 }
 
 }  // namespace magic

@@ -11,5 +11,7 @@ namespace magic {
 TensorTree clip_by_global_norm(const TensorTree& grads, double max_norm);
 // The same with ||g|| given: sharded gradients hold a piece of g, their norm spans every piece.
 TensorTree clip_by_global_norm(const TensorTree& grads, double max_norm, const at::Tensor& global_norm);
+// c = min(1, max_norm / (||g|| + 1e-6)), differentiable; clipping is g' = c·g.
+at::Tensor clip_coefficient(double max_norm, const at::Tensor& global_norm);
 
 }  // namespace magic

@@ -74,12 +74,18 @@ StepOutput LmStep::step(const TrainState& s, int64_t t, const at::Tensor& w, boo
   TensorTree grads = gradient(TrainState{params, s.opt, s.persistent}, t, traced ? w : w.detach(), traced);
 
   at::AutoGradMode grad_mode(traced);
-  if (clip_norm_) grads = clip_by_global_norm(grads, *clip_norm_, parallelism_->global_norm(grads));
+  at::Tensor coefficient;
+  if (clip_norm_) {
+    coefficient = clip_coefficient(*clip_norm_, parallelism_->global_norm(grads));
+    grads = grads.map([&](const at::Tensor& g) { return g * coefficient; });
+  }
+  grads = parallelism_->optimizer_input(grads);
   OptimizerUpdate update = optimizer_->update(traced ? params : params.detach(), grads, s.opt);
-  StepOutput out{TrainState{precision_->store(update.params), update.state, s.persistent}, grads};
+  StepOutput out{TrainState{precision_->store(update.params), update.state, s.persistent}, grads, coefficient};
   if (!traced) {
     out.next = detach_state(out.next);
     out.grads = out.grads.detach();
+    if (coefficient.defined()) out.clip_coefficient = coefficient.detach();
   }
   return out;
 }

@@ -61,7 +61,8 @@ MagicResult run_magic(const StepFunction& step, const QueryFunction& query, cons
     };
   }
   result.final_state = resume_step >= 0
-                           ? train_forward_from(step, resume_step, store.load(resume_step), w, &store, observer)
+                           ? train_forward_from(step, resume_step, step.restore(store.load(resume_step), resume_step),
+                                                w, &store, observer)
                            : train_forward(step, initial, w, &store, observer);
   result.train_seconds = seconds_since(start);
   result.checkpoints = store.count();

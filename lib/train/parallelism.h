@@ -46,6 +46,10 @@ class Parallelism {
   virtual TensorTree reduce_gradient(const TensorTree& grads) const = 0;
   // The training step's reduction convention after the reduction (e.g. AVG's divide).
   virtual TensorTree apply_convention(const TensorTree& grads) const = 0;
+  // What this rank hands its optimizer of the reduced, unscaled and clipped gradient: all of it
+  // here (sharded parameters hold their shard already); a ZeRO-style optimizer would take its
+  // slice at this point, which is why it is a seam of its own.
+  virtual TensorTree optimizer_input(const TensorTree& clipped) const { return clipped; }
   // Σ over ranks of a per-rank value, detached (for logged values and the global residual).
   virtual at::Tensor sum_across_ranks(const at::Tensor& local) const = 0;
   // dQ/dw from this rank's REPLAY (non-zero on its own rows and columns) -> the full scores.

@@ -72,6 +72,7 @@ StepVjp backward_through(const StepFunction& step, TracedStep traced, const Trai
   result.cotangent.opt = take(s.opt, grads, index);
   result.cotangent.persistent = take(s.persistent, grads, index);
   result.dw = grads[index].defined() ? grads[index].detach() : at::zeros_like(traced.w_leaf);
+  result.state = detach_state(s);
   return result;
 }
 

@@ -18,6 +18,7 @@ namespace magic {
 struct StepVjp {
   TrainState cotangent;  // λ_t for the floating entries of s_t
   at::Tensor dw;         // this step's contribution to dQ/dw
+  TrainState state;      // s_t, the state the product was taken at (detached)
 };
 
 // Step t at s_t run with its graph kept, ready for one product: the part of a vector-Jacobian

@@ -51,7 +51,7 @@ void SegmentWalker::recompute_one() {
     s.begin = store_.steps()[static_cast<size_t>(k)];
     s.end = s.begin + segment_length(k);
     if (s.end - s.begin > 1) dist::set_phase(str_cat("REPLAY: recomputing from the checkpoint before step ", s.begin));
-    s.states.push_back(store_.load(s.begin));
+    s.states.push_back(step_.restore(store_.load(s.begin), s.begin));
     ahead_ = std::move(s);
   } else {
     const int64_t t = ahead_->begin + static_cast<int64_t>(ahead_->states.size()) - 1;

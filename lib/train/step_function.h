@@ -16,6 +16,8 @@ namespace magic {
 struct StepOutput {
   TrainState next;
   TensorTree grads;  // the (reduced, clipped) gradient the optimizer consumed
+  // c of the clip g' = c·g (0-dim, in the master dtype); undefined where the step does not clip.
+  at::Tensor clip_coefficient;
 };
 
 class StepFunction {
@@ -39,6 +41,10 @@ class StepFunction {
   // Whether step() and gradient() talk to other ranks. Pipelined REPLAY (replay_mode.h) runs
   // steps on a second thread, so only a step that says it does not may be pipelined.
   virtual bool runs_collectives() const { return true; }
+  // A checkpoint's state as training and REPLAY continue from it: by default exactly as saved.
+  // magic-check plants restore bugs here (a wrapper StepFunction); REPLAY's recomputed states
+  // must equal training's bit for bit.
+  virtual TrainState restore(const TrainState& saved, int64_t /*step*/) const { return saved; }
 };
 
 // ∇²L_t(θ) v = ∇<∇L_t(θ), v>, through whatever collectives the step's gradient uses.

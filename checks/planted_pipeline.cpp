@@ -1,0 +1,88 @@
+#include "checks/planted_pipeline.h"
+
+namespace magic::checks {
+namespace {
+
+constexpr const char* kFreshOptimizer = "replay-restore-fresh-optimizer";
+constexpr const char* kQueryGradScaled = "query-grad-scaled";
+
+// Forwards every method to the step it wraps.
+class ForwardingStep : public StepFunction {
+ public:
+  explicit ForwardingStep(const StepFunction& inner) : inner_(inner) {}
+  int64_t num_steps() const override { return inner_.num_steps(); }
+  StepOutput step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const override {
+    return inner_.step(s, t, w, traced);
+  }
+  at::Tensor assemble_weight_gradient(const at::Tensor& local) const override {
+    return inner_.assemble_weight_gradient(local);
+  }
+  TensorTree gradient(const TrainState& state, int64_t t, const at::Tensor& w, bool create_graph) const override {
+    return inner_.gradient(state, t, w, create_graph);
+  }
+  double cotangent_scale() const override { return inner_.cotangent_scale(); }
+  bool runs_collectives() const override { return inner_.runs_collectives(); }
+  TrainState restore(const TrainState& saved, int64_t step) const override { return inner_.restore(saved, step); }
+
+ private:
+  const StepFunction& inner_;
+};
+
+// A model-only load: the checkpoint's parameters, a fresh optimizer state.
+class FreshOptimizerRestore : public ForwardingStep {
+ public:
+  FreshOptimizerRestore(const StepFunction& inner, std::shared_ptr<const Optimizer> optimizer)
+      : ForwardingStep(inner), optimizer_(std::move(optimizer)) {}
+  TrainState restore(const TrainState& saved, int64_t step) const override {
+    TrainState restored = ForwardingStep::restore(saved, step);
+    // Every saved entry that a fresh state has is replaced by its fresh value (the entries stay the
+    // same: the three-pool workload keeps no optimizer state for its sync anchor).
+    const TensorTree fresh = optimizer_->init(restored.params);
+    restored.opt = restored.opt.map_named([&](const std::string& name, const at::Tensor& saved_entry) {
+      return fresh.contains(name) ? fresh.at(name) : saved_entry;
+    });
+    return restored;
+  }
+
+ private:
+  std::shared_ptr<const Optimizer> optimizer_;
+};
+
+class EmbeddingQueryResync : public QueryFunction {
+ public:
+  EmbeddingQueryResync(const QueryFunction& inner, int64_t dp) : inner_(inner), dp_(static_cast<double>(dp)) {}
+  int64_t num_queries() const override { return inner_.num_queries(); }
+  at::Tensor loss(const TensorTree& params, std::optional<int64_t> index) const override {
+    return inner_.loss(params, index);
+  }
+  TensorTree gradient(const TensorTree& params, std::optional<int64_t> index) const override {
+    return inner_.gradient(params, index).map_named([this](const std::string& name, const at::Tensor& g) {
+      return name == "tok_emb" || name == "pos_emb" ? g * dp_ : g;
+    });
+  }
+
+ private:
+  const QueryFunction& inner_;
+  double dp_;
+};
+
+}  // namespace
+
+bool is_pipeline_mutation(const std::string& mutation) {
+  return mutation == kFreshOptimizer || mutation == kQueryGradScaled;
+}
+
+std::shared_ptr<const StepFunction> planted_step(const std::string& mutation, const StepFunction& inner,
+                                                 std::shared_ptr<const Optimizer> optimizer) {
+  if (mutation == kFreshOptimizer) return std::make_shared<FreshOptimizerRestore>(inner, std::move(optimizer));
+  return std::shared_ptr<const StepFunction>(&inner, [](const StepFunction*) {});
+}
+
+std::shared_ptr<const QueryFunction> planted_query(const std::string& mutation, const QueryFunction& inner,
+                                                   int64_t dp) {
+  if (mutation == kQueryGradScaled) return std::make_shared<EmbeddingQueryResync>(inner, dp);
+  // The correct query: a wrapper adds nothing, so the object itself (not owned) is handed back.
+  return std::shared_ptr<const QueryFunction>(&inner, [](const QueryFunction*) {});
+}
+
+}  // namespace magic::checks
