@@ -44,7 +44,7 @@ std::optional<c10::ScalarType> all_fit(const at::Tensor& sum) {
 
 CheckRow make_reduction_row(const std::string& level, const std::string& tensor, const at::Tensor& reduced,
                             const ReductionTerms& t, c10::ScalarType reduce, c10::ScalarType master,
-                            const std::vector<NamedFactor>& factors) {
+                            const std::vector<NamedFactor>& factors, const StepShape& step_shape) {
   CheckRow row;
   row.level = level;
   row.tensor = tensor;
@@ -70,6 +70,9 @@ CheckRow make_reduction_row(const std::string& level, const std::string& tensor,
   row.tolerance = r.bound;
   row.passed = std::isfinite(r.worst) && r.worst <= r.bound;
   row.reduction = r;
+  if (fail_if_not_finite(row, {{"distributed tensor", reduced}, {"exact sum of its terms", t.exact}}, step_shape)) {
+    return row;
+  }
   row.diagnosis = diagnose(row.stats, row.passed, factors);
   if (!row.passed && row.diagnosis.factors.empty()) {
     std::string text = str_cat("summed coarser than ", dtype_name(reduce), " over ", t.terms,
