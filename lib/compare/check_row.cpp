@@ -55,6 +55,7 @@ CheckRow make_precision_row(const std::string& level, const std::string& tensor,
   e.reference_golden = compare_tensors(reference, golden, error_scale).worst_rel_err;
   e.allowed_golden = criterion.k * e.reference_golden + criterion.floor;
   e.bound = criterion.bound;
+  e.golden_dtype = golden.scalar_type();
   row.tolerance = e.allowed_golden;
   bool stored_right = true;
   if (criterion.storage) {

@@ -47,6 +47,9 @@ struct PrecisionErrors {
   // With a storage check: the shares of D's and R's entries representable in the compute dtype.
   std::optional<double> candidate_representable, reference_representable;
   bool values_judged = true;  // false: the errors are shown, the storage check alone judged
+  // The dtype the golden tensor holds: the report's header names it ("bf16 (judged against an fp64
+  // golden run)"), so that a golden run that took the policy's dtype shows.
+  c10::ScalarType golden_dtype = c10::kDouble;
 };
 
 // The fraction of entries of `x` that `dtype` represents exactly.
