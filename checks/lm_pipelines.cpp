@@ -97,6 +97,7 @@ PipelineOutputs lm_grad_outputs(const SumLengths& n, const std::vector<TensorTre
     std::vector<at::Tensor> steps;
     for (const auto& g : step_grads) steps.push_back(g.at(p.name).reshape({-1}));
     out.push_back({"grad", p.name, at::cat(steps), 0.0, /*shared_inputs=*/true, n.batch_labels});
+    out.back().step_shape = p.tensor.sizes().vec();
   }
   return out;
 }

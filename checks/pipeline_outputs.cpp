@@ -146,10 +146,10 @@ std::vector<CheckRow> compare_outputs(const PipelineOutputs& distributed, const 
       // A pure scaling under rounding noise e tilts the cosine by about e²: allow the floor's.
       const double noise = std::max(1e-6, criterion.floor * criterion.floor);
       rows.push_back(make_precision_row(r.level, r.name, d, r.value, g->value, criterion, factors,
-                                        std::max(r.error_scale, g->error_scale), noise));
+                                        std::max(r.error_scale, g->error_scale), noise, r.step_shape));
       continue;
     }
-    rows.push_back(make_check_row(r.level, r.name, d, r.value, tolerance, factors, r.error_scale));
+    rows.push_back(make_check_row(r.level, r.name, d, r.value, tolerance, factors, r.error_scale, r.step_shape));
   }
   for (auto& row : rows) {
     if (row.level != "optimizer" || row.tensor != "clip_coefficient" || !row.passed) continue;
@@ -178,7 +178,7 @@ std::vector<CheckRow> compare_outputs(const PipelineOutputs& distributed, const 
         continue;
       }
       reductions.push_back(make_reduction_row("grad", name, d.value, *d.reduction, settings.precision.reduce,
-                                              settings.precision.master, factors));
+                                              settings.precision.master, factors, d.step_shape));
     }
     auto after_grad = std::find_if(rows.begin(), rows.end(), [](const CheckRow& row) { return row.level != "grad"; });
     rows.insert(after_grad, reductions.begin(), reductions.end());

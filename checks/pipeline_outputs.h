@@ -30,6 +30,9 @@ struct NamedTensor {
   // A distributed reduced gradient checked against the exact sum of its terms, the ranks' local
   // gradients (checks/reduction_probe.h): a row of its own with no reference partner.
   std::optional<ReductionTerms> reduction = std::nullopt;
+  // A row concatenating every step's tensor (grad rows): one step's shape, so that a non-finite
+  // entry is named by its step (lib/compare/finite_rows.h). Empty: one tensor.
+  StepShape step_shape = {};
   // Compared for equality in every precision (replay/states: checks/replay_states.h), with what
   // the distributed side says of it in `detail`.
   bool exact = false;

@@ -120,6 +120,7 @@ void append_reduction_outputs(PipelineOutputs& out, const std::vector<TensorTree
     const ReductionTerms& first = step_sums.front().at(p.name);
     NamedTensor row{"grad", reduction_row_name(p.name), at::cat(reduced)};
     row.reduction = ReductionTerms{at::cat(exact), at::cat(magnitude), first.terms, first.c};
+    row.step_shape = p.tensor.sizes().vec();
     out.push_back(std::move(row));
   }
 }

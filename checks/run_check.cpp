@@ -22,17 +22,29 @@ PipelineOutputs run_distributed(const CheckSettings& s, const dist::Runtime& run
                                        : run_distributed_spd(s, runtime, mutation, reference.states);
 }
 
-// Why the AVG convention failed, with the shard label counts that make it inexact ("" if equal).
+// Why the AVG convention failed, with the shard label counts of each step at which they differ
+// ("" if every step's shards are equal): each step's gradient is exact only if its own are.
 std::string avg_convention_note(const CheckSettings& s) {
-  const auto counts = shard_label_counts(s, 0);
-  if (std::adjacent_find(counts.begin(), counts.end(), std::not_equal_to<>()) == counts.end()) return "";
-  std::vector<std::string> shown;
-  for (int64_t c : counts) shown.push_back(std::to_string(c));
-  return str_cat(
-      "--convention avg (local mean, AVG reduction) is exact only when every shard holds the same number ",
-      "of valid labels; at step 0 the ", counts.size(), " shards hold ", join(shown, ", "),
-      " labels (a shard is a rank's rows and, with cp, its chunk pair). Each shard's mean gets weight 1/(dp*cp) ",
-      "instead of its share of the global count. ", "Use --convention sum.");
+  constexpr size_t kShownSteps = 4;  // a long run lists its first few uneven steps and counts the rest
+  std::vector<std::string> uneven;
+  size_t shards = 0;
+  for (int64_t step = 0; step < s.steps; ++step) {
+    const auto counts = shard_label_counts(s, step);
+    if (std::adjacent_find(counts.begin(), counts.end(), std::not_equal_to<>()) == counts.end()) continue;
+    shards = counts.size();
+    std::vector<std::string> shown;
+    for (int64_t c : counts) shown.push_back(std::to_string(c));
+    uneven.push_back(str_cat("step ", step, ": ", join(shown, ", ")));
+  }
+  if (uneven.empty()) return "";
+  std::string listed =
+      join(std::vector<std::string>(uneven.begin(), uneven.begin() + std::min(uneven.size(), kShownSteps)), "; ");
+  if (uneven.size() > kShownSteps) listed += str_cat("; ", uneven.size() - kShownSteps, " more steps");
+  return str_cat("--convention avg (local mean, AVG reduction) is exact only when every shard holds the same number ",
+                 "of valid labels; the ", shards, " shards' counts differ at ", uneven.size(), " of ", s.steps,
+                 " steps (", listed,
+                 "; a shard is a rank's rows and, with cp, its chunk pair). Each shard's mean gets weight 1/(dp*cp) ",
+                 "instead of its share of the global count. ", "Use --convention sum.");
 }
 
 // Why the clean run's rows at `level` cannot judge a bug there ("" when they can): every row of

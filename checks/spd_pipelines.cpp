@@ -84,6 +84,7 @@ PipelineOutputs spd_grad_outputs(const SumLengths& n, const StepGradRows& grads)
   for (const char* name : {"theta_ci", "theta_ci[reconstruction]", "theta_ci[importance]", "theta_ci[ppgd]", "V/U",
                            "V/U[faithfulness]", "V/U[reconstruction]", "V/U[ppgd]"}) {
     out.push_back({"grad", name, at::cat(grads.rows.at(name)), 0.0, /*shared_inputs=*/true, n.batch});
+    out.back().step_shape = grads.rows.at(name).front().sizes().vec();
   }
   return out;
 }

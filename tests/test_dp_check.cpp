@@ -7,6 +7,8 @@
 // The reduction bugs are caught by the reduction rows alone.
 #include <gtest/gtest.h>
 
+#include "checks/lm_pipelines.h"
+
 #include "lib/core/dtype.h"
 
 #include "checks/mutations.h"
@@ -202,6 +204,38 @@ TEST(DataParallelCheck, Fp16ReplayKeepsItsCotangentsInRange) {
       EXPECT_LT(row.stats.worst_rel_err, 0.02);
     }
   }
+}
+
+// AVG is exact only at steps whose shards hold equal label counts, so the note that explains a
+// failing AVG run reads every step: it read step 0 only, and this run (step 0 split evenly, steps 2
+// and 3 not) failed with no note at all. Where every step splits evenly it says nothing, even
+// when a planted bug fails the rows.
+TEST(DataParallelCheck, AvgNoteNamesEveryStepWhoseShardsDiffer) {
+  checks::CheckRequest request;
+  auto& s = request.settings;
+  s.topology = dist::TopologySpec::parse("dp=2");
+  s.convention = dist::Convention::kAvg;
+  s.batch_size = 4;
+  s.seed = 1;
+  s.levels = {checks::Level::kGrad};
+  const std::vector<int64_t> step0 = checks::shard_label_counts(s, 0);
+  ASSERT_EQ(step0.size(), 2u);
+  ASSERT_EQ(step0[0], step0[1]) << "the premise: step 0 splits evenly";
+  const CheckReport report = testing::run_check_in_threads(request);
+  EXPECT_FALSE(report.rows_pass());
+  ASSERT_EQ(report.notes.size(), 1u);
+  EXPECT_NE(report.notes[0].find("the 2 shards' counts differ at 2 of 4 steps (step 2: 30, 18; step 3: 30, 22;"),
+            std::string::npos)
+      << report.notes[0];
+
+  s.seed = 5;  // steps 0 to 2 split evenly
+  s.steps = 3;
+  EXPECT_TRUE(testing::run_check_in_threads(request).rows_pass()) << "AVG is exact on even shards";
+  request.mode = checks::CheckMode::kMutate;
+  request.mutation = "missing-reduce";
+  const CheckReport mutated = testing::run_check_in_threads(request);
+  EXPECT_FALSE(mutated.rows_pass());
+  EXPECT_TRUE(mutated.notes.empty()) << mutated.notes.front();
 }
 
 TEST(DataParallelCheck, RanksWithEmptyShardsStillMatchTheReference) {

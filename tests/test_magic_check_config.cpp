@@ -53,6 +53,38 @@ TEST(MagicCheckConfig, APlantedBugInTheConfigsRunFailsWithItsFactor) {
   EXPECT_NE(o.output.find("1/dp (scale 0.333333)"), std::string::npos) << o.output;
 }
 
+// A bf16 config is judged against an fp64 golden run, and the header says which: the golden run
+// once took the config's own dtype, so it equalled the policy's reference (err(R,G) 0 on every
+// row) and judged nothing. demo.json in bf16, cut to a small model, batch and data.
+TEST(MagicCheckConfig, ABf16ConfigIsJudgedAgainstAnFp64GoldenRun) {
+  nlohmann::json j = nlohmann::json::parse(testing::read_file(testing::source_path("fixtures/runs/demo.json")));
+  j["dtype"] = "bf16";
+  j["model"]["n_layers"] = 1;
+  j["model"]["max_len"] = 24;
+  j["data"] = {{"train", testing::source_path("fixtures/text/proverbs.jsonl")},
+               {"queries", testing::source_path("fixtures/text/queries.jsonl")},
+               {"max_documents", 6}};
+  j["training"]["batch_size"] = 5;
+  const std::string config = ::testing::TempDir() + "/demo-bf16.json", json = ::testing::TempDir() + "/demo-bf16.out";
+  std::ofstream(config) << j.dump(2);
+  auto o = magic_check("--config " + config + " --topology dp=2 --steps 1 --json " + json);
+  ASSERT_NE(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("lm workload of " + config + ", bf16 (judged against an fp64 golden run), sum convention"),
+            std::string::npos)
+      << o.output;
+  const auto report = nlohmann::json::parse(testing::read_file(json));
+  EXPECT_EQ(report["dtype"], "bf16");
+  // Every gradient (at the reference's state: no training needed) differs between bf16 and fp64;
+  // later rows may not, the cosine warmup's first learning rate being 0.
+  int gradients = 0;
+  for (const auto& row : report["checks"]) {
+    if (row["level"] != "grad" || !row.contains("precision")) continue;  // reduction rows: their own terms
+    ++gradients;
+    EXPECT_GT(row["precision"]["reference_vs_golden"].get<double>(), 0.0) << row.dump();
+  }
+  EXPECT_EQ(gradients, 17) << "one per parameter of the 1-layer GPT";
+}
+
 // What the config fixes cannot also come from a flag; the config is read before any rank starts.
 TEST(MagicCheckConfig, FlagsThatTheConfigFixesAreRefused) {
   const std::string config = run_config();

@@ -1,7 +1,8 @@
 // The reduction row (lib/compare/reduction_row.h): a sum in the policy's dtype passes in any order
 // of addition, however the terms cancel (the bound is the worst case, not an estimate); a sum
-// rounded to bf16 or fp16 (named), one that lost a term, one scaled by a size of the layout, and one whose
-// small entries underflowed each fail, saying which.
+// rounded to bf16 or fp16 (named), one that lost a term, one scaled by a size of the layout, one
+// scaled by any other uniform factor (named as a scale, not a rounding), and one whose small
+// entries underflowed each fail, saying which.
 #include <gtest/gtest.h>
 
 #include "lib/compare/reduction_row.h"
@@ -87,6 +88,44 @@ TEST(ReductionRow, AMissingTermAScaledSumAndUnderflowFail) {
   // The convention's factor c is part of the exact sum: /S·R under AVG passes as such.
   const double c = 1.0 / (1024.0 * 4.0);
   EXPECT_TRUE(row(fp32_sum(p, {0, 1, 2, 3}) * static_cast<float>(c), terms_of(p, c)).passed);
+}
+
+// g = k·Σx for one k (a wrong normalizer, an extra x2): its cosine is 1 and every entry is k times
+// the sum within the bound, so it is named as a scale (a topology factor when one is k), never
+// as "summed coarser" or a rounding, though a doubled sum of bf16 values fits bf16 as well.
+TEST(ReductionRow, AUniformScaleIsNamedAsAScaleNotARounding) {
+  const at::Tensor p = partials(4, 2000, 3);
+  const ReductionTerms t = terms_of(p);
+  const at::Tensor sum = fp32_sum(p, {0, 1, 2, 3});
+  const auto dp4 = candidate_factors({{"dp", 4}});  // 4 and 1/4: no factor is 2 or 3
+  auto row_on = [&](const at::Tensor& reduced, const std::vector<NamedFactor>& factors) {
+    return make_reduction_row("grad", "w[reduction]", reduced, t, c10::kFloat, c10::kFloat, factors);
+  };
+  for (auto [k, text] : {std::pair{2.0f, "uniform scale 2.000 of the exact sum"},
+                         std::pair{3.0f, "uniform scale 3.000 of the exact sum"},
+                         std::pair{0.5f, "uniform scale 0.500 of the exact sum"}}) {
+    const CheckRow r = row_on(sum * k, dp4);
+    EXPECT_FALSE(r.passed) << k;
+    EXPECT_EQ(r.diagnosis.text.rfind(text, 0), 0u) << r.diagnosis.text;
+    EXPECT_EQ(r.diagnosis.text.find("coarser"), std::string::npos) << r.diagnosis.text;
+    EXPECT_TRUE(r.diagnosis.factor.empty()) << r.diagnosis.text;
+  }
+  // A factor of the layout is named as such.
+  const CheckRow dp2 = row_on(sum * 2.0f, candidate_factors({{"dp", 2}}));
+  EXPECT_EQ(dp2.diagnosis.factor, "x dp") << dp2.diagnosis.text;
+  // Every rank's term the same bf16 value: the sum and its double both fit bf16. Doubled, it is a
+  // scale; with half its entries' signs flipped, it fits bf16 but is no rounding of the sum.
+  const at::Tensor same = at::stack({p[0], p[0], p[0], p[0]});
+  const at::Tensor same_sum = fp32_sum(same, {0, 1, 2, 3});
+  const CheckRow doubled =
+      make_reduction_row("grad", "w[reduction]", same_sum * 2.0f, terms_of(same), c10::kFloat, c10::kFloat, dp4);
+  EXPECT_EQ(doubled.diagnosis.text.rfind("uniform scale 2.000", 0), 0u) << doubled.diagnosis.text;
+  const at::Tensor flipped = at::where(at::arange(2000) % 2 == 0, same_sum, -same_sum);
+  const CheckRow scrambled =
+      make_reduction_row("grad", "w[reduction]", flipped, terms_of(same), c10::kFloat, c10::kFloat, dp4);
+  EXPECT_FALSE(scrambled.passed);
+  EXPECT_EQ(scrambled.diagnosis.text.find("rounded"), std::string::npos) << scrambled.diagnosis.text;
+  EXPECT_NE(scrambled.diagnosis.text.find("median error"), std::string::npos) << scrambled.diagnosis.text;
 }
 
 }  // namespace

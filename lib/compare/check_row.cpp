@@ -12,9 +12,19 @@ constexpr double kRepresentableSlack = 0.5;
 
 }  // namespace
 
+bool fail_if_not_finite(CheckRow& row, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                        const StepShape& step_shape) {
+  auto why = non_finite_diagnosis(tensors, step_shape);
+  if (!why) return false;
+  row.passed = false;
+  row.diagnosis = Diagnosis{};
+  row.diagnosis.text = std::move(*why);
+  return true;
+}
+
 CheckRow make_check_row(const std::string& level, const std::string& tensor, const at::Tensor& distributed,
                         const at::Tensor& reference, double tolerance, const std::vector<NamedFactor>& factors,
-                        double error_scale) {
+                        double error_scale, const StepShape& step_shape) {
   CheckRow row;
   row.level = level;
   row.tensor = tensor;
@@ -22,6 +32,7 @@ CheckRow make_check_row(const std::string& level, const std::string& tensor, con
   row.tolerance = tolerance;
   row.passed = row.stats.worst_rel_err <= tolerance;
   row.diagnosis = diagnose(row.stats, row.passed, factors);
+  fail_if_not_finite(row, {{"distributed tensor", distributed}, {"reference tensor", reference}}, step_shape);
   return row;
 }
 
@@ -33,7 +44,8 @@ double representable_share(const at::Tensor& x, c10::ScalarType dtype) {
 
 CheckRow make_precision_row(const std::string& level, const std::string& tensor, const at::Tensor& candidate,
                             const at::Tensor& reference, const at::Tensor& golden, const PrecisionCriterion& criterion,
-                            const std::vector<NamedFactor>& factors, double error_scale, double direction_noise) {
+                            const std::vector<NamedFactor>& factors, double error_scale, double direction_noise,
+                            const StepShape& step_shape) {
   CheckRow row;
   row.level = level;
   row.tensor = tensor;
@@ -43,6 +55,7 @@ CheckRow make_precision_row(const std::string& level, const std::string& tensor,
   e.reference_golden = compare_tensors(reference, golden, error_scale).worst_rel_err;
   e.allowed_golden = criterion.k * e.reference_golden + criterion.floor;
   e.bound = criterion.bound;
+  e.golden_dtype = golden.scalar_type();
   row.tolerance = e.allowed_golden;
   bool stored_right = true;
   if (criterion.storage) {
@@ -64,6 +77,11 @@ CheckRow make_precision_row(const std::string& level, const std::string& tensor,
       e.values_judged && !diagnose(row.stats, /*passed=*/false, factors, direction_noise).factors.empty();
   row.passed = stored_right && !factor_scaled && (values_right || !e.values_judged);
   row.precision = e;
+  if (fail_if_not_finite(
+          row, {{"distributed tensor", candidate}, {"reference tensor", reference}, {"golden tensor", golden}},
+          step_shape)) {
+    return row;
+  }
   row.diagnosis = diagnose(row.stats, row.passed, factors, direction_noise);
   if (row.passed && criterion.storage) {
     row.diagnosis.text = str_cat("master weights kept: ", format_fixed(100 * *e.candidate_representable, 0),

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "lib/compare/comparison.h"
+#include "lib/compare/finite_rows.h"
 #include "lib/compare/scale_diagnosis.h"
 
 namespace magic {
@@ -46,8 +47,10 @@ struct PrecisionErrors {
   // With a storage check: the shares of D's and R's entries representable in the compute dtype.
   std::optional<double> candidate_representable, reference_representable;
   bool values_judged = true;  // false: the errors are shown, the storage check alone judged
+  // The dtype the golden tensor holds: the report's header names it ("bf16 (judged against an fp64
+  // golden run)"), so that a golden run that took the policy's dtype shows.
+  c10::ScalarType golden_dtype = c10::kDouble;
 };
-
 
 // The fraction of entries of `x` that `dtype` represents exactly.
 double representable_share(const at::Tensor& x, c10::ScalarType dtype);
@@ -77,16 +80,25 @@ struct CheckRow {
 // judged and that had no storage check (its pass is "nothing to compare against").
 bool row_judged(const CheckRow& row);
 
-// Passes when worst_rel_err <= tolerance (error_scale: see compare_tensors).
+// Passes when worst_rel_err <= tolerance (error_scale: see compare_tensors). Every row fails
+// when one of its tensors is not finite, saying which and where (finite_rows.h; `step_shape`
+// names the step of a row that concatenates steps).
 CheckRow make_check_row(const std::string& level, const std::string& tensor, const at::Tensor& distributed,
                         const at::Tensor& reference, double tolerance, const std::vector<NamedFactor>& factors,
-                        double error_scale = 0.0);
+                        double error_scale = 0.0, const StepShape& step_shape = {});
 
 // The three-tensor row above: stats and diagnosis are D against R; `direction_noise` is how far
 // from 1 the cosine of a pure scaling may fall under the policy's rounding (scale_diagnosis.h).
 CheckRow make_precision_row(const std::string& level, const std::string& tensor, const at::Tensor& candidate,
                             const at::Tensor& reference, const at::Tensor& golden, const PrecisionCriterion& criterion,
-                            const std::vector<NamedFactor>& factors, double error_scale, double direction_noise);
+                            const std::vector<NamedFactor>& factors, double error_scale, double direction_noise,
+                            const StepShape& step_shape = {});
+
+// Fails `row` when one of the named tensors is not finite, its diagnosis saying which and where
+// (non_finite_diagnosis); true then. Whatever its statistics say: NaN compares false with every
+// bound, so a row that is not judged by value would even pass.
+bool fail_if_not_finite(CheckRow& row, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                        const StepShape& step_shape);
 
 // A failing row for a tensor that could not be compared (missing on one side, or of another
 // shape); its statistics are NaN (null in JSON, "-" in the table) and `why` is its diagnosis.

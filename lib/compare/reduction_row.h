@@ -3,8 +3,10 @@
 // every entry g_i of the reduced gradient satisfies
 //   |g_i − c·e_i| <= (γ_{R−1}(u_reduce) + 2·u_master) · c·(m_i + R·η_reduce)
 // (e = Σ_r x_r and m = Σ_r |x_r| over the R ranks' local gradients, in fp64). A failing row names
-// a topology factor when g is a scaled sum, else how far off it is and, when every entry of the
-// sum fits a coarser dtype, that the sum was rounded to it.
+// a topology factor when g is a scaled sum (a uniform scale of the exact sum when no factor is
+// it), else how far off it is and, when every entry of the sum fits a coarser dtype and is within
+// the rounding of a sum in it, that the sum was rounded to it. A row whose reduced gradient or
+// exact sum is not finite fails saying where (finite_rows.h; `step_shape` as there).
 #pragma once
 
 #include "lib/compare/check_row.h"
@@ -25,6 +27,6 @@ double smallest_subnormal(c10::ScalarType dtype);
 
 CheckRow make_reduction_row(const std::string& level, const std::string& tensor, const at::Tensor& reduced,
                             const ReductionTerms& terms, c10::ScalarType reduce, c10::ScalarType master,
-                            const std::vector<NamedFactor>& factors);
+                            const std::vector<NamedFactor>& factors, const StepShape& step_shape = {});
 
 }  // namespace magic

@@ -4,6 +4,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "lib/core/dtype.h"
 #include "lib/core/strings.h"
 #include "lib/io/atomic_file.h"
 
@@ -58,6 +59,20 @@ std::string expected_text(const BiteOutcome& b) {
   return b.expected_factor.empty() ? b.expected_level : b.expected_level + ", " + b.expected_factor;
 }
 
+// "an fp64 golden run", from the dtype of the golden tensors the rows were compared with ("" for
+// none; "an fp64/fp32 golden run" where they differ): what was compared, not what was meant.
+std::string golden_run(const std::vector<CheckRow>& rows) {
+  std::vector<std::string> dtypes;
+  for (const auto& row : rows) {
+    if (!row.precision) continue;
+    const std::string d = dtype_name(row.precision->golden_dtype);
+    if (std::find(dtypes.begin(), dtypes.end(), d) == dtypes.end()) dtypes.push_back(d);
+  }
+  if (dtypes.empty()) return "";
+  const char* article = dtypes.front()[0] == 'f' ? "an " : "a ";  // "an fp64", "a bf16"
+  return str_cat(article, join(dtypes, "/"), " golden run");
+}
+
 }  // namespace
 
 bool CheckReport::rows_pass() const {
@@ -82,9 +97,12 @@ int CheckReport::exit_code() const {
 }
 
 void print_report(const CheckReport& r, std::ostream& out) {
+  // Below fp64 the header says what the policy was judged against.
+  const std::string golden = golden_run(r.rows);
   out << "magic-check: " << r.topology << " (" << r.world_size << " ranks, " << r.backend << "), " << r.workload
-      << " workload" << (r.config.empty() ? "" : " of " + r.config) << ", " << r.dtype << ", " << r.convention
-      << " convention, " << r.steps << " steps, seed " << r.seed;
+      << " workload" << (r.config.empty() ? "" : " of " + r.config) << ", " << r.dtype
+      << (golden.empty() ? "" : " (judged against " + golden + ")") << ", " << r.convention << " convention, "
+      << r.steps << " steps, seed " << r.seed;
   if (!r.mutation.empty()) out << ", mutation " << r.mutation;
   out << "\n\n";
   // The tensor column fits the longest name ("blocks.0.attn.proj.weight[reduction]").
@@ -132,8 +150,8 @@ void print_report(const CheckReport& r, std::ostream& out) {
   } else {
     out << "\n" << (failed == 0 ? "PASS" : "FAIL") << ": " << r.rows.size() - failed << " of " << r.rows.size();
     if (three_runs) {
-      out << " checks within the low-precision criterion (" << r.dtype
-          << " against an fp64 golden run: err(D,G) <= allowed, err(D,R) <= bound)\n";
+      out << " checks within the low-precision criterion (" << r.dtype << " against "
+          << (golden.empty() ? "an fp64 golden run" : golden) << ": err(D,G) <= allowed, err(D,R) <= bound)\n";
     } else {
       out << " checks within tolerance (" << r.dtype
           << ": worst relative error <= " << format_sci(r.rows.front().tolerance, 0) << ")\n";
