@@ -225,20 +225,13 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
     MagicOptions options;
     options.schedule = config.checkpoints;
     options.replay = settings.needs_replay();
-    // replay/states: the state training started each step from, against the one REPLAY used.
-    std::vector<TrainState> trained;
-    StateDifference difference;
-    options.on_step = [&](int64_t, const TrainState& before, const StepOutput&) {
-      trained.push_back(detach_state(before));
-    };
-    options.on_replay_step = [&](int64_t t, const StepVjp& vjp) {
-      add_state_difference(difference, t, trained.at(t), vjp.state);
-    };
+    ReplayStateWatch watch;  // replay/states
+    watch.attach(options);
     MagicResult result = run_magic(*step, *query, problem.initial, problem.weights, options);
     const TensorTree v = parallel->shard(hvp_direction(full_init, settings.seed));
     const int64_t last = problem.step->num_steps() - 1;
     std::optional<NamedTensor> states;
-    if (settings.needs_replay()) states = replay_state_output(*parts.groups.world, difference);
+    if (settings.needs_replay()) states = replay_state_output(*parts.groups.world, watch.difference());
     append_trained_outputs(
         out, n, parallel->unshard(result.query_gradient),
         parallel->unshard(hessian_vector_product(*step, problem.initial, 0, problem.weights, v)),

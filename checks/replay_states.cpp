@@ -67,6 +67,15 @@ void add_state_difference(StateDifference& into, int64_t step, const TrainState&
   add_tree(into, step, "persistent", training.persistent, replayed.persistent);
 }
 
+void ReplayStateWatch::attach(MagicOptions& options) {
+  options.on_step = [this](int64_t, const TrainState& before, const StepOutput&) {
+    trained_.push_back(detach_state(before));
+  };
+  options.on_replay_step = [this](int64_t t, const StepVjp& vjp) {
+    add_state_difference(difference_, t, trained_.at(t), vjp.state);
+  };
+}
+
 NamedTensor replay_state_output(const dist::Group& world, const StateDifference& mine) {
   at::Tensor counts = at::zeros({world.size(), 2}, at::kDouble);
   counts[world.rank()][0] = static_cast<double>(mine.differing_entries);

@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "checks/pipeline_outputs.h"
 #include "lib/distributed/runtime/group.h"
+#include "lib/train/magic_pipeline.h"
 #include "lib/train/train_state.h"
 
 namespace magic::checks {
@@ -27,6 +29,18 @@ struct StateDifference {
 // Adds step t's comparison of the state REPLAY used with the one training started the step from.
 // An entry missing on one side, or of another shape or dtype, counts as differing in full.
 void add_state_difference(StateDifference& into, int64_t step, const TrainState& training, const TrainState& replayed);
+
+// Records the state training started each step from and compares REPLAY's with it as REPLAY runs.
+class ReplayStateWatch {
+ public:
+  // Sets the options' training and REPLAY observers; the watch must outlive the run.
+  void attach(MagicOptions& options);
+  const StateDifference& difference() const { return difference_; }
+
+ private:
+  std::vector<TrainState> trained_;
+  StateDifference difference_;
+};
 
 // The replay/states output: [world, 2] (differing entries, differing bits) by rank, gathered over
 // `world` (every rank calls it); `rank0` is rank 0's own count, for the first difference it saw.

@@ -166,19 +166,12 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
     MagicOptions options;
     options.schedule = parse_checkpoint_schedule(settings.checkpoints);
     options.replay = settings.needs_replay();
-    // replay/states: the state training started each step from, against the one REPLAY used.
-    std::vector<TrainState> trained;
-    StateDifference difference;
-    options.on_step = [&](int64_t, const TrainState& before, const StepOutput&) {
-      trained.push_back(detach_state(before));
-    };
-    options.on_replay_step = [&](int64_t t, const StepVjp& vjp) {
-      add_state_difference(difference, t, trained.at(t), vjp.state);
-    };
+    ReplayStateWatch watch;  // replay/states
+    watch.attach(options);
     const auto step = planted_step(mutation, spd, p.optimizer);
     MagicResult result = run_magic(*step, spd, initial, w, options);
     std::optional<NamedTensor> states;
-    if (settings.needs_replay()) states = replay_state_output(world, difference);
+    if (settings.needs_replay()) states = replay_state_output(world, watch.difference());
 
     // The HVP direction: one random tree over every parameter; each rank takes its share.
     const TensorTree v_full = hvp_direction(p.initial_params, settings.seed);
