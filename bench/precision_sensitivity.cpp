@@ -37,7 +37,7 @@ Failures first_failures(const checks::CheckSettings& s, const checks::ReferenceR
                         const checks::PipelineOutputs* golden, double c) {
   Failures out;
   dist::run_ranks_in_threads(static_cast<int>(s.topology.world_size()), [&](dist::Runtime& rt) {
-    const auto outputs = checks::run_distributed_lm(s, rt, str_cat(checks::kScaledGradientPrefix, c), reference.states);
+    const auto outputs = checks::run_distributed_lm(s, rt, str_cat(checks::kScaledGradientPrefix, c), reference);
     if (rt.rank() != 0) return;
     int all = 1 << 20, against_reference = 1 << 20;
     for (const auto& row : checks::compare_outputs(outputs, reference.outputs, s, golden)) {

@@ -8,6 +8,8 @@
 //   optimizer/<param>[update]             θ_{t+1} − θ_t of one step from the reference's (θ_t, o_t)
 //   query_grad/<param> ∂Q/∂θ_N;   hvp/theta_0, hvp/theta_N   ∇²L v at θ_0 (batch 0), θ_N (batch N-1)
 //   replay/states     REPLAY's states against training's, bit for bit (replay_states.h)
+//   replay/<param>[vjp], replay/opt.<slot>[vjp], replay/w[vjp]   λθ_t, λo_t and δw_t of REPLAY's
+//                     product at every step t, taken at the reference's (θ_t, o_t) against its λ_{t+1}
 //   final_params/<param>; scores/per_document, scores/per_token
 #pragma once
 
@@ -33,10 +35,10 @@ double workload_clip_norm(const CheckSettings& settings);
 // The random direction of the HVP checks: the same tree on every rank and in the reference.
 TensorTree hvp_direction(const TensorTree& params, uint64_t seed);
 
-// Every rank calls it; the outputs are replicated. The grad level is evaluated at `teacher`.
-// `mutation` names the planted variant of the data parallelism ("" for none).
+// Every rank calls it; the outputs are replicated. The grad, optimizer and REPLAY-product rows are
+// evaluated at the teacher's states (and cotangents). `mutation` names the planted variant ("" for none).
 PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Runtime& runtime,
-                                   const std::string& mutation, const std::vector<TrainState>& teacher);
+                                   const std::string& mutation, const ReferenceRun& teacher);
 ReferenceRun run_reference_lm(const CheckSettings& settings);
 
 // The training examples (chunks of at most max_len tokens) the lm workload draws batches from.

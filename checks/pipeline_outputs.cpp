@@ -80,6 +80,8 @@ PrecisionCriterion precision_criterion(const CheckSettings& settings, const Name
   // runs: 15% of max|w| apart in bf16; in fp16 9x the reference's own error). Their effect on
   // the query shows in the rows at θ_N and the scores.
   c.judge_values = !row.stored;
+  const auto compute = settings.precision.compute;
+  if (!row.judged_below_fp32 && (compute == at::kHalf || compute == at::kBFloat16)) c.judge_values = false;
   // Scores: the metagradient through Adam's update has terms lr·eps/(|g| + eps)² that rounding
   // noise in near-zero gradients dominates; where the policy's own scores are more than 10% off
   // fp64 (measured: 100% in bf16 at Adam's first step) they carry no signal to judge D by. The

@@ -37,6 +37,9 @@ struct NamedTensor {
   // the distributed side says of it in `detail`.
   bool exact = false;
   std::string detail = {};
+  // Judged by value below fp32 (bf16, fp16). Adam's update moves an entry whose gradient is
+  // rounding noise by ±lr in either run, so the update rows are shown there but not judged.
+  bool judged_below_fp32 = true;
 };
 using PipelineOutputs = std::vector<NamedTensor>;
 
@@ -46,6 +49,13 @@ using PipelineOutputs = std::vector<NamedTensor>;
 struct ReferenceRun {
   PipelineOutputs outputs;
   std::vector<TrainState> states;  // params, and persistent state where the workload has one
+  // λ_{t+1}, the cotangent REPLAY's step t takes its product against (floating entries of the
+  // state), where the workload checks REPLAY's products one step at a time.
+  std::vector<TrainState> cotangents;
+  // μ_t, the cotangent of the clipped gradient step t's optimizer consumed (replay_products.h).
+  std::vector<TensorTree> gradient_cotangents;
+  // g_t, the unclipped gradient there: the clip coefficient's cotangent is μ_t·g_t.
+  std::vector<TensorTree> gradients;
 };
 
 // One row per reference tensor of a wanted level, against the distributed tensor of the same

@@ -116,6 +116,14 @@ class ShardNormNotReduced : public DataParallel {
   at::Tensor global_norm(const TensorTree& grads) const override { return norm(grads); }
 };
 
+// The clip norm taken as a constant (as under no_grad, or .item()): the same training values, but
+// REPLAY's product misses c's own derivative.
+class DetachedClipNorm : public DataParallel {
+ public:
+  using DataParallel::DataParallel;
+  at::Tensor global_norm(const TensorTree& grads) const override { return DataParallel::global_norm(grads).detach(); }
+};
+
 // The embeddings' gradient summed once more over the dp replicas after clipping: x dp.
 class EmbeddingResync : public DataParallel {
  public:
@@ -342,6 +350,7 @@ std::shared_ptr<const Parallelism> planted_data_parallel(const std::string& muta
       {"hsdp-missing-replica-reduce", make<WithPart<NoCrossReplicaSum>>()},
       {"clip-local-norm", make<LocalClipNorm>()},
       {"clip-shard-norm-not-reduced", make<ShardNormNotReduced>()},
+      {"clip-norm-detached", make<DetachedClipNorm>()},
       {"optimizer-input-scaled", make<EmbeddingResync>()}};
   const auto it = variants.find(is_precision_mutation(mutation) || is_pipeline_mutation(mutation) ? "" : mutation);
   if (it == variants.end()) throw std::logic_error("no data-parallel variant for mutation '" + mutation + "'");

@@ -18,7 +18,7 @@ namespace {
 
 PipelineOutputs run_distributed(const CheckSettings& s, const dist::Runtime& runtime, const std::string& mutation,
                                 const ReferenceRun& reference) {
-  return s.resolved_workload() == "lm" ? run_distributed_lm(s, runtime, mutation, reference.states)
+  return s.resolved_workload() == "lm" ? run_distributed_lm(s, runtime, mutation, reference)
                                        : run_distributed_spd(s, runtime, mutation, reference.states);
 }
 
@@ -47,8 +47,8 @@ std::string avg_convention_note(const CheckSettings& s) {
                  "instead of its share of the global count. ", "Use --convention sum.");
 }
 
-// Why the clean run's rows at `level` cannot judge a bug there ("" when they can): every row of
-// the level passed without being judged by value.
+}  // namespace
+
 std::string unjudged_level(const std::vector<CheckRow>& clean, const std::string& level) {
   const CheckRow* example = nullptr;
   for (const auto& row : clean) {
@@ -59,8 +59,6 @@ std::string unjudged_level(const std::vector<CheckRow>& clean, const std::string
   if (example == nullptr) return "";
   return str_cat("its level (", level, ") carries no signal on this run (", example->diagnosis.text, ")");
 }
-
-}  // namespace
 
 // Under a low-precision policy the reference runs twice: with the policy (the candidate's teacher
 // and partner) and in fp64 (the golden run both are measured against).

@@ -38,6 +38,11 @@ struct CheckRequest {
   std::shared_ptr<const ReferenceRuns> references;
 };
 
+// Why the clean run's rows at `level` cannot judge a bug there ("" when they can): every row of
+// the level passed without being judged by value (bf16 scores, whose policy is far from fp64).
+// --bite skips a mutation expected at such a level, saying so, rather than call it caught or missed.
+std::string unjudged_level(const std::vector<CheckRow>& clean, const std::string& level);
+
 // Every rank calls it. Rank 0 gets the full report; other ranks an empty one (exit code 0).
 CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime);
 

@@ -91,6 +91,45 @@ at::Tensor plain_query_loss(const UnrolledLmSetup& setup, const TensorTree& para
   return index ? per_document[*index] : per_document.mean();
 }
 
+// One training step from (θ_t, o_t), with the graph kept to both and to w: the gradient of the
+// batch loss (create_graph), its clip, and the optimizer's update.
+struct PlainStep {
+  TensorTree grads, clipped;  // ∇L_t(θ_t), and c_t·∇L_t
+  at::Tensor coefficient;     // c_t; undefined without clipping
+  OptimizerUpdate update;     // (θ_{t+1}, o_{t+1})
+};
+
+PlainStep plain_step(const UnrolledLmSetup& setup, const TensorTree& params, const TensorTree& opt_state,
+                     const at::Tensor& w, int64_t t) {
+  PlainStep step;
+  at::Tensor loss = plain_batch_loss(setup, params, w, t);
+  step.grads = with_values(params, scaled_grad(setup, loss, params.tensors(), /*create_graph=*/true));
+  step.clipped = step.grads;
+  if (setup.clip_norm) {
+    step.coefficient = plain_clip_coefficient(step.grads, *setup.clip_norm);
+    step.clipped = step.grads.map([&](const at::Tensor& g) { return g * step.coefficient; });
+  }
+  step.update = setup.optimizer->update(params, step.clipped, opt_state);
+  return step;
+}
+
+// The floating entries of every tree, in order (the optimizer's int64 count is not differentiable).
+std::vector<at::Tensor> floating_tensors(const std::vector<TensorTree>& trees) {
+  std::vector<at::Tensor> out;
+  for (const auto& tree : trees) {
+    for (const auto& t : tree.floating().tensors()) out.push_back(t);
+  }
+  return out;
+}
+
+// Zeros where autograd found no path (allow_unused), like `like`.
+std::vector<at::Tensor> defined_or_zero(std::vector<at::Tensor> grads, const std::vector<at::Tensor>& like) {
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined()) grads[i] = at::zeros_like(like[i]);
+  }
+  return grads;
+}
+
 }  // namespace
 
 TensorTree lm_batch_hvp(const UnrolledLmSetup& setup, const TensorTree& params_in, const at::Tensor& w, int64_t t,
@@ -118,27 +157,42 @@ UnrolledLmResult unrolled_lm_scores(const UnrolledLmSetup& setup, const at::Tens
   TensorTree params = setup.initial_params.requires_grad();
   TensorTree opt_state = setup.optimizer->init(params);
   UnrolledLmResult result;
+  std::vector<TensorTree> later_params, later_opt;  // θ_{t+1}, o_{t+1} in the graph
   for (int64_t t = 0; t < setup.stream.num_steps(); ++t) {
-    at::Tensor loss = plain_batch_loss(setup, params, w, t);
-    TensorTree grads = with_values(params, scaled_grad(setup, loss, params.tensors(), /*create_graph=*/true));
+    const PlainStep step = plain_step(setup, params, opt_state, w, t);
     result.step_params.push_back(params.detach());
     result.step_opt.push_back(opt_state.detach());
-    result.step_grads.push_back(grads.detach());
-    if (setup.clip_norm) {
-      const at::Tensor c = plain_clip_coefficient(grads, *setup.clip_norm);
-      grads = grads.map([&](const at::Tensor& g) { return g * c; });
-      result.step_clip_coefficients.push_back(c.detach());
-    }
-    result.step_clipped.push_back(grads.detach());
-    OptimizerUpdate update = setup.optimizer->update(params, grads, opt_state);
-    params = update.params;
-    opt_state = update.state;
+    result.step_grads.push_back(step.grads.detach());
+    if (step.coefficient.defined()) result.step_clip_coefficients.push_back(step.coefficient.detach());
+    result.step_clipped.push_back(step.clipped.detach());
+    // Fresh nodes for the state the next step consumes: dQ/d(node) counts every use of a node, and
+    // Adam's θ_{t+1} is computed from the very tensor it stores as mu_{t+1} (the cotangent of
+    // o_{t+1} must not include that path).
+    params = step.update.params.map([](const at::Tensor& x) { return x.clone(); });
+    opt_state = step.update.state.map([](const at::Tensor& x) { return x.clone(); });
+    later_params.push_back(params);
+    later_opt.push_back(opt_state.floating());
   }
   result.final_params = params.detach();
   if (!per_query) {
     at::Tensor q = plain_query_loss(setup, params, std::nullopt);
     result.query_loss = q.item<double>();
-    result.scores = scaled_grad(setup, q, {w}, false)[0];
+    // dQ/dw and, in the same backward, dQ/d(θ_t, o_t) at every later state: the cotangents.
+    std::vector<at::Tensor> inputs{w};
+    const std::vector<at::Tensor> states = floating_tensors(later_params), opts = floating_tensors(later_opt);
+    inputs.insert(inputs.end(), states.begin(), states.end());
+    inputs.insert(inputs.end(), opts.begin(), opts.end());
+    const std::vector<at::Tensor> grads = defined_or_zero(scaled_grad(setup, q, inputs, false), inputs);
+    result.scores = grads[0];
+    size_t index = 1;
+    for (const auto& p : later_params) {
+      result.step_param_cotangents.push_back(with_values(p, grads, index).detach());
+      index += p.size();
+    }
+    for (const auto& o : later_opt) {
+      result.step_opt_cotangents.push_back(with_values(o, grads, index).detach());
+      index += o.size();
+    }
     return result;
   }
   std::vector<at::Tensor> rows;
@@ -148,6 +202,57 @@ UnrolledLmResult unrolled_lm_scores(const UnrolledLmSetup& setup, const at::Tens
   }
   result.scores = at::stack(rows);
   return result;
+}
+
+LmStepVjp lm_step_vjp(const UnrolledLmSetup& setup, const TensorTree& params_in, const TensorTree& opt_in,
+                      const at::Tensor& w_in, int64_t t, const TensorTree& param_cotangent,
+                      const TensorTree& opt_cotangent) {
+  const TensorTree params = params_in.requires_grad();
+  // Only the floating entries are leaves; the count stays as it is.
+  const TensorTree opt =
+      opt_in.map([](const at::Tensor& e) { return e.is_floating_point() ? e.detach().requires_grad_(true) : e; });
+  const at::Tensor w = w_in.detach().clone().requires_grad_(true);
+  const PlainStep step = plain_step(setup, params, opt, w, t);
+  std::vector<at::Tensor> outputs = step.update.params.tensors(), cotangents = param_cotangent.tensors();
+  const TensorTree next_opt = step.update.state.floating();
+  for (const auto& e : opt_cotangent) {
+    outputs.push_back(next_opt.at(e.name));
+    cotangents.push_back(e.tensor);
+  }
+  // Inputs: θ_t, o_t, and the clipped gradient (for μ); w enters the step only through it.
+  std::vector<at::Tensor> inputs = params.tensors();
+  const std::vector<at::Tensor> opt_leaves = opt.floating().tensors(), clipped = step.clipped.tensors();
+  inputs.insert(inputs.end(), opt_leaves.begin(), opt_leaves.end());
+  inputs.insert(inputs.end(), clipped.begin(), clipped.end());
+  // As every backward of the policy: against S·λ, divided by S.
+  const double S = setup.precision.loss_scale;
+  for (auto& c : cotangents) c = c * S;
+  std::vector<at::Tensor> grads = defined_or_zero(
+      torch::autograd::grad(outputs, inputs, cotangents, /*retain_graph=*/true, false, /*allow_unused=*/true), inputs);
+  for (auto& g : grads) g = g / S;
+  LmStepVjp vjp;
+  vjp.params = with_values(params, grads, 0).detach();
+  vjp.opt = with_values(opt.floating(), grads, params.size()).detach();
+  vjp.gradient_cotangent = with_values(params, grads, params.size() + opt_leaves.size()).detach();
+  if (step.coefficient.defined()) {  // (μ·g)·∂c/∂θ: the clip's own term (0 where c = 1, the clamp's branch)
+    const at::Tensor kappa = dot(vjp.gradient_cotangent, step.grads.detach()) * S;
+    std::vector<at::Tensor> dc = defined_or_zero(
+        torch::autograd::grad({step.coefficient}, params.tensors(), {kappa}, /*retain_graph=*/true, false, true),
+        params.tensors());
+    for (auto& d : dc) d = d / S;
+    vjp.clip_gradient = with_values(params, dc, 0).detach();
+  }
+  // μ·∂(c·g)/∂(θ, w): the part of the product that runs through the batch's gradient.
+  std::vector<at::Tensor> mu = vjp.gradient_cotangent.tensors(), through_inputs = params.tensors();
+  for (auto& m : mu) m = m * S;
+  through_inputs.push_back(w);
+  std::vector<at::Tensor> through = defined_or_zero(
+      torch::autograd::grad(clipped, through_inputs, mu, /*retain_graph=*/false, false, /*allow_unused=*/true),
+      through_inputs);
+  for (auto& g : through) g = g / S;
+  vjp.through_gradient = with_values(params, through, 0).detach();
+  vjp.dw = through.back().detach();
+  return vjp;
 }
 
 }  // namespace magic::reference

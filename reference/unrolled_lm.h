@@ -44,10 +44,30 @@ struct UnrolledLmResult {
   std::vector<TensorTree> step_clipped;
   std::vector<at::Tensor> step_clip_coefficients;
   double query_loss = 0.0;
+  // The cotangent step t's product is taken against, λ_{t+1} = dQ/d(θ_{t+1}, o_{t+1}) (the
+  // optimizer's floating entries; dQ/do_N = 0); empty with per_query.
+  std::vector<TensorTree> step_param_cotangents, step_opt_cotangents;
+};
+
+// One step's vector-Jacobian product, as REPLAY takes it: (λθ_t, λo_t, δw_t) =
+// (λθ, λo)·∂(θ_{t+1}, o_{t+1})/∂(θ_t, o_t, w), and its part through the batch's gradient: with
+// μ = (λθ, λo)·∂(θ_{t+1}, o_{t+1})/∂g' the cotangent of the clipped gradient g' = c·g, μ·∂g'/∂(θ, w).
+struct LmStepVjp {
+  TensorTree params, opt;         // λθ_t, λo_t (floating optimizer entries)
+  TensorTree gradient_cotangent;  // μ
+  TensorTree through_gradient;    // μ·∂g'/∂θ
+  at::Tensor dw;                  // δw_t = μ·∂g'/∂w (w enters the step through g' alone), shaped as w
+  TensorTree clip_gradient;       // (μ·g)·∂c_t/∂θ, the clip's own term; empty without clipping
 };
 
 // `w` is the weight tensor to differentiate at ([N] or [N, T]).
 UnrolledLmResult unrolled_lm_scores(const UnrolledLmSetup& setup, const at::Tensor& w, bool per_query = false);
+
+// The product of step t at (θ_t, o_t) against (λθ, λo), through the step's own graph (not the
+// unrolled run's): what REPLAY's step t must yield at the same state and cotangent.
+LmStepVjp lm_step_vjp(const UnrolledLmSetup& setup, const TensorTree& params, const TensorTree& opt,
+                      const at::Tensor& w, int64_t t, const TensorTree& param_cotangent,
+                      const TensorTree& opt_cotangent);
 
 // ∇²L_t(θ) v: the Hessian of step t's full-batch loss at `params`, times `direction`.
 TensorTree lm_batch_hvp(const UnrolledLmSetup& setup, const TensorTree& params, const at::Tensor& w, int64_t t,

@@ -442,7 +442,7 @@ TEST(Launcher, AWorldAboveTheLimitIsRefusedBeforeAnyFork) {
 TEST(LauncherCli, IgnoredSigchldStillGivesTheChecksVerdict) {
   const std::string ignoring = R"(perl -e '$SIG{CHLD}="IGNORE"; exec @ARGV' )" + std::string(MAGIC_CHECK_BINARY);
   auto failing =
-      testing::run_command(ignoring + " --topology dp=2 --mutate extra-divide-scores --checks scores --steps 1");
+      testing::run_command(ignoring + " --topology dp=2 --mutate extra-divide-scores --checks replay --steps 1");
   EXPECT_EQ(failing.exit_code, 1) << failing.output;
   auto passing = testing::run_command(ignoring + " --topology dp=2 --checks scores --steps 1");
   EXPECT_EQ(passing.exit_code, 0) << passing.output;

@@ -29,7 +29,7 @@ checks::PipelineOutputs distributed_outputs(checks::CheckSettings s, std::vector
   const checks::ReferenceRun reference = checks::run_references(s).reference;
   checks::PipelineOutputs out;
   dist::run_ranks_in_threads(static_cast<int>(s.topology.world_size()), [&](dist::Runtime& rt) {
-    checks::PipelineOutputs mine = lm ? checks::run_distributed_lm(s, rt, "", reference.states)
+    checks::PipelineOutputs mine = lm ? checks::run_distributed_lm(s, rt, "", reference)
                                       : checks::run_distributed_spd(s, rt, "", reference.states);
     if (rt.rank() == 0) out = std::move(mine);
   });

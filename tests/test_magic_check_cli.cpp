@@ -34,14 +34,16 @@ TEST(MagicCheckCli, FourRanksPassAtFp64PrecisionAndWriteBothReports) {
   const std::string json = temp_path("dp4.json"), junit = temp_path("dp4.xml");
   auto o = magic_check("--topology dp=4 --json " + json + " --junit " + junit);
   ASSERT_EQ(o.exit_code, 0) << o.output;
-  // 17 parameters: grad, optimizer (input, update; and the clip coefficient), query_grad and
-  // final_params rows for each, two HVPs, REPLAY's states and two score rows.
-  EXPECT_NE(o.output.find("PASS: 91 of 91 checks"), std::string::npos) << o.output;
+  // 17 parameters: grad, optimizer (input, update; and the clip coefficient), query_grad, REPLAY's
+  // product (and its w, clip, whole-step theta, mu and nu rows) and final_params rows for each,
+  // two HVPs, REPLAY's states and two score rows.
+  EXPECT_NE(o.output.find("PASS: 113 of 113 checks"), std::string::npos) << o.output;
   auto report = nlohmann::json::parse(testing::read_file(json));
   EXPECT_EQ(report["world_size"], 4);
   EXPECT_EQ(report["passed"], true);
   for (const auto& row : report["checks"]) {
-    if (row["level"] == "replay") {  // differing entries on the worst rank; no ratios
+    if (row["tensor"] == "replay/states" || (row["level"] == "replay" && row["tensor"] == "states")) {
+      // differing entries on the worst rank; no ratios
       EXPECT_EQ(row["worst_rel_err"].get<double>(), 0.0) << row.dump();
       continue;
     }
@@ -97,9 +99,9 @@ TEST(MagicCheckCli, BiteCatchesEveryMutationWithItsSignature) {
   auto o = magic_check("--topology dp=4 --bite --json " + json);
   ASSERT_EQ(o.exit_code, 0) << o.output;
   auto report = nlohmann::json::parse(testing::read_file(json));
-  // The six of the data-parallel layout, the two clip mutations' dp one, the optimizer input's and
-  // the query gradient's factors, and REPLAY's restore.
-  ASSERT_EQ(report["bite"].size(), 10u);
+  // The six of the data-parallel layout, the clip mutations' dp one and the detached norm, the
+  // optimizer input's and the query gradient's factors, and REPLAY's restore.
+  ASSERT_EQ(report["bite"].size(), 11u);
   for (const auto& b : report["bite"]) {
     EXPECT_TRUE(b["caught"].get<bool>()) << b.dump();
     EXPECT_EQ(b["observed"]["level"], b["expected"]["level"]) << b.dump();
@@ -117,7 +119,7 @@ TEST(MagicCheckCli, AvgConventionFailsOnUnevenShardsAndSumPasses) {
 }
 
 TEST(MagicCheckCli, MutateRunsOneBugAndFailsWithItsFactor) {
-  auto o = magic_check("--topology dp=2 --mutate extra-divide-scores --checks scores");
+  auto o = magic_check("--topology dp=2 --mutate extra-divide-scores --checks replay");
   EXPECT_EQ(o.exit_code, 1) << o.output;
   EXPECT_NE(o.output.find("1/dp"), std::string::npos) << o.output;
 }
@@ -210,7 +212,7 @@ TEST(MagicCheckCli, BadInputExitsTwoNamingTheInput) {
            {"--topology n_ci=4 --batch 12", "a three-pool layout needs n_per_block"},
            {"--topology n_ci=2,n_per_block=2 --mutate local-normalizer", "it needs a mesh layout"},
            {"--topology dp=4 --checks hvp --mutate extra-divide-scores",
-            "it shows first at level scores, which --checks hvp leaves out"},
+            "it shows first at level replay, which --checks hvp leaves out"},
            {"--topology dp=30", "the default batch (3 x dp + 1 = 91 rows) exceeds the 69 training examples"},
            {"--topology dp=3 --batch 70", "--batch 70 exceeds the 69 training examples"},
            {"--topology dp=2 --workload lm", "--workload"},
@@ -266,8 +268,9 @@ TEST(MagicCheckCli, MeshWithCpAndFsdpPassesAtFp64Precision) {
   auto report = nlohmann::json::parse(testing::read_file(json));
   EXPECT_EQ(report["world_size"], 4);
   EXPECT_EQ(report["topology"], "dp=2,cp=2,fsdp=2");
-  // 17 grad, 1 + 2 x 17 optimizer, 17 query_grad, 2 hvp, replay states, 17 final_params, 2 scores
-  ASSERT_EQ(report["checks"].size(), 91u);
+  // 17 grad, 1 + 2 x 17 optimizer, 17 query_grad, 2 hvp, replay states, 17 + 5 REPLAY products
+  // (w, clip, theta, mu, nu), 17 final_params, 2 scores
+  ASSERT_EQ(report["checks"].size(), 113u);
   for (const auto& row : report["checks"]) EXPECT_LE(row["worst_rel_err"].get<double>(), 1e-9) << row.dump();
 }
 

@@ -156,15 +156,15 @@ TEST(BitePlan, SkipsTheMutationsWhoseLevelIsNotChecked) {
   for (const auto& k : plan.skipped) {
     if (k.mutation != "extra-divide-scores") continue;
     saw_scores = true;
-    EXPECT_EQ(k.reason, "it shows first at level scores, which --checks grad leaves out");
+    EXPECT_EQ(k.reason, "it shows first at level replay, which --checks grad leaves out");
   }
   EXPECT_TRUE(saw_scores);
   size_t mesh_mutations = 0;
   for (const auto& m : checks::mutation_catalog())
     mesh_mutations += !m.family || m.family == dist::TopologyFamily::kMesh;
-  // 13 of the mesh's parallelism, 5 of the precision policy, 2 of clipping, the optimizer input's,
+  // 13 of the mesh's parallelism, 5 of the precision policy, 3 of clipping, the optimizer input's,
   // the query gradient's and REPLAY's restore
-  EXPECT_EQ(mesh_mutations, 23u);
+  EXPECT_EQ(mesh_mutations, 24u);
   EXPECT_EQ(plan.run.size() + plan.skipped.size(), mesh_mutations);  // every one, in one list or the other
 }
 
@@ -186,7 +186,7 @@ TEST(BitePlan, SkipsClipAndRestoreMutationsTheRunCannotShow) {
 TEST(FindMutation, RefusesAMutationWhoseLevelIsNotChecked) {
   const std::string error = testing::input_error_of(
       [] { checks::find_mutation("extra-divide-scores", dist::TopologySpec::parse("dp=4"), {checks::Level::kHvp}); });
-  EXPECT_NE(error.find("--mutate extra-divide-scores: it shows first at level scores, which --checks hvp leaves out"),
+  EXPECT_NE(error.find("--mutate extra-divide-scores: it shows first at level replay, which --checks hvp leaves out"),
             std::string::npos)
       << error;
 }
