@@ -48,6 +48,10 @@ double workload_clip_norm(const CheckSettings& s) {
   for (int64_t t = 0; t < p.step->num_steps(); ++t) {
     norms.push_back(norm(p.step->gradient(at_start, t, p.weights, false)).item<double>());
   }
+  return clip_norm_between(norms);
+}
+
+double clip_norm_between(std::vector<double> norms) {
   std::sort(norms.begin(), norms.end());
   if (norms.size() == 1) return norms.front() / 2;
   size_t gap = 0;  // the widest gap between neighbouring norms, by ratio

@@ -31,6 +31,8 @@ RunConfig lm_check_config(const CheckSettings& settings);
 // every step's norm as it can be (rounding in low precision cannot move a step across it); with
 // one step, half its norm (the step clips).
 double workload_clip_norm(const CheckSettings& settings);
+// That choice from the step norms (any order): also the decomposition workload's.
+double clip_norm_between(std::vector<double> step_norms);
 
 // The random direction of the HVP checks: the same tree on every rank and in the reference.
 TensorTree hvp_direction(const TensorTree& params, uint64_t seed);

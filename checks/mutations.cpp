@@ -198,6 +198,26 @@ const std::vector<Mutation>& mutation_catalog() {
        {},
        PrecisionNeed::kNone,
        /*needs_clipping=*/true},
+      {"clip-norm-every-replica",
+       "every rank of a pool adds its pool's ||g||^2 to the clip's global norm (a pool counted n_ci or n_per_block "
+       "times)",
+       "optimizer",
+       "",
+       kThreePool,
+       {{"n_ci", 2}},
+       {},
+       PrecisionNeed::kNone,
+       /*needs_clipping=*/true},
+      {"clip-cotangent-every-replica",
+       "the clip's global norm is exact, but its backward takes the whole cotangent of c from every replica: "
+       "REPLAY counts the clip's term once per pool rank",
+       "replay",
+       "",
+       kThreePool,
+       {{"n_ci", 2}},
+       {},
+       PrecisionNeed::kNone,
+       /*needs_clipping=*/true},
       {"optimizer-input-scaled",
        "the embeddings' gradient is all-reduced once more over dp between clipping and the optimizer",
        "optimizer",
@@ -275,8 +295,8 @@ std::string unmet_precision(PrecisionNeed need, const PrecisionPolicy& p) {
     case PrecisionNeed::kResolvesTinyErrors:
       return unit_roundoff(p.compute) <= unit_roundoff(c10::kFloat)
                  ? ""
-                 : str_cat("its error (5.6e-4 of the HVP at fp64) is below ", dtype_name(p.compute),
-                           "'s own rounding; needs fp32 or finer");
+                 : str_cat("needs fp32 or finer (its error, 5.6e-4 of the HVP at fp64, is below ",
+                           dtype_name(p.compute), "'s own rounding)");
   }
   return "";
 }
@@ -285,7 +305,7 @@ std::string unmet_precision(PrecisionNeed need, const PrecisionPolicy& p) {
 
 RunTraits run_traits(const CheckSettings& s) {
   RunTraits traits;
-  traits.clipping = s.run_config ? s.run_config->optimizer.clip_norm.has_value() : s.resolved_workload() == "lm";
+  traits.clipping = s.run_config ? s.run_config->optimizer.clip_norm.has_value() : true;
   const auto steps = checkpoint_steps(parse_checkpoint_schedule(s.checkpoints), s.steps);
   traits.later_checkpoint = steps.size() > 1;
   return traits;

@@ -54,9 +54,8 @@ struct RunTraits {
   bool clipping = true;          // the run clips its gradient
   bool later_checkpoint = true;  // REPLAY restores a checkpoint after step 0
 };
-// The traits of the run `settings` check: the built-in lm workload clips (its clip norm is chosen
-// so that it fires, lm_pipelines.h); a --config clips where it says so; the three-pool workload
-// does not clip.
+// The traits of the run `settings` check: both built-in workloads clip (their clip norms are chosen
+// so that the clip fires, lm_pipelines.h); a --config clips where it says so.
 RunTraits run_traits(const CheckSettings& settings);
 
 // The sizes factors are named after: the topology's, and "loss_scale" where it is >= 2.

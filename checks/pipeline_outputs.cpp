@@ -90,6 +90,15 @@ PrecisionCriterion precision_criterion(const CheckSettings& settings, const Name
   // of rank partials round the near-zero gradients differently (measured: 360% off, dp=2 bf16
   // adamw, 2 steps, seed 64203, max_len 8).
   if (row.level == "scores") c.informative_below = kInformativeScores;
+  // Under Adam one sample of the policy's own error cannot vouch for the scores: at the first step
+  // the update is lr·g/(|g| + eps), and two correct runs of one policy land 6% and 59% off fp64
+  // (fp16, dp=1,cp=2, adam, 1 step, seed 20282, max_len 8, batch 3: the reference's own error
+  // passed the 10% test, the distributed run's sums of cp partials did not). The replay level
+  // judges the same products one step at a time with bounded shared inputs.
+  if (row.level == "scores" && settings.optimizer != "sgd" && (compute == at::kHalf || compute == at::kBFloat16)) {
+    c.judge_values = false;
+    c.unjudged_because = "Adam's update amplifies rounding in near-zero gradients (replay judges each step)";
+  }
   return c;
 }
 

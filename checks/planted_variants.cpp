@@ -329,6 +329,16 @@ class PpgdBroadcastAllRanks : public ThreePoolConventions {
   }
 };
 
+// Every pool rank adds its pool's whole ||g||² to the clip's norm.
+class ClipNormEveryReplica : public ThreePoolConventions {
+  double clip_squares_share(int64_t) const override { return 1.0; }
+};
+
+// The clip's norm is exact; its backward takes every replica's whole cotangent of c.
+class ClipCotangentEveryReplica : public ThreePoolConventions {
+  double clip_cotangent_share(int64_t) const override { return 1.0; }
+};
+
 }  // namespace
 
 std::shared_ptr<const Parallelism> planted_data_parallel(const std::string& mutation, dist::MeshParts parts,
@@ -366,7 +376,9 @@ std::shared_ptr<const ThreePoolConventions> planted_three_pool_conventions(const
       {"avg-block-reduce", std::make_shared<AvgBlockReduce>()},
       {"global-sum-allreduce-backward", std::make_shared<GlobalSumAllReduceBackward>()},
       {"detached-global-residual", std::make_shared<DetachedGlobalResidual>()},
-      {"ppgd-broadcast-all-ranks", std::make_shared<PpgdBroadcastAllRanks>()}};
+      {"ppgd-broadcast-all-ranks", std::make_shared<PpgdBroadcastAllRanks>()},
+      {"clip-norm-every-replica", std::make_shared<ClipNormEveryReplica>()},
+      {"clip-cotangent-every-replica", std::make_shared<ClipCotangentEveryReplica>()}};
   const auto it = variants.find(is_precision_mutation(mutation) || is_pipeline_mutation(mutation) ? "" : mutation);
   if (it == variants.end()) throw std::logic_error("no three-pool variant for mutation '" + mutation + "'");
   return it->second;

@@ -6,6 +6,8 @@
 
 #include "checks/lm_pipelines.h"
 #include "checks/replay_states.h"
+#include <torch/csrc/autograd/autograd.h>
+
 #include "lib/core/json_fields.h"
 #include "lib/core/seed.h"
 #include "lib/core/strings.h"
@@ -79,6 +81,32 @@ SumLengths sum_lengths(const CheckSettings& s, const SpdProblem& p) {
   return {s.global_batch(), p.data.queries.size(0), p.initial_params.numel()};
 }
 
+// One optimizer step from the reference's state at every step t (full trees): what it consumed,
+// its clip coefficient and its update θ_{t+1} − θ_t.
+struct OptimizerSteps {
+  std::vector<at::Tensor> coefficients;
+  std::vector<TensorTree> inputs, updates;
+};
+
+void append_optimizer_outputs(PipelineOutputs& out, const SumLengths& n, const OptimizerSteps& steps) {
+  if (!steps.coefficients.empty()) {  // one number summing every pool's squares
+    out.push_back({"optimizer", "clip_coefficient", at::stack(steps.coefficients).reshape({-1}), 0.0,
+                   /*shared_inputs=*/true, n.parameters});
+  }
+  for (auto [group, member] : {std::pair{"theta_ci", is_ci}, std::pair{"V/U", is_vu}}) {
+    std::vector<at::Tensor> inputs, updates;
+    for (size_t t = 0; t < steps.inputs.size(); ++t) {
+      inputs.push_back(group_of(steps.inputs[t], member));
+      updates.push_back(group_of(steps.updates[t], member));
+    }
+    out.push_back({"optimizer", str_cat(group, "[input]"), at::cat(inputs), 0.0, true, n.batch});
+    // Shown, not judged below fp32: Adam moves an entry whose gradient is rounding noise by ±lr
+    // (the lm workload's [update] rows say more).
+    out.push_back({"optimizer", str_cat(group, "[update]"), at::cat(updates), 0.0, false, n.batch});
+    out.back().judged_below_fp32 = false;
+  }
+}
+
 PipelineOutputs spd_grad_outputs(const SumLengths& n, const StepGradRows& grads) {
   PipelineOutputs out;
   for (const char* name : {"theta_ci", "theta_ci[reconstruction]", "theta_ci[importance]", "theta_ci[ppgd]", "V/U",
@@ -93,13 +121,14 @@ PipelineOutputs spd_grad_outputs(const SumLengths& n, const StepGradRows& grads)
 // run: the scores level not wanted).
 void append_trained_outputs(PipelineOutputs& out, const SumLengths& n, const TensorTree& query_grad,
                             const TensorTree& hvp_initial, const TensorTree& hvp_final,
-                            const std::optional<NamedTensor>& replay_states, const TensorTree& final_params,
-                            const TensorTree& final_sources, const at::Tensor& scores) {
+                            const std::optional<NamedTensor>& replay_states, const at::Tensor& clip_vjp,
+                            const TensorTree& final_params, const TensorTree& final_sources, const at::Tensor& scores) {
   out.push_back({"query_grad", "theta_ci", group_of(query_grad, is_ci), 0.0, false, n.queries});
   out.push_back({"query_grad", "V/U", group_of(query_grad, is_vu), 0.0, false, n.queries});
   out.push_back({"hvp", "theta_0", hvp_initial.flatten(), 0.0, /*shared_inputs=*/true, n.batch});
   out.push_back({"hvp", "theta_N", hvp_final.flatten(), 0.0, false, n.batch});
   if (replay_states) out.push_back(*replay_states);
+  if (clip_vjp.defined()) out.push_back({"replay", "clip_coefficient[vjp]", clip_vjp, 0.0, true, n.batch});
   out.push_back({"final_params", "theta_ci", group_of(final_params, is_ci), 0.0, false, n.batch, /*stored=*/true});
   out.push_back({"final_params", "V/U", group_of(final_params, is_vu), 0.0, false, n.batch, /*stored=*/true});
   // The sources move by ±ppgd_step from 0.5 (values every dtype holds): not a master-weights check.
@@ -107,9 +136,7 @@ void append_trained_outputs(PipelineOutputs& out, const SumLengths& n, const Ten
   if (scores.defined()) out.push_back({"scores", "per_document", scores, 0.0, false, n.parameters});
 }
 
-}  // namespace
-
-SpdProblem spd_problem(const CheckSettings& s) {
+SpdProblem unclipped_spd_problem(const CheckSettings& s) {
   SpdProblem p;
   const int64_t batch = s.global_batch();
   p.config.n_sites = s.spd_sites();
@@ -126,6 +153,62 @@ SpdProblem spd_problem(const CheckSettings& s) {
   return p;
 }
 
+reference::UnrolledSpdSetup reference_setup(const CheckSettings& s, const SpdProblem& p) {
+  return {p.config,          p.data,          *p.stream,     p.optimizer,        p.clip_norm,
+          p.initial_params, p.initial_sources, p.source_seed, s.precision};
+}
+
+at::Tensor unit_weights(const SpdProblem& p, const CheckSettings& s) {
+  return at::ones({p.config.examples}, at::TensorOptions().dtype(s.precision.master));
+}
+
+// κ·∂c/∂θ of step t as REPLAY's backward takes it, each pool putting cotangent 1 on its use of c
+// (the PPGD pool, which clips no parameter, 0): κ = 1 + n_blocks, each pool counted once.
+TensorTree clip_vjp(const dist::ThreePoolSpd& spd, const TrainState& share, int64_t t, const at::Tensor& w) {
+  const TrainState leaves{share.params.requires_grad(), share.opt, share.persistent.requires_grad()};
+  const StepOutput out = spd.step(leaves, t, w, /*traced=*/true);
+  at::Tensor objective = (spd.role() == dist::PoolRole::kPpgd ? 0.0 : 1.0) * out.clip_coefficient;
+  // Each gradient with weight 0: every rank walks its whole graph, portals included, as in REPLAY.
+  for (const auto& g : out.grads) objective = objective + 0.0 * g.tensor.sum();
+  const auto d = torch::autograd::grad({objective}, leaves.params.tensors(), {}, false, false, /*allow_unused=*/true);
+  return with_values(leaves.params, d, 0).detach();
+}
+
+at::Tensor steps_flat(const std::vector<TensorTree>& steps) {
+  std::vector<at::Tensor> flat;
+  for (const auto& s : steps) flat.push_back(s.flatten());
+  return at::cat(flat);
+}
+
+// This rank's share of a full state (the reference's): its parameters, sources and optimizer slots
+// (a slot "kind.param" goes with its parameter; 0-dim slots, the step count, with every rank).
+TrainState share_of(const dist::ThreePoolSpd& spd, const TrainState& full) {
+  TrainState share = spd.initial_state(full.params, full.persistent);
+  share.opt = full.opt.filter([&](const std::string& name, const at::Tensor& slot) {
+    const auto dot = name.find('.');
+    return slot.dim() == 0 || (dot != std::string::npos && share.params.contains(name.substr(dot + 1)));
+  });
+  return share;
+}
+
+}  // namespace
+
+SpdProblem spd_problem(const CheckSettings& s) {
+  SpdProblem p = unclipped_spd_problem(s);
+  CheckSettings fp64 = s;
+  fp64.precision = PrecisionPolicy{};
+  const SpdProblem plain = unclipped_spd_problem(fp64);
+  const reference::UnrolledSpdSetup setup = reference_setup(fp64, plain);
+  std::vector<double> norms;
+  for (int64_t t = 0; t < plain.stream->num_steps(); ++t) {
+    norms.push_back(norm(reference::spd_batch_gradient(setup, plain.initial_params, plain.initial_sources,
+                                                       unit_weights(plain, fp64), t))
+                        .item<double>());
+  }
+  p.clip_norm = clip_norm_between(norms);
+  return p;
+}
+
 PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::Runtime& runtime,
                                     const std::string& mutation, const std::vector<TrainState>& teacher) {
   const SpdProblem p = spd_problem(settings);
@@ -133,20 +216,21 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
   layout.check_batch(settings.global_batch(), "--batch");
   const dist::ThreePoolGroups groups = dist::make_three_pool_groups(runtime, layout);
   const dist::ThreePoolSpd spd(
-      {p.config, p.data, p.stream, p.optimizer, p.source_seed, planted_three_pool_conventions(mutation),
+      {p.config, p.data, p.stream, p.optimizer, p.clip_norm, p.source_seed, planted_three_pool_conventions(mutation),
        planted_precision(mutation, settings.precision, runtime.world_size())},
       layout, groups, runtime.rank());
   const dist::Group& world = *runtime.world();
   const bool leader = spd.pool_leader();
   const TrainState initial = spd.initial_state(p.initial_params, p.initial_sources);
-  const at::Tensor w = at::ones({p.config.examples}, at::TensorOptions().dtype(settings.precision.master));
+  const at::Tensor w = unit_weights(p, settings);
 
-  Assembly step_grads;
+  Assembly step_grads, optimizer_steps, clip_vjps;
   std::vector<std::string> step_terms;
+  std::vector<at::Tensor> coefficients;
   for (size_t t = 0; t < teacher.size(); ++t) {
     dist::set_phase(str_cat("step gradients at step ", t));
     const auto step = static_cast<int64_t>(t);
-    const TrainState share = spd.initial_state(teacher[t].params, teacher[t].persistent);
+    const TrainState share = share_of(spd, teacher[t]);
     const TrainState leaves{share.params.requires_grad(), share.opt, share.persistent};
     step_grads.add(spd.gradient(leaves, step, w, false), p.initial_params);
     step_terms.push_back("total");
@@ -154,12 +238,34 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
       step_grads.add(spd.term_gradient(share, step, w, term), p.initial_params);
       step_terms.push_back(spd_term_name(term));
     }
+    if (settings.wants(Level::kReplay) && p.clip_norm) {
+      dist::set_phase(str_cat("clip derivative at step ", t));
+      clip_vjps.add(clip_vjp(spd, share, step, w), p.initial_params);
+    }
+    if (!settings.wants(Level::kOptimizer)) continue;
+    // One whole step from the reference's parameters, sources and optimizer state.
+    dist::set_phase(str_cat("optimizer step at step ", t));
+    const StepOutput one = spd.step(share, step, w, false);
+    if (one.clip_coefficient.defined()) coefficients.push_back(one.clip_coefficient);
+    optimizer_steps.add(one.grads, p.initial_params);
+    optimizer_steps.add(one.next.params, p.initial_params);
   }
   StepGradRows grads;
   const std::vector<TensorTree> full_grads = step_grads.full_trees(leader, world);
   for (size_t i = 0; i < full_grads.size(); ++i) grads.add(step_terms[i], full_grads[i]);
   const SumLengths n = sum_lengths(settings, p);
   PipelineOutputs out = spd_grad_outputs(n, grads);
+  if (settings.wants(Level::kOptimizer)) {
+    const std::vector<TensorTree> full = optimizer_steps.full_trees(leader, world);
+    OptimizerSteps steps{coefficients, {}, {}};
+    for (size_t t = 0; t < teacher.size(); ++t) {
+      steps.inputs.push_back(full[2 * t]);
+      steps.updates.push_back(add(full[2 * t + 1], scale(teacher[t].params, -1.0)));
+    }
+    append_optimizer_outputs(out, n, steps);
+  }
+  at::Tensor clip_vjp_row;
+  if (!clip_vjps.shares.empty()) clip_vjp_row = steps_flat(clip_vjps.full_trees(leader, world));
   // Levels past grad need the training run (and REPLAY for the scores); a --bite mutation run
   // whose expected level is grad skips them (CheckSettings::levels_through).
   if (settings.needs_training()) {
@@ -190,7 +296,7 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
     }
     outputs.add(result.final_state.persistent, p.initial_sources);
     const std::vector<TensorTree> full = outputs.full_trees(leader, world);
-    append_trained_outputs(out, n, full[0], full[1], full[2], states, full[3], full[4], result.scores);
+    append_trained_outputs(out, n, full[0], full[1], full[2], states, clip_vjp_row, full[3], full[4], result.scores);
   }
   spd.finish();
   return out;
@@ -198,9 +304,8 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
 
 ReferenceRun run_reference_spd(const CheckSettings& settings) {
   const SpdProblem p = spd_problem(settings);
-  const reference::UnrolledSpdSetup setup{
-      p.config, p.data, *p.stream, p.optimizer, p.initial_params, p.initial_sources, p.source_seed, settings.precision};
-  const at::Tensor w = at::ones({p.config.examples}, at::TensorOptions().dtype(settings.precision.master));
+  const reference::UnrolledSpdSetup setup = reference_setup(settings, p);
+  const at::Tensor w = unit_weights(p, settings);
   const auto unrolled = reference::unrolled_spd_scores(setup, w);
   StepGradRows grads;
   for (const auto& step : unrolled.step_grads) {
@@ -209,15 +314,33 @@ ReferenceRun run_reference_spd(const CheckSettings& settings) {
   const TensorTree v = hvp_direction(p.initial_params, settings.seed);
   const int64_t last = p.stream->num_steps() - 1;
   const SumLengths n = sum_lengths(settings, p);
+  at::Tensor clip_vjp_row;
+  if (settings.wants(Level::kReplay) && p.clip_norm) {
+    const double kappa = 1.0 + static_cast<double>(dist::ThreePoolLayout(settings.topology, p.config.n_sites).n_blocks());
+    std::vector<TensorTree> steps;
+    for (size_t t = 0; t < unrolled.step_params.size(); ++t) {
+      steps.push_back(reference::spd_clip_gradient(setup, unrolled.step_params[t], unrolled.step_sources[t], w,
+                                                   static_cast<int64_t>(t), kappa));
+    }
+    clip_vjp_row = steps_flat(steps);
+  }
   ReferenceRun run;
   run.outputs = spd_grad_outputs(n, grads);
+  if (settings.wants(Level::kOptimizer)) {
+    OptimizerSteps steps{unrolled.step_clip_coefficients, unrolled.step_clipped, {}};
+    for (size_t t = 0; t < unrolled.step_params.size(); ++t) {
+      const TensorTree& next = t + 1 < unrolled.step_params.size() ? unrolled.step_params[t + 1] : unrolled.final_params;
+      steps.updates.push_back(add(next, scale(unrolled.step_params[t], -1.0)));
+    }
+    append_optimizer_outputs(run.outputs, n, steps);
+  }
   append_trained_outputs(run.outputs, n, reference::spd_query_gradient(setup, unrolled.final_params),
                          reference::spd_batch_hvp(setup, p.initial_params, p.initial_sources, w, 0, v),
                          reference::spd_batch_hvp(setup, unrolled.final_params, unrolled.final_sources, w, last, v),
-                         replay_state_reference(settings.topology.world_size()), unrolled.final_params,
-                         unrolled.final_sources, unrolled.scores);
+                         replay_state_reference(settings.topology.world_size()), clip_vjp_row,
+                         unrolled.final_params, unrolled.final_sources, unrolled.scores);
   for (size_t t = 0; t < unrolled.step_params.size(); ++t) {
-    run.states.push_back(TrainState{unrolled.step_params[t], {}, unrolled.step_sources[t]});
+    run.states.push_back(TrainState{unrolled.step_params[t], unrolled.step_opt[t], unrolled.step_sources[t]});
   }
   return run;
 }

@@ -6,6 +6,8 @@
 //   grad/theta_ci, grad/theta_ci[reconstruction|importance|ppgd],
 //   grad/V/U, grad/V/U[faithfulness|reconstruction|ppgd]     (every step at the reference's
 //                                                               state, concatenated)
+//   optimizer/clip_coefficient, optimizer/theta_ci|V/U[input], optimizer/theta_ci|V/U[update]
+//                                                             (one step from the reference's state)
 //   query_grad/theta_ci, query_grad/V/U;  hvp/theta_0, hvp/theta_N
 //   final_params/theta_ci, final_params/V/U, final_params/sources;  scores/per_document
 #pragma once
@@ -26,6 +28,9 @@ struct SpdProblem {
   std::shared_ptr<const Optimizer> optimizer;
   TensorTree initial_params, initial_sources;
   uint64_t source_seed = 0;
+  // Clipped by the global norm at clip_norm_between of the fp64 step norms at θ_0 (lm_pipelines.h),
+  // so that the clip fires on some steps and not on others.
+  std::optional<double> clip_norm;
 };
 SpdProblem spd_problem(const CheckSettings& settings);
 

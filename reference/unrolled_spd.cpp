@@ -92,6 +92,13 @@ TensorTree next_sources(const UnrolledSpdSetup& setup, const TensorTree& params,
   });
 }
 
+// c = min(1, max_norm / (||g|| + 1e-6)) over every parameter's gradient, written out here.
+at::Tensor plain_clip_coefficient(const TensorTree& grads, double max_norm) {
+  at::Tensor squares = at::zeros({}, grads.begin()->tensor.options());
+  for (const auto& g : grads) squares = squares + (g.tensor * g.tensor).sum();
+  return (max_norm / (squares.sqrt() + 1e-6)).clamp_max(1.0);
+}
+
 at::Tensor plain_query_loss(const UnrolledSpdSetup& setup, const TensorTree& params) {
   const at::Tensor& xq = setup.data.queries;
   const TensorTree pc = params.map([&](const at::Tensor& p) { return compute(setup, p); });
@@ -128,6 +135,13 @@ UnrolledSpdResult unrolled_spd_scores(const UnrolledSpdSetup& setup, const at::T
     grads_t["total"] = grads.detach();
     result.step_grads.push_back(grads_t);
     const TensorTree new_sources = next_sources(setup, params, sources, b, t);
+    if (setup.clip_norm) {
+      const at::Tensor c = plain_clip_coefficient(grads, *setup.clip_norm);
+      result.step_clip_coefficients.push_back(c.detach());
+      grads = grads.map([&](const at::Tensor& g) { return g * c; });
+    }
+    result.step_clipped.push_back(grads.detach());
+    result.step_opt.push_back(opt_state.detach());
     OptimizerUpdate update = setup.optimizer->update(params, grads, opt_state);
     params = update.params;
     opt_state = update.state;
@@ -139,6 +153,21 @@ UnrolledSpdResult unrolled_spd_scores(const UnrolledSpdSetup& setup, const at::T
   result.query_loss = q.item<double>();
   result.scores = torch::autograd::grad({q * setup.precision.loss_scale}, {w})[0] / setup.precision.loss_scale;
   return result;
+}
+
+TensorTree spd_batch_gradient(const UnrolledSpdSetup& setup, const TensorTree& params_in, const TensorTree& sources,
+                              const at::Tensor& w, int64_t t) {
+  TensorTree params = params_in.requires_grad();
+  return grads_of(setup, plain_loss(setup, params, sources, gather(setup, w.detach(), t), t, {}), params, false)
+      .detach();
+}
+
+TensorTree spd_clip_gradient(const UnrolledSpdSetup& setup, const TensorTree& params_in, const TensorTree& sources,
+                             const at::Tensor& w, int64_t t, double kappa) {
+  TensorTree params = params_in.requires_grad();
+  TensorTree g = grads_of(setup, plain_loss(setup, params, sources, gather(setup, w.detach(), t), t, {}), params, true);
+  const at::Tensor c = plain_clip_coefficient(g, *setup.clip_norm);
+  return with_values(params, torch::autograd::grad({kappa * c}, params.tensors(), {}, false, false, true)).detach();
 }
 
 TensorTree spd_batch_hvp(const UnrolledSpdSetup& setup, const TensorTree& params_in, const TensorTree& sources,

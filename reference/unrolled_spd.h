@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@ struct UnrolledSpdSetup {
   SpdData data;
   DataStream stream;
   std::shared_ptr<const Optimizer> optimizer;
+  std::optional<double> clip_norm;  // g' = c·g, c = min(1, clip_norm / (||g|| + 1e-6))
   TensorTree initial_params;   // every ci.* and V/U
   TensorTree initial_sources;  // every a.<s>
   uint64_t source_seed = 0;    // of the stochastic masks u
@@ -37,10 +39,22 @@ struct UnrolledSpdResult {
   std::vector<TensorTree> step_params, step_sources;  // θ_t and a_t, the state step t starts from
   // Per step: "total" and each term's name -> the gradient with respect to the parameters.
   std::vector<std::map<std::string, TensorTree>> step_grads;
+  std::vector<TensorTree> step_opt;      // the optimizer state step t starts from
+  std::vector<TensorTree> step_clipped;  // what the optimizer consumed: c_t·∇L_t (c_t = 1 unclipped)
+  std::vector<at::Tensor> step_clip_coefficients;  // c_t; empty without clipping
   double query_loss = 0.0;
 };
 
 UnrolledSpdResult unrolled_spd_scores(const UnrolledSpdSetup& setup, const at::Tensor& w);
+
+// ∇L_t at (params, sources) for step t's batch.
+TensorTree spd_batch_gradient(const UnrolledSpdSetup& setup, const TensorTree& params, const TensorTree& sources,
+                              const at::Tensor& w, int64_t t);
+
+// κ·∂c/∂θ at (params, sources) for step t's batch: the clip coefficient's derivative
+// (setup.clip_norm set).
+TensorTree spd_clip_gradient(const UnrolledSpdSetup& setup, const TensorTree& params, const TensorTree& sources,
+                             const at::Tensor& w, int64_t t, double kappa);
 
 // ∇²L_t v at (params, sources) for step t's batch.
 TensorTree spd_batch_hvp(const UnrolledSpdSetup& setup, const TensorTree& params, const TensorTree& sources,

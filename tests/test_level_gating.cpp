@@ -36,13 +36,12 @@ checks::PipelineOutputs distributed_outputs(checks::CheckSettings s, std::vector
   return out;
 }
 
-// `optimizer`: whether the workload has optimizer rows (the lm workload; the three-pool one not yet).
-void expect_gated(const std::string& topology, bool optimizer) {
+void expect_gated(const std::string& topology) {
   checks::CheckSettings s;
   s.topology = dist::TopologySpec::parse(topology);
   s.steps = 2;
   const auto with_optimizer = [&](std::set<std::string> levels) {
-    if (optimizer) levels.insert("optimizer");
+    levels.insert("optimizer");  // both workloads have optimizer rows
     return levels;
   };
   const checks::PipelineOutputs full = distributed_outputs(s, checks::all_levels());
@@ -71,11 +70,11 @@ void expect_gated(const std::string& topology, bool optimizer) {
 }
 
 TEST(LevelGating, MeshPipelineComputesOnlyTheWantedLevels) {
-  expect_gated("dp=2,cp=2", true);
+  expect_gated("dp=2,cp=2");
 }
 
 TEST(LevelGating, ThreePoolPipelineComputesOnlyTheWantedLevels) {
-  expect_gated("n_ci=2,n_per_block=1,n_blocks=2,n_ppgd=1", false);
+  expect_gated("n_ci=2,n_per_block=1,n_blocks=2,n_ppgd=1");
 }
 
 TEST(LevelGating, LevelsThroughKeepsTheWantedLevelsUpToTheLastInOrder) {

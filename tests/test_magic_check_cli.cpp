@@ -134,11 +134,12 @@ TEST(MagicCheckCli, ThreePoolTenRanksPassAtFp64Precision) {
   std::set<std::string> levels;
   for (const auto& row : report["checks"]) {
     levels.insert(row["level"].get<std::string>());
-    if (row["level"] == "replay") continue;  // no ratios: differing entries (0 to pass)
+    if (row["tensor"] == "states") continue;  // no ratios: differing entries (0 to pass)
     EXPECT_NEAR(row["mean_ratio"].get<double>(), 1.0, 1e-9) << row.dump();
     EXPECT_LE(row["worst_rel_err"].get<double>(), 1e-9) << row.dump();
   }
-  EXPECT_EQ(levels, (std::set<std::string>{"grad", "query_grad", "hvp", "replay", "final_params", "scores"}));
+  EXPECT_EQ(levels,
+            (std::set<std::string>{"grad", "optimizer", "query_grad", "hvp", "replay", "final_params", "scores"}));
 }
 
 // Four pool sizes that all differ (6, 2, 1, 3; world 12): each caught factor names one size.
@@ -154,7 +155,7 @@ TEST(MagicCheckCli, ThreePoolBiteOnDistinctSizesNamesExactlyTheExpectedFactor) {
     EXPECT_EQ(b["observed"]["factor"], b["expected"]["factor"]) << b.dump();
     bite[b["mutation"].get<std::string>()] = b;
   }
-  EXPECT_EQ(bite.size(), 8u);
+  EXPECT_EQ(bite.size(), 10u);
   // Every mutation of the layout ran; only those of the precision policy (fp64 here) are skipped.
   ASSERT_EQ(report["bite_skipped"].size(), 3u);
   for (const auto& k : report["bite_skipped"]) {
@@ -167,14 +168,20 @@ TEST(MagicCheckCli, ThreePoolBiteOnDistinctSizesNamesExactlyTheExpectedFactor) {
       bite["ppgd-broadcast-all-ranks"]["observed"]["diagnosis"].get<std::string>().find("x n_ppgd (scale 3.000000)"),
       std::string::npos)
       << bite["ppgd-broadcast-all-ranks"].dump();
-  EXPECT_NE(o.output.find("BITE PASS: 8 of 8 applicable mutations caught"), std::string::npos) << o.output;
+  // Every replica's whole cotangent of c: κ = n_ci + n_blocks·n_per_block = 8 where the pools'
+  // count is 1 + n_blocks = 2 (docs/magic-check.md, "Clipping across pools").
+  EXPECT_NE(bite["clip-cotangent-every-replica"]["observed"]["diagnosis"].get<std::string>().find("scale 4.000000"),
+            std::string::npos)
+      << bite["clip-cotangent-every-replica"].dump();
+  EXPECT_EQ(bite["clip-norm-every-replica"]["observed"]["level"], "optimizer") << bite["clip-norm-every-replica"].dump();
+  EXPECT_NE(o.output.find("BITE PASS: 10 of 10 applicable mutations caught"), std::string::npos) << o.output;
 }
 
 TEST(MagicCheckCli, BiteSaysWhichMutationsItSkippedAndWhy) {
   const std::string json = temp_path("skipped_bite.json");
   auto o = magic_check("--topology n_ci=2,n_per_block=1 --bite --steps 2 --json " + json);
   ASSERT_EQ(o.exit_code, 0) << o.output;
-  EXPECT_NE(o.output.find("BITE PASS: 6 of 6 applicable mutations caught with their expected level and factor "
+  EXPECT_NE(o.output.find("BITE PASS: 8 of 8 applicable mutations caught with their expected level and factor "
                           "(5 skipped: faith-on-all-ranks, avg-block-reduce, fp16-loss-scale-not-unscaled, "
                           "fp16-unscale-twice, master-weights-in-compute-dtype)"),
             std::string::npos)

@@ -154,6 +154,30 @@ TEST(PrecisionRow, AScaleThatATopologyFactorExplainsFailsWhateverTheNoise) {
   EXPECT_TRUE(unjudged.passed) << unjudged.diagnosis.text;
 }
 
+// A row near zero against its error scale (a document whose token scores cancel): D = R/2 is then
+// closer to R than R is to fp64, and the length ratio is noise; the same halving of a row that
+// stands out of its error scale fails (the property run that found it: dp=1,cp=2 bf16 sgd batch 1).
+TEST(PrecisionRow, ALengthRatioBelowThePolicysOwnErrorIsNotAFactor) {
+  const auto options = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor golden = at::tensor({1e-3, -2e-3, 0.0, 5e-4}, options);
+  const at::Tensor reference = golden + at::tensor({3e-3, 1e-3, -2e-3, 0.0}, options);
+  PrecisionCriterion criterion;
+  criterion.k = 8.0;
+  criterion.floor = 0.8;
+  const double error_scale = 1.0;  // the row's tokens: far larger than its sum
+  auto row = [&](const at::Tensor& candidate, const at::Tensor& r, const at::Tensor& g) {
+    return make_precision_row("scores", "per_document", candidate, r, g, criterion, candidate_factors({{"cp", 2}}),
+                              error_scale, 1e-4);
+  };
+  const CheckRow small = row(0.5 * reference, reference, golden);
+  EXPECT_LT(small.stats.worst_rel_err, small.precision->reference_golden);
+  EXPECT_TRUE(small.passed) << small.diagnosis.text;
+  const at::Tensor large = at::tensor({0.5, -0.3, 0.2, 0.4}, options);
+  const CheckRow halved = row(0.5 * (large + reference), large + reference, large + golden);
+  EXPECT_FALSE(halved.passed);
+  EXPECT_EQ(halved.diagnosis.factor, "1/cp") << halved.diagnosis.text;
+}
+
 TEST(PrecisionRow, StoredValuesThatAllFitTheComputeDtypeFailTheMasterWeightsCheck) {
   const ThreeTensors t = three_tensors();
   const at::Tensor reference = t.reference.to(at::kFloat), golden = t.golden;

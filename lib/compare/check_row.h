@@ -37,6 +37,8 @@ struct PrecisionCriterion {
   // The reference error informative_below is compared with, where it is not the row's own: a
   // per-document score sums its tokens' scores, so it carries signal only where they do.
   std::optional<double> signal_error;
+  // Where judge_values is false for a reason the report should give (a passing row says it).
+  std::string unjudged_because;
 };
 
 struct PrecisionErrors {

@@ -13,6 +13,9 @@ ThreePoolGroups make_three_pool_groups(const Runtime& runtime, const ThreePoolLa
     if (block) g.block = block;
   }
   g.ppgd = runtime.shared_group("ppgd", layout.ppgd_ranks());
+  std::vector<int> everyone(static_cast<size_t>(runtime.world_size()));
+  for (size_t r = 0; r < everyone.size(); ++r) everyone[r] = static_cast<int>(r);
+  g.norm = runtime.shared_group("norm", everyone);
   return g;
 }
 

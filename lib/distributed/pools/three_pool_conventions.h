@@ -32,6 +32,13 @@ class ThreePoolConventions {
   // The coefficient of the data-independent faithfulness term on a block rank: once per block.
   virtual double faithfulness_coefficient(bool leader) const { return leader ? 1.0 : 0.0; }
 
+  // The share of its pool's ||g||² each rank adds to the clip's global norm (three_pool_spd.cpp):
+  // the pool's ranks hold the same gradient, so each adds 1/n_pool of it.
+  virtual double clip_squares_share(int64_t pool_size) const { return 1.0 / static_cast<double>(pool_size); }
+  // The share of c's cotangent each rank passes into that sum's backward: each replica holds the
+  // whole cotangent of its pool's use of c, so 1/n_pool of it.
+  virtual double clip_cotangent_share(int64_t pool_size) const { return 1.0 / static_cast<double>(pool_size); }
+
   // The V/U replica as a PPGD rank uses it (received through the portals, one per PPGD rank).
   virtual TensorTree ppgd_components(const TensorTree& vu, const Group&) const { return vu; }
 

@@ -7,6 +7,7 @@
 #include "lib/distributed/pools/gate_exchange.h"
 #include "lib/distributed/pools/pool_rows.h"
 #include "lib/model/kernel_fallback.h"
+#include "lib/optim/clip.h"
 
 namespace magic::dist {
 namespace {
@@ -15,6 +16,12 @@ constexpr const char* kSync = "sync";
 
 TensorTree without_sync(const TensorTree& tree) {
   return tree.filter([](const std::string& name, const at::Tensor&) { return name != kSync; });
+}
+
+// Value x (exactly), derivative scale·∂x at every order: x̄ + (s·x − s·x̄), x̄ = x detached.
+at::Tensor with_derivative_scale(const at::Tensor& x, double scale) {
+  const at::Tensor scaled = x * scale;
+  return x.detach() + (scaled - scaled.detach());
 }
 
 // One bucket: a single collective (per derivative order) for the whole tree, not one per tensor.
@@ -218,6 +225,11 @@ StepOutput ThreePoolSpd::step(const TrainState& s, int64_t t, const at::Tensor& 
   TensorTree grads = differentiate(in, t, traced ? w : w.detach(), {}, traced, &sources_grad);
 
   at::AutoGradMode grad_mode(traced);
+  at::Tensor coefficient;
+  if (setup_.clip_norm) {
+    coefficient = clip_coefficient_of(in, grads);
+    grads = grads.map([&](const at::Tensor& g) { return g * coefficient; });  // sync's too: c stays in every graph
+  }
   const TensorTree real = without_sync(in.params);
   OptimizerUpdate update = setup_.optimizer->update(traced ? real : real.detach(), without_sync(grads), s.opt);
   TrainState next{setup_.precision->store(update.params), update.state, in.persistent};
@@ -235,12 +247,29 @@ StepOutput ThreePoolSpd::step(const TrainState& s, int64_t t, const at::Tensor& 
     }
     next.persistent = sources;
   }
-  StepOutput out{next, grads};
+  StepOutput out{next, grads, coefficient};
   if (!traced) {
     out.next = detach_state(out.next);
     out.grads = out.grads.detach();
+    if (coefficient.defined()) out.clip_coefficient = coefficient.detach();
   }
   return out;
+}
+
+// ||g||² = Σ_pools ||g_pool||², summed over every rank. A pool's n ranks hold the same g_pool and,
+// in REPLAY, the same cotangent of it (the replicated convention, collectives.h), so each rank
+// adds ||g_pool||²/n and passes 1/n of c's cotangent into the sum's backward: the value counts
+// each pool once, so does the derivative, and every replica receives the whole of it.
+at::Tensor ThreePoolSpd::clip_coefficient_of(const TrainState& s, const TensorTree& grads) const {
+  const auto& pool = role() == PoolRole::kCi ? groups_.ci : role() == PoolRole::kBlock ? groups_.block : groups_.ppgd;
+  const double share = setup_.conventions->clip_squares_share(pool->size());
+  const double cotangent_share = setup_.conventions->clip_cotangent_share(pool->size());
+  // sync's zero term keeps the sum in the graph of a rank without parameters (the PPGD pool), so
+  // that every rank's REPLAY backward reaches the collective.
+  at::Tensor squares = 0.0 * s.params.at(kSync);
+  for (const auto& g : without_sync(grads)) squares = squares + (g.tensor * g.tensor).sum();
+  const at::Tensor total = all_reduce_sum(with_derivative_scale(share * squares, 1.0 / share), *groups_.norm);
+  return clip_coefficient(*setup_.clip_norm, with_derivative_scale(total, cotangent_share).sqrt());
 }
 
 void ThreePoolSpd::finish() const {

@@ -13,10 +13,13 @@
 // leader's values, zeros from the others, so every rank of a block builds the same graph). The
 // PPGD pool computes the PPGD term with that replica. Each pool reduces its parameters' gradient
 // with a SUM (copy_to_group over the pool); cotangents cross pools back through the portals.
-// The sources then climb the PPGD term by the sign of the PPGD pool's summed gradient.
+// The sources then climb the PPGD term by the sign of the PPGD pool's summed gradient. With
+// clipping, ||g||² is one differentiable sum over every rank (each pool's leader contributing its
+// pool's squares once), so REPLAY's backward carries the clip's derivative to every pool.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "lib/data/data_stream.h"
@@ -36,6 +39,9 @@ struct ThreePoolSpdSetup {
   SpdData data;
   std::shared_ptr<const DataStream> stream;
   std::shared_ptr<const Optimizer> optimizer;
+  // Clip the gradient by its global norm over every pool before the update: g' = c·g,
+  // c = min(1, clip_norm / ||g||).
+  std::optional<double> clip_norm;
   uint64_t source_seed = 0;
   std::shared_ptr<const ThreePoolConventions> conventions = std::make_shared<ThreePoolConventions>();
   // The precision policy (mixed_precision.h): parameters enter the compute dtype after their
@@ -96,6 +102,8 @@ class ThreePoolSpd : public StepFunction, public QueryFunction {
   at::Tensor in_master(const at::Tensor& x) const { return x.to(setup_.precision->policy().master); }
   // The pool's replicated parameters as the forward uses them.
   TensorTree entered_params(const TensorTree& params, const Group& pool) const;
+  // c = min(1, clip_norm / ||g||) over every pool's gradient, differentiable (three_pool_spd.h).
+  at::Tensor clip_coefficient_of(const TrainState& s, const TensorTree& grads) const;
 
   ThreePoolSpdSetup setup_;
   std::vector<at::Tensor> target_compute_;  // the target MLP's weights in the compute dtype
