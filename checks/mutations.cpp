@@ -218,6 +218,15 @@ const std::vector<Mutation>& mutation_catalog() {
        {},
        PrecisionNeed::kNone,
        /*needs_clipping=*/true},
+      {"replay-opt-cotangent-keeps-loss-scale",
+       "REPLAY multiplies its cotangents by the fp16 loss scale and divides the parameters' back, not the "
+       "optimizer state's",
+       "replay",
+       "x loss_scale",
+       kMesh,  // the three-pool workload has no whole-step rows: its scores turn NaN (fp16)
+       {},
+       {},
+       PrecisionNeed::kLossScale},
       {"optimizer-input-scaled",
        "the embeddings' gradient is all-reduced once more over dp between clipping and the optimizer",
        "optimizer",

@@ -1,10 +1,13 @@
 #include "checks/planted_pipeline.h"
 
+#include "lib/core/derivative_scale.h"
+
 namespace magic::checks {
 namespace {
 
 constexpr const char* kFreshOptimizer = "replay-restore-fresh-optimizer";
 constexpr const char* kQueryGradScaled = "query-grad-scaled";
+constexpr const char* kOptCotangentScaled = "replay-opt-cotangent-keeps-loss-scale";
 
 // Forwards every method to the step it wraps.
 class ForwardingStep : public StepFunction {
@@ -48,6 +51,21 @@ class FreshOptimizerRestore : public ForwardingStep {
   std::shared_ptr<const Optimizer> optimizer_;
 };
 
+// REPLAY's step product multiplies its cotangents by the loss scale S before the backward and
+// divides after; here the optimizer state's cotangents keep S: the state enters the traced step
+// with its value and S times its derivative.
+class OptCotangentKeepsScale : public ForwardingStep {
+ public:
+  using ForwardingStep::ForwardingStep;
+  StepOutput step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const override {
+    if (!traced) return ForwardingStep::step(s, t, w, traced);
+    TrainState scaled = s;
+    const double S = cotangent_scale();
+    scaled.opt = s.opt.map([&](const at::Tensor& x) { return x.requires_grad() ? with_derivative_scale(x, S) : x; });
+    return ForwardingStep::step(scaled, t, w, traced);
+  }
+};
+
 class EmbeddingQueryResync : public QueryFunction {
  public:
   EmbeddingQueryResync(const QueryFunction& inner, int64_t dp) : inner_(inner), dp_(static_cast<double>(dp)) {}
@@ -69,12 +87,13 @@ class EmbeddingQueryResync : public QueryFunction {
 }  // namespace
 
 bool is_pipeline_mutation(const std::string& mutation) {
-  return mutation == kFreshOptimizer || mutation == kQueryGradScaled;
+  return mutation == kFreshOptimizer || mutation == kQueryGradScaled || mutation == kOptCotangentScaled;
 }
 
 std::shared_ptr<const StepFunction> planted_step(const std::string& mutation, const StepFunction& inner,
                                                  std::shared_ptr<const Optimizer> optimizer) {
   if (mutation == kFreshOptimizer) return std::make_shared<FreshOptimizerRestore>(inner, std::move(optimizer));
+  if (mutation == kOptCotangentScaled) return std::make_shared<OptCotangentKeepsScale>(inner);
   return std::shared_ptr<const StepFunction>(&inner, [](const StepFunction*) {});
 }
 

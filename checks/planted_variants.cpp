@@ -1,5 +1,7 @@
 #include "checks/planted_variants.h"
 
+#include "lib/core/derivative_scale.h"
+
 #include <functional>
 #include <map>
 #include <mutex>
@@ -291,8 +293,7 @@ class AvgCiReduce : public ThreePoolConventions {
 // The gates' consumers pre-scale the cotangent they send back by n_ci (value unchanged).
 class PrescaleCi : public ThreePoolConventions {
   at::Tensor consumed_gates(const at::Tensor& gates, const ThreePoolLayout& layout) const override {
-    const auto k = static_cast<double>(layout.n_ci());
-    return k * gates + (1.0 - k) * gates.detach();
+    return with_derivative_scale(gates, static_cast<double>(layout.n_ci()));
   }
 };
 

@@ -154,6 +154,26 @@ TEST(PrecisionRow, AScaleThatATopologyFactorExplainsFailsWhateverTheNoise) {
   EXPECT_TRUE(unjudged.passed) << unjudged.diagnosis.text;
 }
 
+// A row not judged by value (noise-dominated below fp32) still fails where D is grossly off fp64:
+// correct runs stay within 19 times fp64's size, a bug by the fp16 loss scale lands near 1000
+// (REPLAY's optimizer-state cotangents left multiplied by S passed every row before this rule).
+TEST(PrecisionRow, ARowNotJudgedByValueStillFailsAGrossError) {
+  const ThreeTensors t = three_tensors();
+  PrecisionCriterion criterion;
+  criterion.judge_values = false;
+  auto row = [&](const at::Tensor& candidate) {
+    return make_precision_row("replay", "opt.mu[step]", candidate, t.reference, t.golden, criterion,
+                              candidate_factors({{"loss_scale", 1024}}), 0.0, 1e-4);
+  };
+  const CheckRow noisy = row(19.0 * t.golden.roll(3));  // as far off as correct runs have been
+  EXPECT_TRUE(noisy.passed) << noisy.diagnosis.text;
+  EXPECT_FALSE(noisy.precision->values_judged);
+  const CheckRow scaled = row(1024.0 * t.reference);
+  EXPECT_FALSE(scaled.passed);
+  EXPECT_NE(scaled.diagnosis.text.find("not judged by value, but"), std::string::npos) << scaled.diagnosis.text;
+  EXPECT_EQ(scaled.diagnosis.factor, "x loss_scale") << scaled.diagnosis.text;
+}
+
 // A row near zero against its error scale (a document whose token scores cancel): D = R/2 is then
 // closer to R than R is to fp64, and the length ratio is noise; the same halving of a row that
 // stands out of its error scale fails (the property run that found it: dp=1,cp=2 bf16 sgd batch 1).

@@ -9,6 +9,10 @@ namespace magic {
 namespace {
 
 constexpr double kRepresentableSlack = 0.5;
+// A row whose values are not judged still fails where D is more than this far off fp64, in units of
+// fp64's own size: correct runs below fp32 stay within 19 (two bf16 runs of Adam's first step whose
+// token scores differ 19-fold in length), while a bug by the fp16 loss scale lands near 1000.
+constexpr double kGrossError = 100.0;
 
 }  // namespace
 
@@ -79,7 +83,8 @@ CheckRow make_precision_row(const std::string& level, const std::string& tensor,
   const bool above_noise = row.stats.worst_rel_err > e.reference_golden;
   const bool factor_scaled = e.values_judged && above_noise &&
                              !diagnose(row.stats, /*passed=*/false, factors, direction_noise).factors.empty();
-  row.passed = stored_right && !factor_scaled && (values_right || !e.values_judged);
+  const bool gross = !e.values_judged && e.candidate_golden > kGrossError;
+  row.passed = stored_right && !factor_scaled && !gross && (values_right || !e.values_judged);
   row.precision = e;
   if (fail_if_not_finite(
           row, {{"distributed tensor", candidate}, {"reference tensor", reference}, {"golden tensor", golden}},
@@ -103,6 +108,10 @@ CheckRow make_precision_row(const std::string& level, const std::string& tensor,
         str_cat(format_fixed(100 * *e.candidate_representable, 0), "% of entries fit ", dtype_name(*criterion.storage),
                 " exactly (the policy's reference: ", format_fixed(100 * *e.reference_representable, 0),
                 "%): stored in the compute dtype, not in master weights");
+  } else if (gross) {
+    row.diagnosis.text = str_cat("not judged by value, but ", format_sci(e.candidate_golden, 1),
+                                 " off fp64 in units of its size (correct runs stay within ",
+                                 format_fixed(kGrossError, 0), "); ", row.diagnosis.text);
   } else if (!row.passed && row.diagnosis.factors.empty()) {
     // Not a scaling: say which of the two conditions failed, then what the direction shows.
     const std::string why =

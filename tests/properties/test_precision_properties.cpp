@@ -24,6 +24,7 @@ namespace {
 struct Margins {
   double scale_deviation = 0.0;
   double reduction_over_bound = 0.0;
+  double unjudged_error = 0.0;  // the largest err(D, G) of a row not judged by value (gross above 100)
 };
 
 void record_margins(const CheckReport& report, Margins& m) {
@@ -32,6 +33,9 @@ void record_margins(const CheckReport& report, Margins& m) {
       m.reduction_over_bound = std::max(m.reduction_over_bound, row.reduction->worst / row.reduction->bound);
     if (row.precision && row.precision->values_judged && row.stats.cosine >= 0.9) {
       m.scale_deviation = std::max(m.scale_deviation, std::abs(row.stats.scale - 1.0));
+    }
+    if (row.precision && !row.precision->values_judged && std::isfinite(row.precision->candidate_golden)) {
+      m.unjudged_error = std::max(m.unjudged_error, row.precision->candidate_golden);
     }
   }
 }
@@ -62,7 +66,8 @@ TEST(PrecisionProperties, CleanLowPrecisionRunsNeverRaiseAnAlarm) {
     RC_ASSERT(report.rows_pass());
   });
   std::cout << "largest |scale(D,R) - 1| where cosine >= 0.9: " << format_fixed(margins.scale_deviation, 4)
-            << "; largest reduction error / bound: " << format_fixed(margins.reduction_over_bound, 4) << "\n";
+            << "; largest reduction error / bound: " << format_fixed(margins.reduction_over_bound, 4)
+            << "; largest err(D, G) of a row not judged by value: " << format_fixed(margins.unjudged_error, 4) << "\n";
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include "lib/core/derivative_scale.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/collectives/collectives.h"
 #include "lib/distributed/pools/gate_exchange.h"
@@ -16,12 +17,6 @@ constexpr const char* kSync = "sync";
 
 TensorTree without_sync(const TensorTree& tree) {
   return tree.filter([](const std::string& name, const at::Tensor&) { return name != kSync; });
-}
-
-// Value x (exactly), derivative scale·∂x at every order: x̄ + (s·x − s·x̄), x̄ = x detached.
-at::Tensor with_derivative_scale(const at::Tensor& x, double scale) {
-  const at::Tensor scaled = x * scale;
-  return x.detach() + (scaled - scaled.detach());
 }
 
 // One bucket: a single collective (per derivative order) for the whole tree, not one per tensor.
