@@ -71,9 +71,9 @@ ThreeTensors three_tensors() {
   return {g, g + 0.01 * at::randn({400}, gen, at::TensorOptions().dtype(at::kDouble))};
 }
 
-CheckRow row_for(const at::Tensor& candidate, const ThreeTensors& t, std::optional<double> bound) {
+CheckRow row_for(const at::Tensor& candidate, const ThreeTensors& t, std::optional<double> bound, double k = 2.0) {
   PrecisionCriterion criterion;
-  criterion.k = 2.0;
+  criterion.k = k;
   criterion.floor = 1e-3;
   criterion.bound = bound;
   return make_precision_row("grad", "w", candidate, t.reference, t.golden, criterion, candidate_factors({{"dp", 4}}),
@@ -99,13 +99,21 @@ TEST(PrecisionRow, PassesANoisyCandidateAndFailsEachPlantedError) {
   EXPECT_FALSE(drifted.passed);
   EXPECT_NE(drifted.diagnosis.text.find("error vs fp64"), std::string::npos) << drifted.diagnosis.text;
 
-  // Within k of fp64 but farther than the bound from R: fails the bound, which says so.
-  const CheckRow loose = row_for(t.golden - (t.reference - t.golden), t, 0.005);
+  // Within k of fp64 but farther than the bound from R: fails the bound, which says so (R within a
+  // quarter of the bound of fp64, so the bound applies).
+  const at::Tensor far = t.golden - 5.0 * (t.reference - t.golden);
+  const CheckRow loose = row_for(far, t, 0.05, 8.0);
+  ASSERT_TRUE(loose.precision->bound.has_value());
   EXPECT_LE(loose.precision->candidate_golden, loose.precision->allowed_golden);
   EXPECT_FALSE(loose.passed);
   EXPECT_NE(loose.diagnosis.text.find("error vs the policy's reference"), std::string::npos) << loose.diagnosis.text;
   // Without a bound (a row downstream of training) the same candidate passes.
-  EXPECT_TRUE(row_for(t.golden - (t.reference - t.golden), t, std::nullopt).passed);
+  EXPECT_TRUE(row_for(far, t, std::nullopt, 8.0).passed);
+  // Nor does a bound apply where R itself is more than a quarter of it off fp64: R shows the
+  // cancellation the bound assumes away (the k condition alone judges).
+  const CheckRow conditioned = row_for(far, t, 0.01, 8.0);
+  EXPECT_FALSE(conditioned.precision->bound.has_value());
+  EXPECT_TRUE(conditioned.passed) << conditioned.diagnosis.text;
 }
 
 TEST(PrecisionRow, ValuesAreNotJudgedWhereThePolicysOwnResultCarriesNoSignal) {

@@ -13,6 +13,14 @@ constexpr double kRepresentableSlack = 0.5;
 // fp64's own size: correct runs below fp32 stay within 19 (two bf16 runs of Adam's first step whose
 // token scores differ 19-fold in length), while a bug by the fp16 loss scale lands near 1000.
 constexpr double kGrossError = 100.0;
+// The bound on err(D, R) is 4 units of u√n and assumes Σ|x_i| ≈ max|s| (no cancellation). Where R's
+// own error against fp64 exceeds one unit, R shows the cancellation the bound assumes away, and
+// the row is judged by the k condition alone (a bf16 --config run's layer-norm bias [vjp] rows:
+// R 43-70% off fp64, D 0.71-0.87 off R against a bound of 0.70; in the built-in workload no
+// bounded row comes near: err(R, G) stays below a quarter of the bound).
+constexpr double kBoundUnits = 4.0;
+// The factor rule needs R to carry signal: R within this of fp64 (as the scores' informative test).
+constexpr double kFactorSignal = 0.1;
 
 }  // namespace
 
@@ -59,6 +67,7 @@ CheckRow make_precision_row(const std::string& level, const std::string& tensor,
   e.reference_golden = compare_tensors(reference, golden, error_scale).worst_rel_err;
   e.allowed_golden = criterion.k * e.reference_golden + criterion.floor;
   e.bound = criterion.bound;
+  if (e.bound && e.reference_golden > *e.bound / kBoundUnits) e.bound.reset();
   e.golden_dtype = golden.scalar_type();
   row.tolerance = e.allowed_golden;
   bool stored_right = true;
@@ -79,9 +88,10 @@ CheckRow make_precision_row(const std::string& level, const std::string& tensor,
   // 19x between two correct runs (the 500-case property found it). Nor where D and R are closer
   // than R is to fp64: a row near zero against its error scale has a noise ratio for a length (a
   // per-document score whose tokens cancel under the clip, dp=1,cp=2 bf16 sgd batch 1: D/R 0.55
-  // at err(D,R) 2.2e-3, err(R,G) 4.9e-3).
-  const bool above_noise = row.stats.worst_rel_err > e.reference_golden;
-  const bool factor_scaled = e.values_judged && above_noise &&
+  // at err(D,R) 2.2e-3, err(R,G) 4.9e-3). Nor where R is more than 10% off fp64: its length is
+  // noise too (a bf16 --config run's ln_f.bias[vjp], R 70% off fp64, read ≈ x dp).
+  const bool measurable = row.stats.worst_rel_err > e.reference_golden && e.reference_golden <= kFactorSignal;
+  const bool factor_scaled = e.values_judged && measurable &&
                              !diagnose(row.stats, /*passed=*/false, factors, direction_noise).factors.empty();
   const bool gross = !e.values_judged && e.candidate_golden > kGrossError;
   row.passed = stored_right && !factor_scaled && !gross && (values_right || !e.values_judged);
