@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <string>
 
 #include "lib/core/dtype.h"
 #include "lib/core/strings.h"
@@ -25,17 +26,20 @@ struct Margins {
   double scale_deviation = 0.0;
   double reduction_over_bound = 0.0;
   double unjudged_error = 0.0;  // the largest err(D, G) of a row not judged by value (gross above 100)
+  std::string unjudged_where;   // its row and run
 };
 
-void record_margins(const CheckReport& report, Margins& m) {
+void record_margins(const CheckReport& report, const std::string& run, Margins& m) {
   for (const auto& row : report.rows) {
     if (row.reduction)
       m.reduction_over_bound = std::max(m.reduction_over_bound, row.reduction->worst / row.reduction->bound);
     if (row.precision && row.precision->values_judged && row.stats.cosine >= 0.9) {
       m.scale_deviation = std::max(m.scale_deviation, std::abs(row.stats.scale - 1.0));
     }
-    if (row.precision && !row.precision->values_judged && std::isfinite(row.precision->candidate_golden)) {
-      m.unjudged_error = std::max(m.unjudged_error, row.precision->candidate_golden);
+    if (row.precision && !row.precision->values_judged && std::isfinite(row.precision->candidate_golden) &&
+        row.precision->candidate_golden > m.unjudged_error) {
+      m.unjudged_error = row.precision->candidate_golden;
+      m.unjudged_where = row.level + "/" + row.tensor + " of " + run;
     }
   }
 }
@@ -59,15 +63,16 @@ TEST(PrecisionProperties, CleanLowPrecisionRunsNeverRaiseAnAlarm) {
     RC_CLASSIFY(cp > 1, "cp");
     RC_CLASSIFY(shards > 1, "sharded");
     const CheckReport report = testing::run_threads(s);
-    RC_LOG() << s.topology.str() << " " << s.precision.str() << " " << s.optimizer << " steps " << s.steps << " seed "
-             << s.seed << " max_len " << s.max_len << " batch " << s.batch_size << "\n"
-             << testing::failures(report);
-    record_margins(report, margins);
+    const std::string run = str_cat(s.topology.str(), " ", s.precision.str(), " ", s.optimizer, " steps ", s.steps,
+                                    " seed ", s.seed, " max_len ", s.max_len, " batch ", s.batch_size);
+    RC_LOG() << run << "\n" << testing::failures(report);
+    record_margins(report, run, margins);
     RC_ASSERT(report.rows_pass());
   });
   std::cout << "largest |scale(D,R) - 1| where cosine >= 0.9: " << format_fixed(margins.scale_deviation, 4)
             << "; largest reduction error / bound: " << format_fixed(margins.reduction_over_bound, 4)
-            << "; largest err(D, G) of a row not judged by value: " << format_fixed(margins.unjudged_error, 4) << "\n";
+            << "; largest err(D, G) of a row not judged by value: " << format_fixed(margins.unjudged_error, 4) << " ("
+            << margins.unjudged_where << ")\n";
 }
 
 }  // namespace
