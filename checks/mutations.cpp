@@ -218,6 +218,12 @@ const std::vector<Mutation>& mutation_catalog() {
        {},
        PrecisionNeed::kNone,
        /*needs_clipping=*/true},
+      {"avg-weight-gradient",
+       "REPLAY's dQ/dw is averaged over the ranks instead of summed (the pools' rows partition the batch)",
+       "replay",
+       "1/world",
+       kThreePool,
+       {{"world", 2}}},
       {"replay-opt-cotangent-keeps-loss-scale",
        "REPLAY multiplies its cotangents by the fp16 loss scale and divides the parameters' back, not the "
        "optimizer state's",

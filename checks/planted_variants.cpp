@@ -335,6 +335,11 @@ class ClipNormEveryReplica : public ThreePoolConventions {
   double clip_squares_share(int64_t) const override { return 1.0; }
 };
 
+// REPLAY's δw averaged over the world instead of summed.
+class AvgWeightGradient : public ThreePoolConventions {
+  double weight_gradient_scale(int world_size) const override { return 1.0 / world_size; }
+};
+
 // The clip's norm is exact; its backward takes every replica's whole cotangent of c.
 class ClipCotangentEveryReplica : public ThreePoolConventions {
   double clip_cotangent_share(int64_t) const override { return 1.0; }
@@ -379,7 +384,8 @@ std::shared_ptr<const ThreePoolConventions> planted_three_pool_conventions(const
       {"detached-global-residual", std::make_shared<DetachedGlobalResidual>()},
       {"ppgd-broadcast-all-ranks", std::make_shared<PpgdBroadcastAllRanks>()},
       {"clip-norm-every-replica", std::make_shared<ClipNormEveryReplica>()},
-      {"clip-cotangent-every-replica", std::make_shared<ClipCotangentEveryReplica>()}};
+      {"clip-cotangent-every-replica", std::make_shared<ClipCotangentEveryReplica>()},
+      {"avg-weight-gradient", std::make_shared<AvgWeightGradient>()}};
   const auto it = variants.find(is_precision_mutation(mutation) || is_pipeline_mutation(mutation) ? "" : mutation);
   if (it == variants.end()) throw std::logic_error("no three-pool variant for mutation '" + mutation + "'");
   return it->second;

@@ -4,9 +4,9 @@
 #include "checks/planted_precision.h"
 #include "checks/planted_variants.h"
 
+#include <torch/csrc/autograd/autograd.h>
 #include "checks/lm_pipelines.h"
 #include "checks/replay_states.h"
-#include <torch/csrc/autograd/autograd.h>
 
 #include "lib/core/json_fields.h"
 #include "lib/core/seed.h"
@@ -121,14 +121,14 @@ PipelineOutputs spd_grad_outputs(const SumLengths& n, const StepGradRows& grads)
 // run: the scores level not wanted).
 void append_trained_outputs(PipelineOutputs& out, const SumLengths& n, const TensorTree& query_grad,
                             const TensorTree& hvp_initial, const TensorTree& hvp_final,
-                            const std::optional<NamedTensor>& replay_states, const at::Tensor& clip_vjp,
+                            const std::optional<NamedTensor>& replay_states, const PipelineOutputs& replay_products,
                             const TensorTree& final_params, const TensorTree& final_sources, const at::Tensor& scores) {
   out.push_back({"query_grad", "theta_ci", group_of(query_grad, is_ci), 0.0, false, n.queries});
   out.push_back({"query_grad", "V/U", group_of(query_grad, is_vu), 0.0, false, n.queries});
   out.push_back({"hvp", "theta_0", hvp_initial.flatten(), 0.0, /*shared_inputs=*/true, n.batch});
   out.push_back({"hvp", "theta_N", hvp_final.flatten(), 0.0, false, n.batch});
   if (replay_states) out.push_back(*replay_states);
-  if (clip_vjp.defined()) out.push_back({"replay", "clip_coefficient[vjp]", clip_vjp, 0.0, true, n.batch});
+  out.insert(out.end(), replay_products.begin(), replay_products.end());
   out.push_back({"final_params", "theta_ci", group_of(final_params, is_ci), 0.0, false, n.batch, /*stored=*/true});
   out.push_back({"final_params", "V/U", group_of(final_params, is_vu), 0.0, false, n.batch, /*stored=*/true});
   // The sources move by ±ppgd_step from 0.5 (values every dtype holds): not a master-weights check.
@@ -154,8 +154,8 @@ SpdProblem unclipped_spd_problem(const CheckSettings& s) {
 }
 
 reference::UnrolledSpdSetup reference_setup(const CheckSettings& s, const SpdProblem& p) {
-  return {p.config,          p.data,          *p.stream,     p.optimizer,        p.clip_norm,
-          p.initial_params, p.initial_sources, p.source_seed, s.precision};
+  return {p.config,          p.data,        *p.stream,  p.optimizer, p.clip_norm, p.initial_params,
+          p.initial_sources, p.source_seed, s.precision};
 }
 
 at::Tensor unit_weights(const SpdProblem& p, const CheckSettings& s) {
@@ -172,6 +172,38 @@ TensorTree clip_vjp(const dist::ThreePoolSpd& spd, const TrainState& share, int6
   for (const auto& g : out.grads) objective = objective + 0.0 * g.tensor.sum();
   const auto d = torch::autograd::grad({objective}, leaves.params.tensors(), {}, false, false, /*allow_unused=*/true);
   return with_values(leaves.params, d, 0).detach();
+}
+
+// This rank's share of the HVP direction (a tree over every parameter): zeros for sync.
+TensorTree direction_share(const TensorTree& v_full, const TensorTree& params) {
+  return params.map_named([&](const std::string& name, const at::Tensor& x) {
+    return v_full.contains(name) ? v_full.at(name) : at::zeros_like(x);
+  });
+}
+
+// ∂(v·g_t)/∂w of step t (g_t unclipped, v the HVP direction, replicated) as REPLAY assembles it:
+// every rank differentiates its share, the step's assemble_weight_gradient sums them. sync's
+// direction is 0: every rank walks its whole graph, portals included, as in REPLAY.
+at::Tensor weight_product(const dist::ThreePoolSpd& spd, const TrainState& share, const TensorTree& v_full, int64_t t,
+                          const at::Tensor& w) {
+  const TrainState leaves{share.params.requires_grad(), share.opt, share.persistent};
+  const at::Tensor w_leaf = w.detach().clone().requires_grad_(true);
+  const TensorTree g = spd.gradient(leaves, t, w_leaf, /*create_graph=*/true);
+  // With respect to θ as well, as REPLAY: autograd walks only paths to its inputs, and a portal
+  // whose backward one rank skips leaves its peer waiting.
+  std::vector<at::Tensor> inputs = leaves.params.tensors();
+  inputs.push_back(w_leaf);
+  const auto d = torch::autograd::grad({dot(g, direction_share(v_full, g))}, inputs, {}, false, false,
+                                       /*allow_unused=*/true);
+  return spd.assemble_weight_gradient(d.back().defined() ? d.back().detach() : at::zeros_like(w));
+}
+
+// The replay level's product rows: the clip's derivative (with clipping) and δw through the gradient.
+PipelineOutputs replay_product_rows(const SumLengths& n, const at::Tensor& clip_vjp, const at::Tensor& dw) {
+  PipelineOutputs out;
+  if (clip_vjp.defined()) out.push_back({"replay", "clip_coefficient[vjp]", clip_vjp, 0.0, true, n.batch});
+  if (dw.defined()) out.push_back({"replay", "w[vjp]", dw, 0.0, true, n.batch});
+  return out;
 }
 
 at::Tensor steps_flat(const std::vector<TensorTree>& steps) {
@@ -224,9 +256,10 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
   const TrainState initial = spd.initial_state(p.initial_params, p.initial_sources);
   const at::Tensor w = unit_weights(p, settings);
 
+  const TensorTree v_full = hvp_direction(p.initial_params, settings.seed);
   Assembly step_grads, optimizer_steps, clip_vjps;
   std::vector<std::string> step_terms;
-  std::vector<at::Tensor> coefficients;
+  std::vector<at::Tensor> coefficients, weight_products;
   for (size_t t = 0; t < teacher.size(); ++t) {
     dist::set_phase(str_cat("step gradients at step ", t));
     const auto step = static_cast<int64_t>(t);
@@ -238,9 +271,10 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
       step_grads.add(spd.term_gradient(share, step, w, term), p.initial_params);
       step_terms.push_back(spd_term_name(term));
     }
-    if (settings.wants(Level::kReplay) && p.clip_norm) {
-      dist::set_phase(str_cat("clip derivative at step ", t));
-      clip_vjps.add(clip_vjp(spd, share, step, w), p.initial_params);
+    if (settings.wants(Level::kReplay)) {
+      dist::set_phase(str_cat("REPLAY product at step ", t));
+      if (p.clip_norm) clip_vjps.add(clip_vjp(spd, share, step, w), p.initial_params);
+      weight_products.push_back(weight_product(spd, share, v_full, step, w));
     }
     if (!settings.wants(Level::kOptimizer)) continue;
     // One whole step from the reference's parameters, sources and optimizer state.
@@ -264,8 +298,9 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
     }
     append_optimizer_outputs(out, n, steps);
   }
-  at::Tensor clip_vjp_row;
+  at::Tensor clip_vjp_row, dw_row;
   if (!clip_vjps.shares.empty()) clip_vjp_row = steps_flat(clip_vjps.full_trees(leader, world));
+  if (!weight_products.empty()) dw_row = at::cat(weight_products);
   // Levels past grad need the training run (and REPLAY for the scores); a --bite mutation run
   // whose expected level is grad skips them (CheckSettings::levels_through).
   if (settings.needs_training()) {
@@ -280,15 +315,10 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
     if (settings.needs_replay()) states = replay_state_output(world, watch.difference());
 
     // The HVP direction: one random tree over every parameter; each rank takes its share.
-    const TensorTree v_full = hvp_direction(p.initial_params, settings.seed);
-    auto share = [&](const TrainState& s) {
-      return s.params.map_named([&](const std::string& name, const at::Tensor& x) {
-        return v_full.contains(name) ? v_full.at(name) : at::zeros_like(x);
-      });
-    };
     const int64_t last = spd.num_steps() - 1;
-    const TensorTree hvp0 = hessian_vector_product(spd, initial, 0, w, share(initial));
-    const TensorTree hvpN = hessian_vector_product(spd, result.final_state, last, w, share(result.final_state));
+    const TensorTree hvp0 = hessian_vector_product(spd, initial, 0, w, direction_share(v_full, initial.params));
+    const TensorTree hvpN =
+        hessian_vector_product(spd, result.final_state, last, w, direction_share(v_full, result.final_state.params));
     Assembly outputs;
     for (const TensorTree* tree :
          std::initializer_list<const TensorTree*>{&result.query_gradient, &hvp0, &hvpN, &result.final_state.params}) {
@@ -296,7 +326,8 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
     }
     outputs.add(result.final_state.persistent, p.initial_sources);
     const std::vector<TensorTree> full = outputs.full_trees(leader, world);
-    append_trained_outputs(out, n, full[0], full[1], full[2], states, clip_vjp_row, full[3], full[4], result.scores);
+    append_trained_outputs(out, n, full[0], full[1], full[2], states, replay_product_rows(n, clip_vjp_row, dw_row),
+                           full[3], full[4], result.scores);
   }
   spd.finish();
   return out;
@@ -314,22 +345,29 @@ ReferenceRun run_reference_spd(const CheckSettings& settings) {
   const TensorTree v = hvp_direction(p.initial_params, settings.seed);
   const int64_t last = p.stream->num_steps() - 1;
   const SumLengths n = sum_lengths(settings, p);
-  at::Tensor clip_vjp_row;
-  if (settings.wants(Level::kReplay) && p.clip_norm) {
-    const double kappa = 1.0 + static_cast<double>(dist::ThreePoolLayout(settings.topology, p.config.n_sites).n_blocks());
-    std::vector<TensorTree> steps;
+  at::Tensor clip_vjp_row, dw_row;
+  if (settings.wants(Level::kReplay)) {
+    const double kappa =
+        1.0 + static_cast<double>(dist::ThreePoolLayout(settings.topology, p.config.n_sites).n_blocks());
+    std::vector<TensorTree> clip_steps;
+    std::vector<at::Tensor> dw_steps;
     for (size_t t = 0; t < unrolled.step_params.size(); ++t) {
-      steps.push_back(reference::spd_clip_gradient(setup, unrolled.step_params[t], unrolled.step_sources[t], w,
-                                                   static_cast<int64_t>(t), kappa));
+      const auto step = static_cast<int64_t>(t);
+      const TensorTree& params = unrolled.step_params[t];
+      const TensorTree& sources = unrolled.step_sources[t];
+      if (p.clip_norm) clip_steps.push_back(reference::spd_clip_gradient(setup, params, sources, w, step, kappa));
+      dw_steps.push_back(reference::spd_weight_product(setup, params, sources, w, step, v));
     }
-    clip_vjp_row = steps_flat(steps);
+    if (!clip_steps.empty()) clip_vjp_row = steps_flat(clip_steps);
+    dw_row = at::cat(dw_steps);
   }
   ReferenceRun run;
   run.outputs = spd_grad_outputs(n, grads);
   if (settings.wants(Level::kOptimizer)) {
     OptimizerSteps steps{unrolled.step_clip_coefficients, unrolled.step_clipped, {}};
     for (size_t t = 0; t < unrolled.step_params.size(); ++t) {
-      const TensorTree& next = t + 1 < unrolled.step_params.size() ? unrolled.step_params[t + 1] : unrolled.final_params;
+      const TensorTree& next =
+          t + 1 < unrolled.step_params.size() ? unrolled.step_params[t + 1] : unrolled.final_params;
       steps.updates.push_back(add(next, scale(unrolled.step_params[t], -1.0)));
     }
     append_optimizer_outputs(run.outputs, n, steps);
@@ -337,8 +375,9 @@ ReferenceRun run_reference_spd(const CheckSettings& settings) {
   append_trained_outputs(run.outputs, n, reference::spd_query_gradient(setup, unrolled.final_params),
                          reference::spd_batch_hvp(setup, p.initial_params, p.initial_sources, w, 0, v),
                          reference::spd_batch_hvp(setup, unrolled.final_params, unrolled.final_sources, w, last, v),
-                         replay_state_reference(settings.topology.world_size()), clip_vjp_row,
-                         unrolled.final_params, unrolled.final_sources, unrolled.scores);
+                         replay_state_reference(settings.topology.world_size()),
+                         replay_product_rows(n, clip_vjp_row, dw_row), unrolled.final_params, unrolled.final_sources,
+                         unrolled.scores);
   for (size_t t = 0; t < unrolled.step_params.size(); ++t) {
     run.states.push_back(TrainState{unrolled.step_params[t], unrolled.step_opt[t], unrolled.step_sources[t]});
   }

@@ -170,6 +170,14 @@ TensorTree spd_clip_gradient(const UnrolledSpdSetup& setup, const TensorTree& pa
   return with_values(params, torch::autograd::grad({kappa * c}, params.tensors(), {}, false, false, true)).detach();
 }
 
+at::Tensor spd_weight_product(const UnrolledSpdSetup& setup, const TensorTree& params_in, const TensorTree& sources,
+                              const at::Tensor& w_in, int64_t t, const TensorTree& v) {
+  TensorTree params = params_in.requires_grad();
+  at::Tensor w = w_in.detach().clone().requires_grad_(true);
+  TensorTree g = grads_of(setup, plain_loss(setup, params, sources, gather(setup, w, t), t, {}), params, true);
+  return torch::autograd::grad({dot(g, v)}, {w})[0].detach();
+}
+
 TensorTree spd_batch_hvp(const UnrolledSpdSetup& setup, const TensorTree& params_in, const TensorTree& sources,
                          const at::Tensor& w, int64_t t, const TensorTree& direction) {
   TensorTree params = params_in.requires_grad();

@@ -25,9 +25,9 @@ struct UnrolledSpdSetup {
   DataStream stream;
   std::shared_ptr<const Optimizer> optimizer;
   std::optional<double> clip_norm;  // g' = c·g, c = min(1, clip_norm / (||g|| + 1e-6))
-  TensorTree initial_params;   // every ci.* and V/U
-  TensorTree initial_sources;  // every a.<s>
-  uint64_t source_seed = 0;    // of the stochastic masks u
+  TensorTree initial_params;        // every ci.* and V/U
+  TensorTree initial_sources;       // every a.<s>
+  uint64_t source_seed = 0;         // of the stochastic masks u
   // Applied plainly: the model on parameters, data, masks and sources cast to the compute dtype,
   // every loss term widened to master, each backward of S·loss divided by S.
   PrecisionPolicy precision;
@@ -39,8 +39,8 @@ struct UnrolledSpdResult {
   std::vector<TensorTree> step_params, step_sources;  // θ_t and a_t, the state step t starts from
   // Per step: "total" and each term's name -> the gradient with respect to the parameters.
   std::vector<std::map<std::string, TensorTree>> step_grads;
-  std::vector<TensorTree> step_opt;      // the optimizer state step t starts from
-  std::vector<TensorTree> step_clipped;  // what the optimizer consumed: c_t·∇L_t (c_t = 1 unclipped)
+  std::vector<TensorTree> step_opt;                // the optimizer state step t starts from
+  std::vector<TensorTree> step_clipped;            // what the optimizer consumed: c_t·∇L_t (c_t = 1 unclipped)
   std::vector<at::Tensor> step_clip_coefficients;  // c_t; empty without clipping
   double query_loss = 0.0;
 };
@@ -55,6 +55,11 @@ TensorTree spd_batch_gradient(const UnrolledSpdSetup& setup, const TensorTree& p
 // (setup.clip_norm set).
 TensorTree spd_clip_gradient(const UnrolledSpdSetup& setup, const TensorTree& params, const TensorTree& sources,
                              const at::Tensor& w, int64_t t, double kappa);
+
+// ∂(v·∇L_t)/∂w at (params, sources) for step t's batch: REPLAY's product through the gradient,
+// with respect to the data weights, for a cotangent v of the gradient.
+at::Tensor spd_weight_product(const UnrolledSpdSetup& setup, const TensorTree& params, const TensorTree& sources,
+                              const at::Tensor& w, int64_t t, const TensorTree& v);
 
 // ∇²L_t v at (params, sources) for step t's batch.
 TensorTree spd_batch_hvp(const UnrolledSpdSetup& setup, const TensorTree& params, const TensorTree& sources,

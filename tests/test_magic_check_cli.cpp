@@ -155,7 +155,7 @@ TEST(MagicCheckCli, ThreePoolBiteOnDistinctSizesNamesExactlyTheExpectedFactor) {
     EXPECT_EQ(b["observed"]["factor"], b["expected"]["factor"]) << b.dump();
     bite[b["mutation"].get<std::string>()] = b;
   }
-  EXPECT_EQ(bite.size(), 10u);
+  EXPECT_EQ(bite.size(), 11u);
   // Every mutation of the layout ran; only those of the precision policy (fp64 here) are skipped.
   ASSERT_EQ(report["bite_skipped"].size(), 3u);
   for (const auto& k : report["bite_skipped"]) {
@@ -173,15 +173,18 @@ TEST(MagicCheckCli, ThreePoolBiteOnDistinctSizesNamesExactlyTheExpectedFactor) {
   EXPECT_NE(bite["clip-cotangent-every-replica"]["observed"]["diagnosis"].get<std::string>().find("scale 4.000000"),
             std::string::npos)
       << bite["clip-cotangent-every-replica"].dump();
-  EXPECT_EQ(bite["clip-norm-every-replica"]["observed"]["level"], "optimizer") << bite["clip-norm-every-replica"].dump();
-  EXPECT_NE(o.output.find("BITE PASS: 10 of 10 applicable mutations caught"), std::string::npos) << o.output;
+  EXPECT_EQ(bite["clip-norm-every-replica"]["observed"]["level"], "optimizer")
+      << bite["clip-norm-every-replica"].dump();
+  EXPECT_NE(bite["avg-weight-gradient"]["observed"]["diagnosis"].get<std::string>().find("1/world"), std::string::npos)
+      << bite["avg-weight-gradient"].dump();
+  EXPECT_NE(o.output.find("BITE PASS: 11 of 11 applicable mutations caught"), std::string::npos) << o.output;
 }
 
 TEST(MagicCheckCli, BiteSaysWhichMutationsItSkippedAndWhy) {
   const std::string json = temp_path("skipped_bite.json");
   auto o = magic_check("--topology n_ci=2,n_per_block=1 --bite --steps 2 --json " + json);
   ASSERT_EQ(o.exit_code, 0) << o.output;
-  EXPECT_NE(o.output.find("BITE PASS: 8 of 8 applicable mutations caught with their expected level and factor "
+  EXPECT_NE(o.output.find("BITE PASS: 9 of 9 applicable mutations caught with their expected level and factor "
                           "(5 skipped: faith-on-all-ranks, avg-block-reduce, fp16-loss-scale-not-unscaled, "
                           "fp16-unscale-twice, master-weights-in-compute-dtype)"),
             std::string::npos)

@@ -137,7 +137,7 @@ TEST(JudgeMutation, AMissingRowIsNoCatchOfAScaling) {
 
 TEST(BitePlan, ListsTheMutationsThatDoNotApplyAndWhy) {
   const auto plan = checks::plan_bite(dist::TopologySpec::parse("n_ci=2,n_per_block=1"), checks::all_levels());
-  EXPECT_EQ(plan.run.size(), 8u);      // five of the layout's pools, two of its clip and REPLAY's restore
+  EXPECT_EQ(plan.run.size(), 9u);      // five of the layout's pools, two of its clip, δw's assembly, REPLAY's restore
   ASSERT_EQ(plan.skipped.size(), 5u);  // two of the layout, three of the precision policy (fp64 here)
   for (const auto& k : plan.skipped) {
     if (k.mutation == "faith-on-all-ranks" || k.mutation == "avg-block-reduce") {

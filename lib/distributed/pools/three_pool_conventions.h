@@ -42,6 +42,13 @@ class ThreePoolConventions {
   // The V/U replica as a PPGD rank uses it (received through the portals, one per PPGD rank).
   virtual TensorTree ppgd_components(const TensorTree& vu, const Group&) const { return vu; }
 
+  // REPLAY's δw is the world's sum of every rank's: each pool's ranks hold disjoint rows of the
+  // batch, so every term's derivative is counted once; the correct scale is 1.
+  virtual double weight_gradient_scale(int world_size) const {
+    (void)world_size;
+    return 1.0;
+  }
+
   // A pool's gradient after differentiation; the SUM over the pool already happened in autograd
   // (copy_to_group's backward), so the correct convention leaves it as it is.
   virtual TensorTree reduced_gradient(PoolRole, const TensorTree& grads, const ThreePoolLayout&) const { return grads; }

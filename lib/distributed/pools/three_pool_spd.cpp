@@ -273,7 +273,7 @@ void ThreePoolSpd::finish() const {
 
 at::Tensor ThreePoolSpd::assemble_weight_gradient(const at::Tensor& local) const {
   wait_portal_sends(*groups_.world);
-  return groups_.world->sum(local);
+  return groups_.world->sum(local) * setup_.conventions->weight_gradient_scale(groups_.world->size());
 }
 
 at::Tensor ThreePoolSpd::loss(const TensorTree& params, std::optional<int64_t> index) const {
