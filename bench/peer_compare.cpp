@@ -1,5 +1,6 @@
-// peer_compare: magic-run against the PyTorch peer (../shared/bench/peer_magic.py: MAGIC in
-// PyTorch Python with autograd double backward) on the same run, side by side in one program.
+// peer_compare: magic-run against a PyTorch peer (a script outside this repository, given with
+// --peer: MAGIC in PyTorch Python with autograd double backward) on the same run, side by side in
+// one program.
 //
 // The run, on both sides: GPT with 2 layers, d_model 64, 4 heads, 128-token rows, batch 8,
 // AdamW (lr 1e-3, weight decay 0.01, eps_root 1e-12, constant learning rate, no clipping), sqrt
@@ -13,7 +14,7 @@
 // shows in the last column. magic-run's caching CPU allocator (lib/core/caching_cpu_allocator.h)
 // is its own and not given to the peer.
 //
-//   peer_compare [--steps 16,64,256] [--threads 1,2] [--peer PATH] [--python /usr/bin/python3]
+//   peer_compare --peer PATH [--steps 16,64,256] [--threads 1,2] [--python /usr/bin/python3]
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -116,15 +117,18 @@ std::string write_run(const std::string& dir, int64_t steps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto flags =
-      magic::bench::parse_flags(argc, argv,
-                                {{"steps", "16,64,256"},
-                                 {"threads", "1,2"},
-                                 {"python", "/usr/bin/python3"},
-                                 {"peer", std::string(MAGIC_SOURCE_DIR) + "/../shared/bench/peer_magic.py"}},
-                                "peer_compare [--steps 16,64,256] [--threads 1,2] [--peer PATH] [--python PATH]");
+  auto flags = magic::bench::parse_flags(
+      argc, argv, {{"steps", "16,64,256"}, {"threads", "1,2"}, {"python", "/usr/bin/python3"}, {"peer", ""}},
+      "peer_compare --peer PATH [--steps 16,64,256] [--threads 1,2] [--python PATH]");
   const std::string steps_list = flags["steps"], threads_list = flags["threads"], python = flags["python"],
                     peer = flags["peer"];
+  if (peer.empty()) {
+    std::cerr << "peer_compare: --peer PATH is required: the path of a PyTorch MAGIC peer script (such as "
+              << "peer_magic.py: MAGIC in PyTorch with autograd double backward), run with --python; "
+              << "it is not part of this repository\n"
+              << "usage: peer_compare --peer PATH [--steps 16,64,256] [--threads 1,2] [--python PATH]\n";
+    return 2;
+  }
   if (!std::filesystem::exists(peer)) {
     std::cerr << "peer_compare: the peer " << peer << " is not there (--peer PATH)\n";
     return 2;

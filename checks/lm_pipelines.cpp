@@ -1,5 +1,6 @@
 #include "checks/lm_pipelines.h"
 
+#include "checks/hessian_vector_product.h"
 #include "checks/planted_pipeline.h"
 #include "checks/planted_precision.h"
 #include "checks/planted_variants.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/train/step_function.h"
+#include "lib/step/step_function.h"
 
 namespace magic::checks {
 

@@ -1,4 +1,4 @@
-// The mutation catalog (DESIGN.md section 6): each mutation plants one known bug in the
+// The mutation catalog (docs/magic-check.md, "The catalog"): each mutation plants one known bug in the
 // distributed pipeline and states its signature, the first level that must fail (in the order
 // grad, query_grad, hvp, final_params, scores) and the factor the diagnosis must name there
 // ("" where the error is not a scaling).

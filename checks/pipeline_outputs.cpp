@@ -13,7 +13,7 @@
 namespace magic::checks {
 namespace {
 
-// The low-precision criterion (README "Mixed precision" derives it and measures its margins):
+// The low-precision criterion (docs/magic-check.md, "Mixed precision", derives it and measures its margins):
 //   floor = u·√n   the rounding difference of one evaluation summing n terms (probabilistic;
 //                  n per row: NamedTensor::sum_length; final parameters: their gradients')
 //   bound = 4u·√n  two runs, each within 2u·√n of the exact sum

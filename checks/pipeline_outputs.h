@@ -9,7 +9,7 @@
 #include "checks/check_settings.h"
 #include "lib/compare/check_row.h"
 #include "lib/compare/reduction_row.h"
-#include "lib/train/train_state.h"
+#include "lib/step/train_state.h"
 
 namespace magic::checks {
 
@@ -20,7 +20,7 @@ struct NamedTensor {
   double error_scale = 0.0;  // for a sum of terms: their size (compare_tensors); 0: none
   // Evaluated at the same inputs in every run (the grad level at the teacher's states, the HVP
   // at θ_0): under low precision, rounding differences do not compound over training steps, so
-  // the derived bound applies (README "Mixed precision").
+  // the derived bound applies (docs/magic-check.md, "Mixed precision").
   bool shared_inputs = false;
   // n: the number of terms an entry sums (gradients: the batch's label positions; scores: the
   // parameters of the inner product; final parameters: their gradients').

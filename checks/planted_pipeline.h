@@ -8,7 +8,7 @@
 #include <string>
 
 #include "lib/optim/optimizer.h"
-#include "lib/train/step_function.h"
+#include "lib/step/step_function.h"
 
 namespace magic::checks {
 

@@ -1,12 +1,12 @@
 // The precision mutations of the catalog (mutations.h), planted as variants of MixedPrecision
-// (lib/train/mixed_precision.h), the object both workloads' steps apply their precision policy
+// (lib/step/mixed_precision.h), the object both workloads' steps apply their precision policy
 // through. An empty name, or a mutation of another kind, gives the correct object.
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "lib/train/mixed_precision.h"
+#include "lib/step/mixed_precision.h"
 
 namespace magic::checks {
 

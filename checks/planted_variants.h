@@ -1,9 +1,9 @@
 // The planted bugs of the mutation catalog (mutations.h), as variants of the objects the
 // distributed pipelines are already given: the data parallelism of the mesh layout (with its
 // context-parallel and sharded-parameter parts) and the
-// reduction conventions of the three-pool step (DESIGN.md section 6). Each variant overrides one
-// method of the correct object; lib/ holds no branch for any of them. An empty mutation name
-// gives the correct object.
+// reduction conventions of the three-pool step (docs/design.md, "Mutations enter through one seam").
+// Each variant overrides one method of the correct object; lib/ holds no branch for any of them.
+// An empty mutation name gives the correct object.
 #pragma once
 
 #include <memory>

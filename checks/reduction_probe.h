@@ -1,4 +1,4 @@
-// The gradient reduction's own precision (README "Mixed precision: the reduction rows"): under a
+// The gradient reduction's own precision (docs/magic-check.md, "Mixed precision", reduction rows): under a
 // low-precision policy a reduction done in a narrower dtype than the policy says, or a gradient
 // rounded on its way into the sum, is lost in the rounding noise of every comparison against the
 // reference; compared with the exact sum of the very terms it added, it is not.
@@ -20,7 +20,7 @@
 
 #include "checks/pipeline_outputs.h"
 #include "lib/distributed/runtime/group.h"
-#include "lib/train/parallelism.h"
+#include "lib/step/parallelism.h"
 
 namespace magic::checks {
 

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "checks/pipeline_outputs.h"
-#include "lib/train/parallelism.h"
-#include "lib/train/step_function.h"
+#include "lib/step/parallelism.h"
+#include "lib/step/step_function.h"
 
 namespace magic::checks {
 

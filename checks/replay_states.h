@@ -12,8 +12,8 @@
 
 #include "checks/pipeline_outputs.h"
 #include "lib/distributed/runtime/group.h"
+#include "lib/step/train_state.h"
 #include "lib/train/magic_pipeline.h"
-#include "lib/train/train_state.h"
 
 namespace magic::checks {
 

@@ -3,7 +3,9 @@
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 
+#include <poll.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -77,9 +79,28 @@ CommandOutcome run_command(const std::string& command_line, std::chrono::seconds
   // timeout(1) makes the command a process group of its own and signals the whole group.
   const std::string limited = str_cat("timeout -k 10 ", limit.count(), " sh -c ", shell_quote(command_line), " 2>&1");
   FILE* pipe = popen(limited.c_str(), "r");
+  if (pipe == nullptr) return {-1, "run_command: popen failed for: " + command_line};
+  // The output is read up to a deadline of its own: a process that left the command's group
+  // (a rank in a process group of its own) can hold the pipe open after timeout(1) has ended
+  // the command, and reading to end of file would then wait until ctest kills the whole test.
+  const auto deadline = start + limit + std::chrono::seconds(15);
   std::string output;
   std::array<char, 4096> buffer{};
-  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr) output += buffer.data();
+  const int fd = fileno(pipe);
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      output += str_cat("\n(run_command: the output was still open ", limit.count() + 15,
+                        " s after the start: a process outside the command's group holds it)\n");
+      break;
+    }
+    pollfd ready{fd, POLLIN, 0};
+    if (poll(&ready, 1, static_cast<int>(left.count())) <= 0) continue;
+    const ssize_t n = read(fd, buffer.data(), buffer.size());
+    if (n <= 0) break;
+    output.append(buffer.data(), static_cast<size_t>(n));
+  }
   const int status = pclose(pipe);
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   if ((code == 124 || code == 137) && std::chrono::steady_clock::now() - start >= limit) {

@@ -87,7 +87,8 @@ Error compare(const at::Tensor& ours, const at::Tensor& expected) {
 }
 
 // Compares every golden tensor; returns "" when all agree, else one line per mismatch. With
-// `print`, says the worst error of each group (the figures the README quotes).
+// `print`, says the worst error of each group (the figures quoted in docs/testing.md,
+// "Golden values for the shared pieces").
 std::string mismatches(const Ours& o, bool print) {
   const Golden& g = golden();
   std::string report;

@@ -8,7 +8,7 @@
 #include "lib/core/seed.h"
 #include "lib/model/gpt.h"
 #include "lib/model/kernel_fallback.h"
-#include "lib/train/mixed_precision.h"
+#include "lib/step/mixed_precision.h"
 
 namespace magic {
 namespace {

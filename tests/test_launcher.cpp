@@ -457,12 +457,20 @@ struct StoppedRun {
 };
 StoppedRun stop_a_rank(const std::string& args, int world_size, int victim, std::chrono::milliseconds delay,
                        const std::string& pids_dir) {
+  // These runs end within seconds of the stop: a minute's limit makes a hang fail the test with
+  // its output, well before ctest's timeout.
   auto run = std::async(std::launch::async, [&] {
-    return testing::run_command("TMPDIR=" + logs_root() + " MAGIC_PID_DIR=" + pids_dir + " " + MAGIC_CHECK_BINARY +
-                                " " + args);
+    return testing::run_command(
+        "TMPDIR=" + logs_root() + " MAGIC_PID_DIR=" + pids_dir + " " + MAGIC_CHECK_BINARY + " " + args, 60s);
   });
   StoppedRun out;
-  out.pids = wait_for_pids(pids_dir, world_size);
+  try {
+    out.pids = wait_for_pids(pids_dir, world_size, 30s);
+  } catch (const std::runtime_error& e) {
+    out.outcome = run.get();
+    ADD_FAILURE() << e.what() << "; the run said:\n" << out.outcome.output;
+    return out;
+  }
   std::this_thread::sleep_for(delay);
   EXPECT_EQ(kill(out.pids[victim], SIGSTOP), 0);
   const auto stopped = Clock::now();

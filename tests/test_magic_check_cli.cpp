@@ -217,6 +217,7 @@ TEST(MagicCheckCli, BadInputExitsTwoNamingTheInput) {
            {"--topology dp=2 --backend nccl", "nccl"},
            {"--topology dp=2 --backend mpi", "unknown backend 'mpi'"},
            {"--topology dp=2 --json /nonexistent-dir/report.json", "directory /nonexistent-dir does not exist"},
+           {"--topology dp=2 --junit /proc/report.xml", "--junit /proc/report.xml: cannot write in /proc"},
            {"--steps 3", "--topology is required"},
            {"--topology n_ci=3,n_per_block=2 --batch 12", "batch splits between pools must divide each other"},
            {"--topology n_ci=4 --batch 12", "a three-pool layout needs n_per_block"},
@@ -225,6 +226,8 @@ TEST(MagicCheckCli, BadInputExitsTwoNamingTheInput) {
             "it shows first at level replay, which --checks hvp leaves out"},
            {"--topology dp=30", "the default batch (3 x dp + 1 = 91 rows) exceeds the 69 training examples"},
            {"--topology dp=3 --batch 70", "--batch 70 exceeds the 69 training examples"},
+           {"--topology dp=2 --batch 0", "--batch: expected an integer >= 1, got 0"},
+           {"--topology dp=2 --batch -5", "--batch: expected an integer >= 1, got -5"},
            {"--topology dp=2 --workload lm", "--workload"},
        }) {
     auto o = magic_check(c.args);
@@ -233,12 +236,33 @@ TEST(MagicCheckCli, BadInputExitsTwoNamingTheInput) {
   }
 }
 
+// --launch env reads torchrun's variables: each missing or malformed one is named at once (exit 2),
+// never replaced by a default that would wait a minute on a port nobody serves.
+TEST(MagicCheckCli, LaunchEnvNamesAMissingOrMalformedRendezvousVariableAtOnce) {
+  const std::string base = "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 ";
+  for (const auto& c : std::vector<std::pair<std::string, std::string>>{
+           {"MASTER_ADDR=127.0.0.1 MASTER_PORT=99999", "MASTER_PORT='99999' is not a TCP port (expected 1 to 65535)"},
+           {"MASTER_ADDR=127.0.0.1 MASTER_PORT=0", "MASTER_PORT='0' is not a TCP port"},
+           {"MASTER_ADDR=127.0.0.1 MASTER_PORT=12ab", "MASTER_PORT='12ab' is not a non-negative integer"},
+           {"MASTER_ADDR=127.0.0.1", "MASTER_PORT is not set"},
+           {"MASTER_PORT=29511", "MASTER_ADDR is not set"},
+       }) {
+    const auto start = std::chrono::steady_clock::now();
+    auto o = magic_check("--topology dp=2 --launch env", "env -u MASTER_ADDR -u MASTER_PORT " + base + c.first);
+    EXPECT_EQ(o.exit_code, 2) << c.first << "\n" << o.output;
+    EXPECT_NE(o.output.find(c.second), std::string::npos) << c.first << "\n" << o.output;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20)) << c.first;
+  }
+}
+
 TEST(MagicCheckCli, AKilledRankEndsTheRunWithExitTwoAndItsNumberAndLeavesNothingBehind) {
   const std::string pid_dir = temp_path("pids");
   std::filesystem::remove_all(pid_dir);
   std::filesystem::create_directories(pid_dir);
+  const std::string json = temp_path("killed.json"), junit = temp_path("killed.xml");
   auto run = std::async(std::launch::async, [&] {
-    return magic_check("--topology dp=4 --steps 60 --timeout 20", "MAGIC_PID_DIR=" + pid_dir);
+    return magic_check("--topology dp=4 --steps 60 --timeout 20 --json " + json + " --junit " + junit,
+                       "MAGIC_PID_DIR=" + pid_dir);
   });
   // Wait until every rank is up, give them a moment inside the pipeline, then kill rank 2.
   const std::string victim = pid_dir + "/rank-2.pid";
@@ -260,6 +284,17 @@ TEST(MagicCheckCli, AKilledRankEndsTheRunWithExitTwoAndItsNumberAndLeavesNothing
   EXPECT_NE(o.output.find("rank 2 of 4"), std::string::npos) << o.output;
   EXPECT_NE(o.output.find("killed by signal 9"), std::string::npos) << o.output;
   for (pid_t pid : pids) EXPECT_NE(kill(pid, 0), 0) << "pid " << pid << " is still alive";
+  // Both reports are written, failing, with the failed rank as the reason (CI shows a failing
+  // case, not "no test results").
+  const auto report = nlohmann::json::parse(testing::read_file(json));
+  EXPECT_EQ(report["passed"], false) << report.dump();
+  EXPECT_NE(report["failure"].get<std::string>().find("rank 2 of 4"), std::string::npos) << report.dump();
+  const auto xml = testing::parse_xml(testing::read_file(junit));
+  EXPECT_EQ(xml->attributes.at("tests"), "1");
+  EXPECT_EQ(xml->attributes.at("failures"), "1");
+  const auto cases = xml->all("testsuite")[0]->all("testcase");
+  ASSERT_EQ(cases.size(), 1u);
+  EXPECT_NE(cases[0]->all("failure")[0]->attributes.at("message").find("rank 2 of 4"), std::string::npos);
 }
 
 }  // namespace

@@ -58,6 +58,16 @@ TEST(MagicRunCli, BadInputsExitTwoWithAClearMessage) {
   std::ofstream(bad_jsonl) << "{\"id\": 1, \"text\": \"fine\"}\n{\"id\": 2, \"text\": \"fine\"}\n{not json}\n";
   expect_bad_input("--config " + config_with("jsonl", [&](nlohmann::json& j) { j["data"]["train"] = bad_jsonl; }),
                    "broken.jsonl:3: malformed JSON line");
+  // A pasted example with a comment: file, line and column, not the parser's raw text.
+  const std::string commented = ::testing::TempDir() + "/commented.json";
+  std::ofstream(commented) << "{\n  \"training\": {\n    // steps\n    \"steps\": 4\n  }\n}\n";
+  expect_bad_input("--config " + commented, commented + ": invalid JSON at line 3, column 5");
+  // Directories where files belong.
+  const std::string folder = ::testing::TempDir() + "/a-folder";
+  std::filesystem::create_directories(folder);
+  expect_bad_input("--config " + folder, folder + ": is a directory, expected a JSON file");
+  expect_bad_input("--config " + config_with("dirdata", [&](nlohmann::json& j) { j["data"]["train"] = folder; }),
+                   folder + ": is a directory, expected a data file");
 }
 
 // Flags and the output directory are checked before the config is even loaded: each exits 2 at
@@ -72,6 +82,8 @@ TEST(MagicRunCli, BadFlagsExitTwoBeforeTraining) {
            {"--per-query --query -1", "--query -1: expected an index >= 0"},
            {"--out " + file, "--out " + file + ": is a file; expected a directory"},
            {"--out " + file + "/scores", "is a file; cannot create a directory under it"},
+           // Writable to access() for root, but nothing can be made there.
+           {"--out /proc/magic-out", "--out /proc/magic-out: cannot create it in /proc"},
            {"--validate shapley", "--validate shapley: expected lds"},
            {"--validate lds --subsets 1", "--subsets 1: expected at least 2 subsets"},
            {"--validate lds --drop-fraction 1.5", "--drop-fraction 1.5: expected a fraction in (0, 1)"},

@@ -1,6 +1,7 @@
 // The mesh's pure pieces: topology keys and rules, the rank order (cp fastest, then dp) and the
 // groups derived from it, the zig-zag split of a sequence and the dim-0 split of parameters.
-// Expected values are worked out by hand from DESIGN.md section 4, beside each test.
+// Expected values are worked out by hand from docs/magic-check.md,
+// "Mesh: context parallel and sharded parameters", beside each test.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 

@@ -1,4 +1,4 @@
-// DESIGN.md section 1: the reference uses lib/core, model, optim and data only. If it shared the
+// docs/design.md, "Layers": the reference uses lib/core, model, optim and data only. If it shared the
 // engine's stepping loop (lib/train) or anything distributed (lib/distributed), a bug there would cancel
 // out of every comparison.
 #include <gtest/gtest.h>

@@ -39,7 +39,7 @@ TEST_P(ReplayVsUnrolled, ScoresAgreeToOneInTenBillion) {
   run.weights = c.weights;
   run.schedule = c.schedule;
   run.clip = c.clip;
-  run.steps = 9;  // the N of DESIGN.md's schedule examples: sqrt 0 3 6 7 8, log 0 4 6 7 8
+  run.steps = 9;  // the N of docs/design.md's checkpoint examples ("The mathematics"): sqrt 0 3 6 7 8, log 0 4 6 7 8
   const RunConfig config = testing::tiny_run_config(run);
   const LmProblem problem = build_lm_problem(config);
 

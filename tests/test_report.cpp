@@ -1,5 +1,6 @@
-// The report formats: the JSON keys the README documents, and JUnit XML that a strict reader
-// parses with one testcase per row and a failure element exactly where a row failed.
+// The report formats: the JSON keys docs/magic-check.md documents ("Report schema"), and JUnit
+// XML that a strict reader parses with one testcase per row and a failure element exactly where
+// a row failed.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -69,6 +70,34 @@ TEST(Report, JunitIsWellFormedAndMatchesTheRows) {
   ASSERT_EQ(bite.size(), 2u);
   EXPECT_TRUE(bite[0]->all("failure").empty());
   EXPECT_EQ(bite[1]->all("failure").size(), 1u);
+}
+
+// The tests and failures attributes count exactly the testcases written, in every mode (a
+// --mutate report once said tests="40" over 39 cases: its one mutation outcome was counted).
+TEST(Report, JunitCountsEqualTheTestcasesWrittenInEveryMode) {
+  CheckReport bite = sample_report();
+  bite.bite_skipped.push_back({"fp16-unscale-twice", "needs fp16"});
+  CheckReport mutate = sample_report();
+  mutate.bite_mode = false;
+  mutate.mutation = "extra-divide-scores";
+  mutate.bite.resize(1);
+  mutate.bite_skipped.push_back({"fp16-unscale-twice", "needs fp16"});
+  CheckReport empty = mutate;
+  empty.rows.clear();
+  for (const CheckReport* r : {&bite, &mutate, &empty}) {
+    const auto root = testing::parse_xml(junit_xml(*r));
+    size_t cases = 0, failures = 0;
+    for (const auto* suite : root->all("testsuite")) {
+      for (const auto* c : suite->all("testcase")) {
+        ++cases;
+        failures += c->all("failure").size();
+      }
+    }
+    EXPECT_EQ(root->attributes.at("tests"), std::to_string(cases)) << junit_xml(*r);
+    EXPECT_EQ(root->attributes.at("failures"), std::to_string(failures)) << junit_xml(*r);
+  }
+  EXPECT_EQ(testing::parse_xml(junit_xml(mutate))->attributes.at("tests"), "2");
+  EXPECT_EQ(testing::parse_xml(junit_xml(bite))->attributes.at("tests"), "5");
 }
 
 TEST(Report, AMissedMutationSaysHowFarItsRunWent) {

@@ -70,5 +70,16 @@ TEST(ScoreFile, TsvAndSafetensorsJoinOnIdWhateverTheIdsHold) {
   EXPECT_EQ(split(lines[2], '\t')[2], "two\\tcolumns\\r\\n");
 }
 
+// magic-score-diff's flags: a tolerance that cannot be a relative error is bad input (exit 2),
+// named, before any file is read.
+TEST(ScoreDiffCli, AToleranceThatIsNotAFiniteNonNegativeNumberIsRefused) {
+  for (const char* bad : {"-1", "nan", "inf"}) {
+    const auto o =
+        testing::run_command(std::string(MAGIC_SCORE_DIFF_BINARY) + " a.safetensors b.safetensors --tolerance " + bad);
+    EXPECT_EQ(o.exit_code, 2) << bad << ": " << o.output;
+    EXPECT_NE(o.output.find("--tolerance: expected a finite number >= 0"), std::string::npos) << o.output;
+  }
+}
+
 }  // namespace
 }  // namespace magic

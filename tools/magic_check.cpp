@@ -5,6 +5,8 @@
 
 #include <iostream>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "checks/mutations.h"
 #include "checks/run_check.h"
@@ -58,7 +60,8 @@ Command parse(int argc, char** argv, int& early_exit) {
       "Example: magic-check --topology dp=4 --bite --json report.json\n"
       "Mesh layouts check a small GPT on the KJV fixture; three-pool layouts a small decomposition."};
   app.add_option("--topology", topology,
-                 "layout, key=value[,...]: dp=N (mesh), or n_ci=A,n_per_block=B[,n_blocks=2][,n_ppgd=2] (three-pool)");
+                 "layout, key=value[,...]: mesh dp=D[,cp=C][,fsdp=F], or three pools "
+                 "n_ci=A,n_per_block=B[,n_blocks=2][,n_ppgd=2]");
   std::string run_config;
   app.add_option("--config", run_config,
                  "check this magic-run config (model, data, optimizer, schedule, reduction, weights, clipping, "
@@ -66,7 +69,7 @@ Command parse(int argc, char** argv, int& early_exit) {
   app.add_option("--steps", s.steps, "training steps (with --config: the run's first K steps)")->capture_default_str();
   app.add_option("--dtype", dtype,
                  "fp64 | fp32 | bf16 | fp16 (bf16/fp16: fp32 master weights and reduction, fp16 loss scale 1024; "
-                 "low precision is judged against an fp64 golden run, see README)")
+                 "low precision is judged against an fp64 golden run, see docs/magic-check.md)")
       ->capture_default_str();
   double loss_scale = 0;
   std::string reduce_dtype;
@@ -76,11 +79,12 @@ Command parse(int argc, char** argv, int& early_exit) {
   app.add_option("--convention", convention,
                  "sum: honest global count + SUM (exact always); avg: local mean + AVG (exact on equal shards)")
       ->capture_default_str();
-  app.add_option("--checks", checks_list, "levels to compare: grad,query_grad,hvp,final_params,scores (default all)");
+  app.add_option("--checks", checks_list,
+                 "levels to compare: grad,optimizer,query_grad,hvp,replay,final_params,scores (default all)");
   app.add_option("--mutate", mutate, "plant one named bug (see --list-mutations)");
   app.add_flag("--bite", bite, "plant every bug that applies and fail unless each is caught as expected");
   app.add_flag("--list-mutations", c.list_mutations, "list the mutations and their expected signatures");
-  app.add_option("--json", c.json_path, "write the report as JSON (schema in README)");
+  app.add_option("--json", c.json_path, "write the report as JSON (schema in docs/magic-check.md)");
   app.add_option("--junit", c.junit_path, "write the report as JUnit XML");
   app.add_option("--seed", seed, "seed of every random choice (init, data order, HVP direction)")
       ->capture_default_str();
@@ -120,6 +124,10 @@ Command parse(int argc, char** argv, int& early_exit) {
       }
     }
     require_mesh_topology(s.topology, "--config");
+  }
+  // 0 stands for "the default batch" inside CheckSettings; given on the command line it is an error.
+  if (app.count("--batch") > 0 && s.batch_size < 1) {
+    throw InputError(str_cat("--batch: expected an integer >= 1, got ", s.batch_size));
   }
   s.precision = PrecisionPolicy::for_compute(parse_dtype(dtype, "--dtype"));
   if (loss_scale != 0) s.precision.loss_scale = loss_scale;
@@ -169,33 +177,84 @@ int run_rank(const Command& c, const dist::Runtime& runtime) {
   return report.exit_code();
 }
 
+// Whether this process writes the run's reports when the run fails: the launcher (or the process
+// of --launch threads), and rank 0 under torchrun or srun, where no launcher of ours watches.
+bool writes_failure_reports() {
+  if (!dist::running_as_rank()) return true;
+  return std::string(std::getenv("RANK")) == "0" && std::getenv("MAGIC_RANK_LOG") == nullptr;
+}
+
+// The reports of a run that ended before rank 0 could make them (a rank failed, exit 2): CI reads
+// a failing case with the reason rather than finding no results.
+void write_failure_reports(const Command& c, const std::string& why) {
+  if ((c.json_path.empty() && c.junit_path.empty()) || !writes_failure_reports()) return;
+  const checks::CheckSettings& s = c.request.settings;
+  CheckReport r;
+  r.topology = s.topology.str();
+  r.world_size = s.topology.world_size();
+  r.workload = s.resolved_workload();
+  if (s.run_config) r.config = s.run_config->source;
+  r.dtype = s.precision.str();
+  r.convention = dist::convention_name(s.convention);
+  r.backend = dist::backend_name(s.backend);
+  r.steps = s.steps;
+  r.seed = s.seed;
+  r.mutation = c.request.mutation;
+  r.bite_mode = c.request.mode == checks::CheckMode::kBite;
+  r.failure = why.empty() ? "the run failed (exit 2) before rank 0 wrote its report" : why;
+  try {
+    if (!c.json_path.empty()) write_json_report(c.json_path, r);
+    if (!c.junit_path.empty()) write_junit_report(c.junit_path, r);
+  } catch (const std::exception& e) {
+    std::cerr << "magic-check: could not write the failure's report: " << dist::one_line_error(e) << std::endl;
+  }
+}
+
+// The launcher's lines about a failed run, without blank lines, as one message.
+std::string failure_text(const std::string& launcher_messages) {
+  std::vector<std::string> lines;
+  for (const auto& line : split(launcher_messages, '\n')) {
+    if (line.find_first_not_of(" \t\r") != std::string::npos) lines.push_back(line);
+  }
+  return join(lines, "\n");
+}
+
 // main(); also entered by each spawned rank forked from the launcher (RankProgram::entry), with
 // the references the launcher computed before forking.
 int check_main(int argc, char** argv, std::shared_ptr<const checks::ReferenceRuns> inherited_references) {
   const std::string who = dist::running_as_rank() ? str_cat("magic-check: rank ", std::getenv("RANK")) : "magic-check";
+  std::unique_ptr<Command> parsed;  // set once the flags are known good: from then on every exit writes reports
   // One line for the user (the launcher relays a rank's last such line); a backtrace goes to the
   // rank's log only.
   const auto fail = [&](const char* kind, const std::exception& e) {
     const std::string line = dist::one_line_error(e);
     if (line != e.what()) dist::note_in_rank_log(e.what());
     std::cerr << who << ": " << kind << ": " << line << std::endl;
+    if (parsed) write_failure_reports(*parsed, str_cat(kind, ": ", line));
     return static_cast<int>(kExitBadInput);
   };
   try {
     int early_exit = -1;
-    Command command = parse(argc, argv, early_exit);
+    parsed = std::make_unique<Command>(parse(argc, argv, early_exit));
     if (early_exit >= 0) return early_exit;
+    Command& command = *parsed;
     // A forked rank enters here while this frame, in its copy of the launcher's memory, is live.
     command.program.entry = [&command](int rank_argc, char** rank_argv) {
       return check_main(rank_argc, rank_argv, command.request.references);
     };
+    std::string launcher_messages;
+    command.program.launcher_messages = &launcher_messages;
     command.request.references = std::move(inherited_references);
     // Once here instead of on every rank, when the ranks inherit it.
     if (!command.request.references && dist::ranks_share_memory(command.program)) {
       command.request.references = checks::references_for_ranks(command.request.settings);
     }
-    return dist::run_rank_program(command.program, argc, argv,
-                                  [&](const dist::Runtime& runtime) { return run_rank(command, runtime); });
+    const int code = dist::run_rank_program(command.program, argc, argv,
+                                            [&](const dist::Runtime& runtime) { return run_rank(command, runtime); });
+    if (code == kExitBadInput && !dist::running_as_rank()) {
+      write_failure_reports(command, failure_text(launcher_messages));
+    }
+    return code;
   } catch (const InputError& e) {
     return fail("error", e);
   } catch (const DistributedError& e) {

@@ -71,8 +71,7 @@ Flags parse(int argc, char** argv, int& early_exit) {
   dist::RankProgram program;
   program.name = "magic-run";
   double timeout_s = 60;
-  app.add_option("--config", f.config_path, "run configuration (JSON; see README 'magic-run configuration')")
-      ->required();
+  app.add_option("--config", f.config_path, "run configuration (JSON; every key in docs/magic-run.md)")->required();
   app.add_option("--out", f.out_dir, "directory for scores.safetensors and scores.tsv (not written if omitted)");
   app.add_option("--top", f.top, "how many helpful and harmful examples to print")->capture_default_str();
   app.add_flag("--per-query", f.per_query, "one REPLAY per query: scores [queries, examples]");
@@ -81,7 +80,7 @@ Flags parse(int argc, char** argv, int& early_exit) {
   std::string validate;
   LdsOptions lds;
   app.add_option("--validate", validate,
-                 "lds: measure the linear datamodeling score by retraining without random subsets (README)");
+                 "lds: measure the linear datamodeling score by retraining without random subsets (docs/magic-run.md)");
   app.add_option("--subsets", lds.subsets, "with --validate lds: how many random subsets")->capture_default_str();
   app.add_option("--drop-fraction", lds.drop_fraction, "with --validate lds: the share of examples each drops")
       ->capture_default_str();

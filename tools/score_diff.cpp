@@ -6,6 +6,7 @@
 // mismatched files (different example ids or shapes).
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <iostream>
 
@@ -40,6 +41,9 @@ int run(int argc, char** argv) {
     return kExitOk;
   } catch (const CLI::ParseError& e) {
     throw InputError(str_cat(e.what(), " (run with --help for usage)"));
+  }
+  if (!std::isfinite(tolerance) || tolerance < 0) {
+    throw InputError(str_cat("--tolerance: expected a finite number >= 0, got ", tolerance));
   }
   const SafetensorsFile a = load_scores(a_path), b = load_scores(b_path);
   if (a.metadata.at("example_ids") != b.metadata.at("example_ids")) {

@@ -15,7 +15,7 @@ namespace magic {
 // A low-precision row compares three tensors: the fp64 golden reference G, the single-process
 // reference under the same precision policy R, and the distributed candidate D. It passes when
 //   err(D, G) <= k · err(R, G) + floor      (D is about as accurate as the policy allows)
-//   err(D, R) <= bound                      (where a bound is derived: README "Mixed precision")
+//   err(D, R) <= bound                      (where a bound is derived: docs/magic-check.md, "Mixed precision")
 //   scale(D, R) is no topology factor       (the diagnosis names none, exactly or as ≈; where
 //                                           values are judged)
 // err is the worst relative error of compare_tensors.
@@ -28,8 +28,8 @@ struct PrecisionCriterion {
   double floor = 0.0;
   std::optional<double> bound;
   std::optional<c10::ScalarType> storage;  // the compute dtype, for stored values
-  // False: the errors are reported but only the storage check judges (final parameters; README
-  // "Mixed precision" says why).
+  // False: the errors are reported but only the storage check judges (final parameters;
+  // docs/magic-check.md, "Mixed precision", says why).
   bool judge_values = true;
   // Values are judged only while err(R, G) is at most this: beyond it the policy's own result
   // carries no signal to compare against (scores whose metagradient the rounding dominates).

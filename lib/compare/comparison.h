@@ -1,4 +1,5 @@
-// Comparison of a distributed tensor d with its reference r (DESIGN.md section 5):
+// Comparison of a distributed tensor d with its reference r (docs/magic-check.md,
+// "Columns, tolerance and diagnosis"):
 //   scale          <d, r> / <r, r>            the factor a pure scaling error shows exactly
 //   mean_ratio     mean of d/r over entries with |r| > 1e-3 max|r|   ("mean(dist/ref)")
 //   worst_rel_err  max|d - r| / max(max|r|, error_scale)

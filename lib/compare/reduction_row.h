@@ -1,5 +1,5 @@
 // The row of a gradient reduction judged against the exact sum of its own terms (the bound is
-// stated and derived in checks/reduction_probe.h and README "Mixed precision"): it passes when
+// stated and derived in checks/reduction_probe.h and docs/magic-check.md, "Mixed precision"): it passes when
 // every entry g_i of the reduced gradient satisfies
 //   |g_i − c·e_i| <= (γ_{R−1}(u_reduce) + 2·u_master) · c·(m_i + R·η_reduce)
 // (e = Σ_r x_r and m = Σ_r |x_r| over the R ranks' local gradients, in fp64). A failing row names

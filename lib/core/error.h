@@ -21,7 +21,7 @@ class DistributedError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Exit codes of every command-line program (DESIGN.md section 7).
+// Exit codes of every command-line program (docs/design.md, "Conventions we chose").
 enum ExitCode : int { kExitOk = 0, kExitCheckFailed = 1, kExitBadInput = 2 };
 
 }  // namespace magic

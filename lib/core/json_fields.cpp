@@ -1,7 +1,10 @@
 #include "lib/core/json_fields.h"
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
@@ -15,15 +18,41 @@ std::string type_name(const nlohmann::json& value) {
   return value.type_name();
 }
 
+std::string line_and_column(const std::string& text, size_t byte) {
+  // nlohmann's byte is 1-based and points just past the character it stopped at.
+  const size_t end = std::min(byte > 0 ? byte - 1 : 0, text.size());
+  size_t line = 1, column = 1;
+  for (size_t i = 0; i < end; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return str_cat("line ", line, ", column ", column);
+}
+
 }  // namespace
 
 nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(str_cat(path, ": is a directory, expected a JSON file"));
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(str_cat(path, ": cannot open JSON file"));
+  std::ostringstream content;
+  content << in.rdbuf();
+  if (in.bad()) throw InputError(str_cat(path, ": cannot read JSON file"));
+  const std::string text = content.str();
   try {
-    return nlohmann::json::parse(in);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    throw InputError(str_cat(path, ": invalid JSON at byte ", e.byte, ": ", e.what()));
+    // e.what() reads "[json.exception.parse_error.101] parse error at line 3, column 5: ..."; keep
+    // only what it says after the position.
+    std::string why = e.what();
+    if (const size_t colon = why.find(": "); colon != std::string::npos) why = why.substr(colon + 2);
+    throw InputError(str_cat(path, ": invalid JSON at ", line_and_column(text, e.byte), ": ", why));
   }
 }
 

@@ -1,5 +1,6 @@
 #include "lib/data/text_loader.h"
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,9 @@ namespace magic {
 namespace {
 
 std::ifstream open_text(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(str_cat(path, ": is a directory, expected a data file"));
   std::ifstream in(path);
   if (!in) throw InputError(str_cat(path, ": cannot open data file"));
   return in;

@@ -1,5 +1,7 @@
-// Output paths, checked before the expensive part of a run starts; nothing is created here, so a
-// run that fails later leaves nothing behind. Errors are InputErrors naming the flag and path.
+// Output paths, checked before the expensive part of a run starts: by making (and at once
+// removing) a probe directory where the output goes, since access() says yes to root even on
+// /proc. Nothing is left here, so a run that fails later leaves nothing behind. Errors are
+// InputErrors naming the flag and path.
 #pragma once
 
 #include <string>

@@ -92,6 +92,7 @@ bool CheckReport::all_caught() const {
 }
 
 int CheckReport::exit_code() const {
+  if (!failure.empty()) return 2;
   if (bite_mode) return rows_pass() && all_caught() ? 0 : 1;
   return rows_pass() ? 0 : 1;
 }
@@ -250,7 +251,8 @@ nlohmann::ordered_json report_json(const CheckReport& r) {
               {"checks", checks},
               {"notes", r.notes},
               {"bite", r.bite_mode ? bite : json(nullptr)},
-              {"bite_skipped", r.bite_mode ? skipped : json(nullptr)}};
+              {"bite_skipped", r.bite_mode ? skipped : json(nullptr)},
+              {"failure", r.failure.empty() ? json(nullptr) : json(r.failure)}};
 }
 
 void write_json_report(const std::string& path, const CheckReport& report) {
@@ -263,17 +265,19 @@ std::string junit_xml(const CheckReport& r) {
   const bool empty = r.rows.empty();
   int failures = empty ? 1 : 0;
   for (const auto& row : r.rows) failures += !row.passed;
+  // A --mutate run carries its one mutation's outcome in r.bite too; only --bite writes that suite.
   int bite_failures = 0;
-  for (const auto& b : r.bite) bite_failures += !b.caught;
+  for (const auto& b : r.bite) bite_failures += r.bite_mode && !b.caught;
   const size_t row_tests = r.rows.size() + (empty ? 1 : 0);
-  const size_t tests = row_tests + r.bite.size() + r.bite_skipped.size();
+  const size_t tests = row_tests + (r.bite_mode ? r.bite.size() + r.bite_skipped.size() : 0);
   x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
     << "<testsuites name=\"magic-check\" tests=\"" << tests << "\" failures=\"" << failures + bite_failures
     << "\" time=\"" << r.seconds << "\">\n";
   x << "  <testsuite name=\"" << xml_escape("magic-check " + r.topology) << "\" tests=\"" << row_tests
     << "\" failures=\"" << failures << "\">\n";
   if (empty) {
-    x << "    <testcase classname=\"report\" name=\"rows\">\n      <failure message=\"no tensor was compared\"/>\n"
+    const std::string why = r.failure.empty() ? "no tensor was compared" : r.failure;
+    x << "    <testcase classname=\"report\" name=\"rows\">\n      <failure message=\"" << xml_escape(why) << "\"/>\n"
       << "    </testcase>\n";
   }
   for (const auto& row : r.rows) {

@@ -1,6 +1,6 @@
 // The magic-check report: the run's settings, one row per compared tensor, and the outcome of
 // each planted mutation under --bite. Written as a human table (stdout), JSON (--json; schema in
-// README "Report schema") and JUnit XML (--junit), each file atomically.
+// docs/magic-check.md, "Report schema") and JUnit XML (--junit), each file atomically.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -44,6 +44,9 @@ struct CheckReport {
   std::vector<BiteOutcome> bite;
   std::vector<BiteSkip> bite_skipped;
   double seconds = 0.0;
+  // Why the run ended before a report could be made (a rank failed, exit 2); "" for a run that
+  // finished. Such a report has no rows, fails, and carries this as its one test case's message.
+  std::string failure;
 
   // False when a row failed, and when there are no rows at all (nothing was checked).
   bool rows_pass() const;

@@ -33,7 +33,8 @@ TensorTree load_gpt_init(const std::string& path, const GptConfig& config, c10::
   for (const auto& p : expected) {
     if (!file.tensors.contains(p.name)) {
       throw InputError(str_cat(path, ": no tensor '", p.name, "' (the model ", model_text(config), " has ",
-                               expected.size(), " parameters; README 'Initial weights' lists them)"));
+                               expected.size(),
+                               " parameters; docs/magic-run.md, 'Initial weights from elsewhere', lists them)"));
     }
     const at::Tensor& t = file.tensors.at(p.name);
     if (!t.sizes().equals(p.tensor.sizes())) {

@@ -1,4 +1,4 @@
-// Weighted causal-LM cross-entropy (DESIGN.md section 3). Logits are shifted by one: position
+// Weighted causal-LM cross-entropy (docs/design.md, "The mathematics"). Logits are shifted by one: position
 // j's logits predict labels[j+1]; labels of -100 are ignored. Weights are per document [B]
 // (broadcast over tokens) or per token [B, T], where weights[b, j] weighs the loss on
 // labels[b, j] (so position 0, which no logit predicts, never counts).

@@ -1,5 +1,6 @@
 // SequenceLayout: which columns of a batch a forward pass computes and how its attention
-// reaches the keys of the columns it does not hold (context parallelism, DESIGN.md section 4).
+// reaches the keys of the columns it does not hold (context parallelism: docs/magic-check.md,
+// "Context parallel (`cp`)").
 // The single-process layout is the whole sequence in order; a context-parallel rank holds two
 // zig-zag chunks of a sequence padded to a multiple of 2·cp (lib/distributed/parallel/context_parallel.h).
 // Padding columns carry no label and weight 0; their positions come after every real one, so no

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "lib/step/train_state.h"
 #include "lib/train/checkpoint_schedule.h"
-#include "lib/train/train_state.h"
 
 namespace magic {
 

@@ -4,8 +4,8 @@
 
 #include <functional>
 
+#include "lib/step/step_function.h"
 #include "lib/train/checkpoint_store.h"
-#include "lib/train/step_function.h"
 
 namespace magic {
 

@@ -15,9 +15,9 @@
 #include "lib/model/gpt.h"
 #include "lib/model/lm_loss.h"
 #include "lib/optim/optimizer.h"
-#include "lib/train/mixed_precision.h"
-#include "lib/train/parallelism.h"
-#include "lib/train/step_function.h"
+#include "lib/step/mixed_precision.h"
+#include "lib/step/parallelism.h"
+#include "lib/step/step_function.h"
 
 namespace magic {
 

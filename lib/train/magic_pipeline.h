@@ -7,10 +7,10 @@
 #include <optional>
 #include <string>
 
+#include "lib/step/step_function.h"
 #include "lib/train/checkpoint_schedule.h"
 #include "lib/train/forward_training.h"
 #include "lib/train/replay_backward.h"
-#include "lib/train/step_function.h"
 
 namespace magic {
 

@@ -1,4 +1,4 @@
-// REPLAY: backpropagation through training, one step at a time (DESIGN.md section 3).
+// REPLAY: backpropagation through training, one step at a time (docs/design.md, "The mathematics").
 //   λθ = ∂Q/∂θ_N, λo = 0, λp = 0, λw = 0
 //   for t = N-1 .. 0:  (λ_t, δw) = VJP of s_{t+1} = step(s_t, batch_t, w) against λ_{t+1};  λw += δw
 // States are restored segment by segment: for the segment between two checkpoints, the states
@@ -9,9 +9,9 @@
 
 #include <functional>
 
+#include "lib/step/step_function.h"
 #include "lib/train/checkpoint_store.h"
 #include "lib/train/replay_mode.h"
-#include "lib/train/step_function.h"
 
 namespace magic {
 

@@ -21,7 +21,7 @@ inline ReplayMode choose_replay_mode(bool step_runs_collectives, int intra_op_th
 
 // Pipelined REPLAY's split of the intra-op threads: the worker (recomputing, tracing) takes half,
 // at least one; the caller (the products) the rest, at least one. The two sides' work is about
-// even in matrix products (README, "REPLAY pipelined on two threads").
+// even in matrix products (docs/benchmarks.md, "Why REPLAY/train stays near 3 on two threads").
 struct PipelineThreads {
   int caller = 1, worker = 1;
 };

@@ -11,9 +11,9 @@
 #include <optional>
 #include <vector>
 
+#include "lib/step/step_function.h"
 #include "lib/train/checkpoint_store.h"
 #include "lib/train/replay_backward.h"
-#include "lib/train/step_function.h"
 
 namespace magic {
 

@@ -13,8 +13,8 @@
 
 #include <string>
 
+#include "lib/step/step_function.h"
 #include "lib/train/checkpoint_schedule.h"
-#include "lib/train/step_function.h"
 
 namespace magic {
 

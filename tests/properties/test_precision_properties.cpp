@@ -1,4 +1,4 @@
-// False alarms of the low-precision comparison (README "Mixed precision"): clean runs in bf16 and
+// False alarms of the low-precision comparison (docs/magic-check.md, "Mixed precision"): clean runs in bf16 and
 // fp16 on random mesh layouts (dp, cp, fsdp; world <= 4), sequence lengths, batches, steps,
 // optimizers, checkpoint schedules and seeds must pass every row against the fp64 golden run.
 // ctest runs 20 cases; the long label 500 (the acceptance asks for >= 200 with none failing).
@@ -21,7 +21,7 @@ namespace {
 
 // How close clean runs come to the two rules that need no noise estimate: the largest |scale - 1|
 // of a judged row whose D and R point the same way (a factor >= 1.6 or <= 0.625 fails), and the
-// largest reduction error in units of its bound (README "Mixed precision").
+// largest reduction error in units of its bound (docs/magic-check.md, "Mixed precision").
 struct Margins {
   double scale_deviation = 0.0;
   double reduction_over_bound = 0.0;

@@ -1,4 +1,4 @@
-// Differentiable collectives (DESIGN.md section 4): autograd Functions whose backward is built
+// Differentiable collectives (docs/design.md, "Distribution"): autograd Functions whose backward is built
 // from the same Functions, so the graph survives create_graph and derivatives of any order
 // cross ranks correctly.
 //

@@ -1,4 +1,5 @@
-// Context parallelism (DESIGN.md section 4): the ranks of a cp group split every sequence.
+// Context parallelism (docs/magic-check.md, "Context parallel (`cp`)"): the ranks of a cp group
+// split every sequence.
 // The sequence, padded to P = 2·cp·ceil(T / 2cp) columns (padding: no label, weight 0), is cut
 // into 2·cp chunks of P / 2cp; cp rank r holds chunks r and 2cp-1-r, which balances the causal
 // mask's work (zig-zag). Attention reaches the other ranks' keys and values through the

@@ -1,8 +1,8 @@
-// Data parallelism on a dp x cp mesh with fsdp-way sharded parameters (DESIGN.md section 4):
-// the Parallelism the LM step is given on mesh layouts. Rows: the global batch is split into
-// contiguous shards over the dp index, sizes differing by at most one (uneven splits allowed;
-// a replica may get none); columns: the cp ranks of a replica split each sequence
-// (context_parallel.h); parameters: sharded_parameters.h.
+// Data parallelism on a dp x cp mesh with fsdp-way sharded parameters (docs/magic-check.md,
+// "How the distributed pipeline reduces gradients"): the Parallelism the LM step is given on mesh
+// layouts. Rows: the global batch is split into contiguous shards over the dp index, sizes
+// differing by at most one (uneven splits allowed; a replica may get none); columns: the cp ranks
+// of a replica split each sequence (context_parallel.h); parameters: sharded_parameters.h.
 //   SUM convention: each rank's loss is its partial sum over the honest global count of valid
 //                   labels across dp·cp; the gradient reduction is a SUM. Exact for any split.
 //   AVG convention: local mean, AVG reduction over dp·cp (SUM then / dp·cp). Exact only when
@@ -21,7 +21,7 @@
 #include "lib/distributed/parallel/context_parallel.h"
 #include "lib/distributed/parallel/mesh_layout.h"
 #include "lib/distributed/parallel/sharded_parameters.h"
-#include "lib/train/parallelism.h"
+#include "lib/step/parallelism.h"
 
 namespace magic::dist {
 

@@ -1,5 +1,6 @@
 // MeshLayout: where each rank sits in a dp x cp mesh whose parameters are sharded fsdp ways
-// (DESIGN.md section 4). Rank order: cp varies fastest, then dp:
+// (docs/magic-check.md, "Mesh: context parallel and sharded parameters").
+// Rank order: cp varies fastest, then dp:
 //   rank = dp_index * cp + cp_index.
 // Groups of a rank (dp_index d, cp_index c):
 //   cp group      {(d, c') : every c'}                            K/V gather of attention

@@ -1,7 +1,8 @@
-// Sharded parameters (DESIGN.md section 4): every parameter is stored as a dim-0 shard on each
-// rank of its shard group, torch.chunk style (shards of ceil(n / fsdp) rows, the last non-empty
-// one possibly shorter, any after it empty); the optimizer state is sharded alike because it is
-// built from the stored parameters, and the update runs on shards.
+// Sharded parameters (docs/magic-check.md, "Sharded parameters (`fsdp`)"): every parameter is
+// stored as a dim-0 shard on each rank of its shard group, torch.chunk style (shards of
+// ceil(n / fsdp) rows, the last non-empty one possibly shorter, any after it empty); the optimizer
+// state is sharded alike because it is built from the stored parameters, and the update runs on
+// shards.
 // Before use a shard enters through
 //   full = all_gather_shard(copy_to_group(shard, replica group))
 // whose backward is a reduce_scatter_sum within the shard group, then a sum across the ranks

@@ -1,4 +1,4 @@
-// Portals (DESIGN.md section 4): differentiable point-to-point transfers between pools.
+// Portals (docs/design.md, "Distribution"): differentiable point-to-point transfers between pools.
 //   forward:  the source sends x, the destination receives it
 //   backward: the destination sends the cotangent back, the source receives it
 // and each backward is built from the same two Functions, so any derivative order works.

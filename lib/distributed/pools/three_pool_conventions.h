@@ -2,7 +2,7 @@
 // given: where a pool's gradient is summed, which rank contributes a replicated term, how a
 // global sum enters a nonlinear term, and how values replicated across pools are consumed. These
 // are the correct ones; checks/planted_variants.cpp plants a known bug by overriding one method
-// (DESIGN.md section 6: mutations enter through objects the pipeline is already given).
+// (docs/design.md, "Mutations enter through one seam": objects the pipeline is already given).
 #pragma once
 
 #include <ATen/ATen.h>

@@ -1,4 +1,4 @@
-// The three-pool layout (DESIGN.md section 4): world ranks in order
+// The three-pool layout (docs/magic-check.md, "Three pools"): world ranks in order
 //   [0, n_ci)                                   CI pool: the causal-importance parameters θ_ci,
 //                                               data-parallel over the batch
 //   n_ci + k n_per_block + [0, n_per_block)     block k: the V/U of its sites, replicated and

@@ -29,8 +29,8 @@
 #include "lib/distributed/pools/three_pool_layout.h"
 #include "lib/model/spd.h"
 #include "lib/optim/optimizer.h"
-#include "lib/train/mixed_precision.h"
-#include "lib/train/step_function.h"
+#include "lib/step/mixed_precision.h"
+#include "lib/step/step_function.h"
 
 namespace magic::dist {
 

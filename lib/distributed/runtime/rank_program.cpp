@@ -3,12 +3,39 @@
 #include <ATen/Parallel.h>
 
 #include <iostream>
+#include <streambuf>
+#include <string>
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/launcher.h"
 
 namespace magic::dist {
+namespace {
+
+// Writes through to `out` and appends a copy to `copy`.
+class TeeBuffer : public std::streambuf {
+ public:
+  TeeBuffer(std::streambuf& out, std::string& copy) : out_(out), copy_(copy) {}
+
+ protected:
+  int overflow(int c) override {
+    if (c == traits_type::eof()) return traits_type::not_eof(c);
+    copy_.push_back(static_cast<char>(c));
+    return out_.sputc(static_cast<char>(c));
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    copy_.append(s, static_cast<size_t>(n));
+    return out_.sputn(s, n);
+  }
+  int sync() override { return out_.pubsync(); }
+
+ private:
+  std::streambuf& out_;
+  std::string& copy_;
+};
+
+}  // namespace
 
 void RankProgram::validate() const {
   const bool threads = threads_allowed && launch == "threads";
@@ -64,7 +91,12 @@ int run_rank_program(const RankProgram& program, int argc, char** argv,
   spawn.timeout = program.timeout;
   spawn.name = program.name;
   if (program.entry) spawn.rank_main = [&program, argc, argv] { return program.entry(argc, argv); };
-  return spawn_ranks(spawn, std::cerr);
+  if (program.launcher_messages == nullptr) return spawn_ranks(spawn, std::cerr);
+  TeeBuffer tee(*std::cerr.rdbuf(), *program.launcher_messages);
+  std::ostream both(&tee);
+  const int code = spawn_ranks(spawn, both);
+  both.flush();
+  return code;
 }
 
 }  // namespace magic::dist

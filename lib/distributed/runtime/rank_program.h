@@ -29,6 +29,9 @@ struct RankProgram {
   // The tool's main: with it, spawned ranks are forked from the launcher and enter it with RANK
   // set (launcher.h's rank_main), skipping a second load of the binary and LibTorch.
   std::function<int(int, char**)> entry;
+  // Where the launcher also copies what it tells the user (a failed rank's lines), so that the
+  // tool can put the failure into its reports; null: stderr only.
+  std::string* launcher_messages = nullptr;
 
   // Throws InputError for a launch mode other than spawn|env (|threads where allowed), and for
   // a world the built-in launcher does not start (naming --topology and the way out), before

@@ -40,8 +40,20 @@ Rendezvous Rendezvous::from_env() {
   r.rank = env_int("RANK", std::nullopt);
   r.world_size = env_int("WORLD_SIZE", std::nullopt);
   r.local_rank = env_int("LOCAL_RANK", r.rank);
-  if (const char* addr = std::getenv("MASTER_ADDR")) r.master_addr = addr;
-  r.master_port = env_int("MASTER_PORT", 29500);
+  // Both are required, as torch.distributed's env:// requires them: a silent default port would
+  // meet whatever else listens there and fail a minute later at the store's timeout.
+  const char* addr = std::getenv("MASTER_ADDR");
+  if (addr == nullptr || *addr == '\0') {
+    throw InputError(
+        "environment variable MASTER_ADDR is not set; --launch env expects torchrun's RANK, WORLD_SIZE, "
+        "MASTER_ADDR and MASTER_PORT");
+  }
+  r.master_addr = addr;
+  r.master_port = env_int("MASTER_PORT", std::nullopt);
+  if (r.master_port < 1 || r.master_port > 65535) {
+    throw InputError(str_cat("environment variable MASTER_PORT='", std::getenv("MASTER_PORT"),
+                             "' is not a TCP port (expected 1 to 65535)"));
+  }
   const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
   r.agent_store = agent != nullptr && std::string(agent) == "True";
   if (r.world_size < 1 || r.rank >= r.world_size) {

@@ -1,5 +1,5 @@
 // TopologySpec: the layout string of magic-check --topology, "key=value[,key=value...]" with
-// integers >= 1 (DESIGN.md section 4). Two families:
+// integers >= 1 (docs/design.md, "Distribution"). Two families:
 //   mesh:       dp (data-parallel replicas, default 1), cp (context-parallel ranks inside a replica,
 //               default 1), fsdp (parameter shard group, default 1, must divide dp);
 //               world = dp * cp. Rank order: cp varies fastest, then dp (rank = dp_index * cp +

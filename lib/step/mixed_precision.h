@@ -10,7 +10,7 @@
 
 #include "lib/core/precision_policy.h"
 #include "lib/core/tensor_tree.h"
-#include "lib/train/parallelism.h"
+#include "lib/step/parallelism.h"
 
 namespace magic {
 

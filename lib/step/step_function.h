@@ -1,5 +1,6 @@
 // The two functions a MAGIC pipeline is made of, as interfaces so the single-process engine and
-// the distributed one share ForwardTraining and ReplayBackward:
+// the distributed one share ForwardTraining and ReplayBackward (lib/step: the distributed code
+// implements them, lib/train drives them; see docs/design.md, "Layers"):
 //   StepFunction:  s_{t+1} = step(s_t, batch_t, w)
 //   QueryFunction: Q(θ), the query loss at the final parameters
 #pragma once
@@ -9,7 +10,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "lib/train/train_state.h"
+#include "lib/step/train_state.h"
 
 namespace magic {
 
@@ -46,10 +47,6 @@ class StepFunction {
   // must equal training's bit for bit.
   virtual TrainState restore(const TrainState& saved, int64_t /*step*/) const { return saved; }
 };
-
-// ∇²L_t(θ) v = ∇<∇L_t(θ), v>, through whatever collectives the step's gradient uses.
-TensorTree hessian_vector_product(const StepFunction& step, const TrainState& state, int64_t t, const at::Tensor& w,
-                                  const TensorTree& direction);
 
 class QueryFunction {
  public:

@@ -1,4 +1,4 @@
-#include "lib/train/step_function.h"
+#include "checks/hessian_vector_product.h"
 
 #include <torch/csrc/autograd/autograd.h>
 
@@ -6,12 +6,6 @@
 #include "lib/distributed/runtime/progress.h"
 
 namespace magic {
-
-TensorTree QueryFunction::gradient(const TensorTree& params, std::optional<int64_t> index) const {
-  TensorTree leaves = params.requires_grad();
-  at::Tensor q = loss(leaves, index);
-  return with_values(leaves, torch::autograd::grad({q}, leaves.tensors(), {}, false, false, true)).detach();
-}
 
 TensorTree hessian_vector_product(const StepFunction& step, const TrainState& state, int64_t t, const at::Tensor& w,
                                   const TensorTree& direction) {

@@ -1,4 +1,4 @@
-#include "lib/train/train_state.h"
+#include "lib/step/train_state.h"
 
 namespace magic {
 

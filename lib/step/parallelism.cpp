@@ -1,4 +1,4 @@
-#include "lib/train/parallelism.h"
+#include "lib/step/parallelism.h"
 
 namespace magic {
 

@@ -1,4 +1,4 @@
-#include "lib/train/mixed_precision.h"
+#include "lib/step/mixed_precision.h"
 
 namespace magic {
 
