@@ -184,6 +184,65 @@ TEST(Resume, FolderLifecycleAndMisuse) {
   EXPECT_EQ(run_folders(spill).size(), 1u);
 }
 
+// Files read back are input: a kept run's checkpoint with one bit flipped in a value's exponent, a
+// truncated one, an empty one and one copied from another step are each refused by --resume with
+// exit 2, naming the file and its step; the undamaged folder then resumes.
+TEST(Resume, ADamagedTruncatedEmptyOrForeignCheckpointIsRefusedNamingItsFileAndStep) {
+  const std::string spill = fresh_dir("resume-damaged-spill");
+  const std::string config = resumable_config("resume-damaged", spill);
+  ASSERT_EQ(magic_run("--config " + config + " --keep-checkpoints").exit_code, 0);
+  ASSERT_EQ(run_folders(spill).size(), 1u);
+  const fs::path rank = run_folders(spill)[0] / "rank-0";
+  const fs::path victim = rank / "step-10.safetensors", backup = rank / "step-10.keep";
+  fs::copy_file(victim, backup);
+  const auto restore = [&] { fs::copy_file(backup, victim, fs::copy_options::overwrite_existing); };
+  const auto expect_refused = [&](const std::string& what, const std::string& fragment) {
+    testing::CommandOutcome o = magic_run("--config " + config + " --resume");
+    EXPECT_EQ(o.exit_code, 2) << what << "\n" << o.output;
+    EXPECT_NE(o.output.find("the checkpoint of step 10: " + victim.string()), std::string::npos) << what << "\n"
+                                                                                                 << o.output;
+    EXPECT_NE(o.output.find(fragment), std::string::npos) << what << "\n" << o.output;
+    EXPECT_EQ(o.output.find("query loss"), std::string::npos) << what << ": ran on\n" << o.output;
+  };
+
+  // One bit of the first value's exponent (the eighth byte of a little-endian fp64).
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t header = 0;
+    f.read(reinterpret_cast<char*>(&header), 8);
+    const auto at = static_cast<std::streamoff>(8 + header + 7);
+    char byte = 0;
+    f.seekg(at);
+    f.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x01);
+    f.seekp(at);
+    f.write(&byte, 1);
+  }
+  expect_refused("a flipped bit", "does not match");
+  restore();
+  fs::resize_file(victim, fs::file_size(victim) - 100);
+  expect_refused("truncated", "not a valid safetensors file");
+  restore();
+  fs::resize_file(victim, 0);
+  expect_refused("empty", "shorter than the 8-byte header length");
+  fs::copy_file(rank / "step-9.safetensors", victim, fs::copy_options::overwrite_existing);
+  expect_refused("another step's file", "belongs to another run or record");
+  restore();
+  fs::remove(backup);
+  // A REPLAY journal record is verified the same way when it is read.
+  const fs::path record = rank / "query-0.safetensors";
+  ASSERT_TRUE(fs::exists(record));
+  const fs::path record_backup = rank / "query-0.keep";
+  fs::copy_file(record, record_backup);
+  fs::resize_file(record, fs::file_size(record) - 1);
+  testing::CommandOutcome o = magic_run("--config " + config + " --resume");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("the REPLAY journal's query 0: " + record.string()), std::string::npos) << o.output;
+  fs::rename(record_backup, record);
+  testing::CommandOutcome resumed = magic_run("--config " + config + " --resume");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+}
+
 // In process: the pipeline with a run folder gives the in-memory scores exactly, and REPLAY
 // continued from each segment boundary's record gives the uninterrupted result exactly.
 TEST(Resume, ReplayContinuedFromEverySegmentBoundaryIsExact) {

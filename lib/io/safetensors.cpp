@@ -106,21 +106,35 @@ SafetensorsFile load_safetensors(const std::string& path) {
     if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets")) {
       throw bad(str_cat("entry '", item.key(), "' needs dtype, shape and data_offsets"));
     }
+    if (!info["dtype"].is_string()) throw bad(str_cat("entry '", item.key(), "' has a dtype that is not a string"));
     auto dtype = dtype_from_code(info["dtype"].get<std::string>());
     if (!dtype) throw bad(str_cat("entry '", item.key(), "' has unsupported dtype ", info["dtype"].dump()));
-    std::vector<int64_t> shape = info["shape"].get<std::vector<int64_t>>();
-    auto offsets = info["data_offsets"].get<std::vector<uint64_t>>();
+    std::vector<int64_t> shape;
+    std::vector<uint64_t> offsets;
+    try {
+      shape = info["shape"].get<std::vector<int64_t>>();
+      offsets = info["data_offsets"].get<std::vector<uint64_t>>();
+    } catch (const nlohmann::ordered_json::exception&) {
+      throw bad(str_cat("entry '", item.key(), "' needs integer shape and data_offsets, got ", info.dump()));
+    }
     if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data_size) {
       throw bad(str_cat("entry '", item.key(), "' has data_offsets ", info["data_offsets"].dump(), " outside the ",
                         data_size, "-byte data section"));
     }
-    int64_t numel = 1;
-    for (int64_t d : shape) numel *= d;
-    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(*dtype));
-    if (offsets[1] - offsets[0] != static_cast<uint64_t>(numel) * t.element_size()) {
+    // The sizes are checked against the bytes the entry holds before anything is allocated: a
+    // damaged header must not ask for a huge or negative tensor.
+    uint64_t numel = 1;
+    for (int64_t d : shape) {
+      if (d < 0 || (d > 0 && numel > data_size / static_cast<uint64_t>(d))) {
+        throw bad(str_cat("entry '", item.key(), "' has shape ", info["shape"].dump(), " larger than the file"));
+      }
+      numel *= static_cast<uint64_t>(d);
+    }
+    if (offsets[1] - offsets[0] != numel * c10::elementSize(*dtype)) {
       throw bad(str_cat("entry '", item.key(), "' holds ", offsets[1] - offsets[0], " bytes for shape ",
                         info["shape"].dump(), " of ", info["dtype"].get<std::string>()));
     }
+    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(*dtype));
     in.seekg(static_cast<std::streamoff>(8 + header_size + offsets[0]));
     in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(offsets[1] - offsets[0]));
     if (!in) throw bad(str_cat("entry '", item.key(), "' could not be read"));

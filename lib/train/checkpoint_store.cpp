@@ -8,6 +8,7 @@
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "lib/io/safetensors.h"
+#include "lib/io/sealed_file.h"
 
 namespace magic {
 
@@ -33,10 +34,12 @@ CheckpointStore CheckpointStore::persistent(std::vector<int64_t> steps, const st
   if (!std::filesystem::is_directory(folder)) {
     throw InputError(str_cat("checkpoint folder ", folder, ": cannot create it"));
   }
-  // Files are written whole (a temporary name, then a rename), so a present file is complete.
+  // Files are written whole (a temporary name, then a rename), but a file read back is input like
+  // any other: each one present is verified (seal and checksum) before the run takes it as saved.
   for (int64_t step : store.steps_) {
     const std::string path = store.path_for(step);
-    if (!std::filesystem::is_regular_file(path)) continue;
+    if (!std::filesystem::exists(path)) continue;
+    store.load_file(step);
     store.saved_[step] = true;
     store.bytes_ += static_cast<int64_t>(std::filesystem::file_size(path));
   }
@@ -76,14 +79,22 @@ void CheckpointStore::save(int64_t step, const TrainState& state) {
   if (directory_.empty()) {
     memory_.emplace(step, TrainState{state.params.clone(), state.opt.clone(), state.persistent.clone()});
   } else {
-    save_safetensors(path_for(step), flatten_state(state));
+    save_sealed(path_for(step), flatten_state(state), seal_for(step));
   }
+}
+
+std::string CheckpointStore::seal_for(int64_t step) const {
+  return str_cat(folder_seal(directory_), " checkpoint ", step);
+}
+
+TrainState CheckpointStore::load_file(int64_t step) const {
+  return unflatten_state(load_sealed(path_for(step), seal_for(step), str_cat("the checkpoint of step ", step)));
 }
 
 TrainState CheckpointStore::load(int64_t step) const {
   if (!saved_.count(step)) throw std::logic_error(str_cat("no checkpoint at step ", step));
   if (directory_.empty()) return memory_.at(step);
-  return unflatten_state(load_safetensors(path_for(step)).tensors);
+  return load_file(step);
 }
 
 int64_t CheckpointStore::nearest_at_or_before(int64_t step) const {

@@ -19,7 +19,8 @@ class CheckpointStore {
   // `spill_dir`: a directory under which a private folder is made; nullopt keeps memory.
   CheckpointStore(std::vector<int64_t> steps, std::optional<std::string> spill_dir = std::nullopt);
   // Checkpoints in `folder` itself, kept when the store is destroyed; the ones already there
-  // (written by an interrupted run of the same configuration) count as saved.
+  // (written by an interrupted run of the same configuration) count as saved once each is
+  // verified: a damaged or foreign file is an InputError naming it and its step (exit 2).
   static CheckpointStore persistent(std::vector<int64_t> steps, const std::string& folder);
   ~CheckpointStore();
   CheckpointStore(CheckpointStore&& other) noexcept;
@@ -44,6 +45,9 @@ class CheckpointStore {
  private:
   CheckpointStore() = default;
   std::string path_for(int64_t step) const;
+  std::string seal_for(int64_t step) const;
+  // The checkpoint file of `step`, verified (sealed_file.h): InputError naming it otherwise.
+  TrainState load_file(int64_t step) const;
 
   std::vector<int64_t> steps_;
   std::string directory_;

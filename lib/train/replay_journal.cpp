@@ -3,8 +3,9 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "lib/core/error.h"
 #include "lib/core/strings.h"
-#include "lib/io/safetensors.h"
+#include "lib/io/sealed_file.h"
 
 namespace magic {
 namespace {
@@ -51,30 +52,42 @@ int64_t ReplayJournal::latest() const {
   return best;
 }
 
-ReplayResume ReplayJournal::partial(int64_t progress) const {
-  const TensorTree t = load_safetensors(partial_path(progress)).tensors;
-  TensorTree lambda;
-  for (const auto& e : t) {
-    if (e.name != "dw") lambda.insert(e.name, e.tensor);
+std::string ReplayJournal::seal_for(const std::string& record) const {
+  return str_cat(folder_seal(folder_), " ", record);
+}
+
+at::Tensor ReplayJournal::load_record(const std::string& path, const std::string& record, TensorTree* rest) const {
+  TensorTree t = load_sealed(path, seal_for(record), "the REPLAY journal's " + record);
+  if (!t.contains("dw")) throw InputError(str_cat(path, ": the REPLAY journal's ", record, " has no dw"));
+  if (rest != nullptr) {
+    for (const auto& e : t) {
+      if (e.name != "dw") rest->insert(e.name, e.tensor);
+    }
   }
-  return ReplayResume{progress % segments_, unflatten_state(lambda), t.at("dw")};
+  return t.at("dw");
+}
+
+ReplayResume ReplayJournal::partial(int64_t progress) const {
+  TensorTree lambda;
+  const at::Tensor dw = load_record(partial_path(progress), str_cat("record ", progress), &lambda);
+  return ReplayResume{progress % segments_, unflatten_state(lambda), dw};
 }
 
 at::Tensor ReplayJournal::finished_query(int64_t query) const {
-  return load_safetensors(query_path(query)).tensors.at("dw");
+  return load_record(query_path(query), str_cat("query ", query), nullptr);
 }
 
 void ReplayJournal::record_partial(int64_t progress, const TrainState& lambda, const at::Tensor& dw) const {
   TensorTree t = flatten_state(lambda);
   t.insert("dw", dw);
-  save_safetensors(partial_path(progress), t);
+  save_sealed(partial_path(progress), t, seal_for(str_cat("record ", progress)));
   prune_before(progress);
 }
 
 void ReplayJournal::record_finished_query(int64_t query, const at::Tensor& dw) const {
   TensorTree t;
   t.insert("dw", dw);
-  save_safetensors(query_path(query), t);
+  save_sealed(query_path(query), t, seal_for(str_cat("query ", query)));
   prune_before((query + 1) * segments_);
 }
 

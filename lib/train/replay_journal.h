@@ -29,6 +29,10 @@ class ReplayJournal {
  private:
   std::string partial_path(int64_t progress) const;
   std::string query_path(int64_t query) const;
+  // Records are sealed with the folder and their name (sealed_file.h): verified when read back.
+  std::string seal_for(const std::string& record) const;
+  // A record's dw (and, into `rest`, its other tensors), verified.
+  at::Tensor load_record(const std::string& path, const std::string& record, TensorTree* rest) const;
   // Removes partial records older than the one before `progress`.
   void prune_before(int64_t progress) const;
 

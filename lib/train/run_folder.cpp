@@ -10,6 +10,7 @@
 #include <ostream>
 
 #include "lib/core/error.h"
+#include "lib/core/fnv1a.h"
 #include "lib/core/json_fields.h"
 #include "lib/core/strings.h"
 #include "lib/io/atomic_file.h"
@@ -21,22 +22,6 @@ namespace {
 constexpr const char* kFolderPrefix = "magic-run-";
 constexpr const char* kManifest = "manifest.json";
 constexpr const char* kLock = "lock";
-
-uint64_t fnv1a(uint64_t h, const char* data, size_t size) {
-  for (size_t i = 0; i < size; ++i) {
-    h ^= static_cast<unsigned char>(data[i]);
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
-constexpr uint64_t kFnvBasis = 14695981039346656037ULL;
-
-std::string hex16(uint64_t h) {
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return hex;
-}
 
 // "<bytes> bytes, FNV-1a <hex>" of a file's content.
 std::string file_fingerprint(const std::string& path) {
