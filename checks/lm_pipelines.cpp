@@ -1,6 +1,7 @@
 #include "checks/lm_pipelines.h"
 
 #include "checks/hessian_vector_product.h"
+#include "checks/phase_progress.h"
 #include "checks/planted_pipeline.h"
 #include "checks/planted_precision.h"
 #include "checks/planted_variants.h"
@@ -46,9 +47,12 @@ double workload_clip_norm(const CheckSettings& s) {
       RunConfig::from_json(workload_json(fp64, s.optimizer_json()), "magic-check workload", s.fixtures_dir));
   std::vector<double> norms;
   const TrainState at_start{p.initial.params.requires_grad(), p.initial.opt, {}};
+  PhaseProgress progress("clip norm: gradients at θ_0", p.step->num_steps());
   for (int64_t t = 0; t < p.step->num_steps(); ++t) {
     norms.push_back(norm(p.step->gradient(at_start, t, p.weights, false)).item<double>());
+    progress.update(t + 1);
   }
+  progress.finish();
   return clip_norm_between(norms);
 }
 
@@ -62,7 +66,7 @@ double clip_norm_between(std::vector<double> norms) {
   return std::sqrt(norms[gap] * norms[gap + 1]);
 }
 
-RunConfig lm_check_config(const CheckSettings& s) {
+RunConfig lm_unclipped_config(const CheckSettings& s) {
   if (s.run_config) {
     RunConfig c = *s.run_config;
     c.steps = s.steps;
@@ -72,6 +76,11 @@ RunConfig lm_check_config(const CheckSettings& s) {
     c.spill_dir.reset();  // the check keeps its few checkpoints in memory
     return c;
   }
+  return RunConfig::from_json(workload_json(s, s.optimizer_json()), "magic-check workload", s.fixtures_dir);
+}
+
+RunConfig lm_check_config(const CheckSettings& s) {
+  if (s.run_config) return lm_unclipped_config(s);  // the config's own clip norm, if any
   nlohmann::json optimizer = s.optimizer_json();
   optimizer["clip_norm"] = workload_clip_norm(s);
   return RunConfig::from_json(workload_json(s, optimizer), "magic-check workload", s.fixtures_dir);
@@ -253,8 +262,14 @@ ReferenceRun run_reference_lm(const CheckSettings& settings) {
   reference::UnrolledLmSetup setup{
       problem.model,    problem.train,     &problem.query->queries(),  *problem.stream,
       config.reduction, problem.optimizer, config.optimizer.clip_norm, problem.initial.params,
-      config.precision};
+      config.precision, {}};
+  const std::string label = str_cat("reference (", config.precision.str(), ")");
+  PhaseProgress training(label + ": training", problem.stream->num_steps());
+  setup.after_step = [&training](int64_t t) { training.update(t + 1); };
   auto unrolled = reference::unrolled_lm_scores(setup, problem.weights);
+  training.finish();
+  setup.after_step = nullptr;
+  PhaseProgress products(label + ": step products", problem.stream->num_steps());
   const TensorTree v = hvp_direction(problem.initial.params, settings.seed);
   const int64_t last = problem.stream->num_steps() - 1;
   const SumLengths n = sum_lengths(config, problem, problem.initial.params);
@@ -278,7 +293,9 @@ ReferenceRun run_reference_lm(const CheckSettings& settings) {
     if (!vjp.clip_gradient.empty()) replay.clip_gradient.push_back(vjp.clip_gradient);
     run.gradient_cotangents.push_back(vjp.gradient_cotangent);
     run.gradients.push_back(unrolled.step_grads[t]);
+    products.update(static_cast<int64_t>(t) + 1);
   }
+  products.finish();
   append_trained_outputs(run.outputs, n, reference::lm_query_gradient(setup, unrolled.final_params),
                          reference::lm_batch_hvp(setup, problem.initial.params, problem.weights, 0, v),
                          reference::lm_batch_hvp(setup, unrolled.final_params, problem.weights, last, v),
@@ -293,8 +310,9 @@ ReferenceRun run_reference_lm(const CheckSettings& settings) {
 
 int64_t lm_training_examples(const CheckSettings& settings) {
   CheckSettings one_row = settings;
-  one_row.batch_size = 1;  // any batch the data can fill: only the dataset is wanted
-  return build_lm_problem(lm_check_config(one_row)).train->size();
+  one_row.batch_size = 1;  // any batch and length the data can fill: only the dataset is wanted
+  one_row.steps = 1;
+  return build_lm_problem(lm_unclipped_config(one_row)).train->size();
 }
 
 std::vector<int64_t> shard_label_counts(const CheckSettings& settings, int64_t step) {

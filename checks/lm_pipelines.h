@@ -24,6 +24,9 @@ namespace magic::checks {
 // A small GPT on the KJV fixture with per-token weights, clipped at workload_clip_norm; with
 // --config, that run (its clip norm, if any) at the settings' precision.
 RunConfig lm_check_config(const CheckSettings& settings);
+// The same before the clip norm is chosen (cheap: nothing is computed), for what does not depend
+// on it: the training examples, the memory estimate.
+RunConfig lm_unclipped_config(const CheckSettings& settings);
 
 // The built-in workload's clip norm, chosen so that clipping fires on some steps and not on
 // others: the gradient norms of every step's batch at θ_0 (fp64, unclipped) are sorted and the

@@ -1,6 +1,7 @@
 #include "checks/spd_pipelines.h"
 
 #include "checks/hessian_vector_product.h"
+#include "checks/phase_progress.h"
 #include "checks/planted_pipeline.h"
 #include "checks/planted_precision.h"
 #include "checks/planted_variants.h"
@@ -11,6 +12,7 @@
 
 #include "lib/core/json_fields.h"
 #include "lib/core/seed.h"
+#include "lib/core/stop_signal.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/pools/three_pool_spd.h"
 #include "lib/distributed/runtime/progress.h"
@@ -156,7 +158,7 @@ SpdProblem unclipped_spd_problem(const CheckSettings& s) {
 
 reference::UnrolledSpdSetup reference_setup(const CheckSettings& s, const SpdProblem& p) {
   return {p.config,          p.data,        *p.stream,  p.optimizer, p.clip_norm, p.initial_params,
-          p.initial_sources, p.source_seed, s.precision};
+          p.initial_sources, p.source_seed, s.precision, {}};
 }
 
 at::Tensor unit_weights(const SpdProblem& p, const CheckSettings& s) {
@@ -233,11 +235,14 @@ SpdProblem spd_problem(const CheckSettings& s) {
   const SpdProblem plain = unclipped_spd_problem(fp64);
   const reference::UnrolledSpdSetup setup = reference_setup(fp64, plain);
   std::vector<double> norms;
+  PhaseProgress progress("clip norm: gradients at θ_0", plain.stream->num_steps());
   for (int64_t t = 0; t < plain.stream->num_steps(); ++t) {
     norms.push_back(norm(reference::spd_batch_gradient(setup, plain.initial_params, plain.initial_sources,
                                                        unit_weights(plain, fp64), t))
                         .item<double>());
+    progress.update(t + 1);
   }
+  progress.finish();
   p.clip_norm = clip_norm_between(norms);
   return p;
 }
@@ -336,9 +341,14 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
 
 ReferenceRun run_reference_spd(const CheckSettings& settings) {
   const SpdProblem p = spd_problem(settings);
-  const reference::UnrolledSpdSetup setup = reference_setup(settings, p);
+  reference::UnrolledSpdSetup setup = reference_setup(settings, p);
   const at::Tensor w = unit_weights(p, settings);
+  const std::string label = str_cat("reference (", settings.precision.str(), ")");
+  PhaseProgress training(label + ": training", p.stream->num_steps());
+  setup.after_step = [&training](int64_t t) { training.update(t + 1); };
   const auto unrolled = reference::unrolled_spd_scores(setup, w);
+  training.finish();
+  setup.after_step = nullptr;
   StepGradRows grads;
   for (const auto& step : unrolled.step_grads) {
     for (const auto& [term, tree] : step) grads.add(term, tree);
@@ -358,6 +368,7 @@ ReferenceRun run_reference_spd(const CheckSettings& settings) {
       const TensorTree& sources = unrolled.step_sources[t];
       if (p.clip_norm) clip_steps.push_back(reference::spd_clip_gradient(setup, params, sources, w, step, kappa));
       dw_steps.push_back(reference::spd_weight_product(setup, params, sources, w, step, v));
+      throw_if_stop_requested(str_cat(label, ": step products, step ", t + 1, " of ", unrolled.step_params.size()));
     }
     if (!clip_steps.empty()) clip_vjp_row = steps_flat(clip_steps);
     dw_row = at::cat(dw_steps);

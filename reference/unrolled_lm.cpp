@@ -172,6 +172,7 @@ UnrolledLmResult unrolled_lm_scores(const UnrolledLmSetup& setup, const at::Tens
     opt_state = step.update.state.map([](const at::Tensor& x) { return x.clone(); });
     later_params.push_back(params);
     later_opt.push_back(opt_state.floating());
+    if (setup.after_step) setup.after_step(t);
   }
   result.final_params = params.detach();
   if (!per_query) {

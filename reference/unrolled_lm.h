@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -32,6 +33,9 @@ struct UnrolledLmSetup {
   // Applied as plainly as possible: the forward on parameters cast to the compute dtype, the loss
   // in master, every backward of S·loss divided by S, parameters and optimizer state in master.
   PrecisionPolicy precision;
+  // Called after each training step of the unrolled run (a caller's progress and stop check);
+  // it sees the step index only, so it cannot change a value.
+  std::function<void(int64_t step)> after_step;
 };
 
 struct UnrolledLmResult {

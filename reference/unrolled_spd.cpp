@@ -146,6 +146,7 @@ UnrolledSpdResult unrolled_spd_scores(const UnrolledSpdSetup& setup, const at::T
     params = update.params;
     opt_state = update.state;
     sources = new_sources;
+    if (setup.after_step) setup.after_step(t);
   }
   result.final_params = params.detach();
   result.final_sources = sources;

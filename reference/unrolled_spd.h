@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -31,6 +32,9 @@ struct UnrolledSpdSetup {
   // Applied plainly: the model on parameters, data, masks and sources cast to the compute dtype,
   // every loss term widened to master, each backward of S·loss divided by S.
   PrecisionPolicy precision;
+  // Called after each training step of the unrolled run (a caller's progress and stop check);
+  // it sees the step index only, so it cannot change a value.
+  std::function<void(int64_t step)> after_step;
 };
 
 struct UnrolledSpdResult {

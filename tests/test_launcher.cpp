@@ -113,6 +113,30 @@ TEST(Launcher, RankZerosCodeIsTheVerdictWhenEveryRankEndsNormally) {
   EXPECT_NE(o.log.find("rank 2 of 3"), std::string::npos) << o.log;
 }
 
+// A long run is seen to move: where the ranks are, every progress_every, on the progress stream
+// (not on the launcher's log, which becomes a failed run's report).
+TEST(Launcher, ALongRunReportsWhereItsRanksAreOnTheProgressStream) {
+  dist::SpawnOptions options;
+  options.program = "/bin/sh";
+  options.argv = {"sh", "-c", "sleep 3.5"};
+  options.world_size = 2;
+  options.name = "launcher-test";
+  options.log_root = logs_root();
+  options.progress_every = 1s;
+  std::ostringstream log, progress;
+  options.progress = &progress;
+  EXPECT_EQ(dist::spawn_ranks(options, log), 0) << log.str();
+  const std::string lines = progress.str();
+  EXPECT_NE(lines.find("launcher-test: after 1 s: ranks 0, 1 in phase 'startup'\n"), std::string::npos) << lines;
+  EXPECT_NE(lines.find("launcher-test: after 3 s: "), std::string::npos) << lines;
+  EXPECT_EQ(log.str().find("after 1 s"), std::string::npos) << log.str();
+  options.progress_every = 0s;  // off
+  std::ostringstream quiet;
+  options.progress = &quiet;
+  EXPECT_EQ(dist::spawn_ranks(options, log), 0);
+  EXPECT_EQ(quiet.str(), "");
+}
+
 TEST(Launcher, AnIgnoredSigchldDoesNotHideTheStatusesAndIsRestored) {
   struct sigaction ignore {
   }, found{};

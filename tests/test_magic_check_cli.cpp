@@ -246,6 +246,8 @@ TEST(MagicCheckCli, LaunchEnvNamesAMissingOrMalformedRendezvousVariableAtOnce) {
            {"MASTER_ADDR=127.0.0.1 MASTER_PORT=12ab", "MASTER_PORT='12ab' is not a non-negative integer"},
            {"MASTER_ADDR=127.0.0.1", "MASTER_PORT is not set"},
            {"MASTER_PORT=29511", "MASTER_ADDR is not set"},
+           {"MASTER_ADDR=no.such.host.invalid MASTER_PORT=29511",
+            "MASTER_ADDR='no.such.host.invalid' cannot be resolved"},
        }) {
     const auto start = std::chrono::steady_clock::now();
     auto o = magic_check("--topology dp=2 --launch env", "env -u MASTER_ADDR -u MASTER_PORT " + base + c.first);
@@ -253,6 +255,21 @@ TEST(MagicCheckCli, LaunchEnvNamesAMissingOrMalformedRendezvousVariableAtOnce) {
     EXPECT_NE(o.output.find(c.second), std::string::npos) << c.first << "\n" << o.output;
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20)) << c.first;
   }
+}
+
+// A store nobody hosts: our one line, without LibTorch's log lines ("WARNING: Logging before
+// InitGoogleLogging()", socket.cpp's timestamped retries) before it.
+TEST(MagicCheckCli, AnUnreachableRendezvousStoreGivesOneLineWithoutLibraryLogNoise) {
+  auto o = magic_check("--topology dp=2 --launch env --timeout 2",
+                       "env RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=1");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("magic-check: rank 1: distributed failure: rank 1: cannot reach the rendezvous store at "
+                          "127.0.0.1:1"),
+            std::string::npos)
+      << o.output;
+  EXPECT_EQ(o.output.find("InitGoogleLogging"), std::string::npos) << o.output;
+  EXPECT_EQ(o.output.find("socket.cpp"), std::string::npos) << o.output;
+  EXPECT_EQ(split(o.output, '\n').size(), 2u) << "one line and the final newline:\n" << o.output;
 }
 
 TEST(MagicCheckCli, AKilledRankEndsTheRunWithExitTwoAndItsNumberAndLeavesNothingBehind) {

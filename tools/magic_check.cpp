@@ -8,18 +8,21 @@
 #include <string>
 #include <vector>
 
+#include "checks/check_memory.h"
 #include "checks/mutations.h"
 #include "checks/run_check.h"
 #include "lib/core/allocator.h"
 #include "lib/core/dtype.h"
 #include "lib/core/error.h"
 #include "lib/core/process_exit.h"
+#include "lib/core/stop_signal.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/progress.h"
 #include "lib/distributed/runtime/rank_program.h"
 #include "lib/io/output_path.h"
 #include "lib/io/report.h"
 #include "lib/train/distributed_lm.h"
+#include "lib/train/memory_estimate.h"
 
 namespace {
 
@@ -30,6 +33,7 @@ struct Command {
   std::string json_path, junit_path;
   dist::RankProgram program;
   bool list_mutations = false;
+  int64_t mutation_runs = 0;  // --bite: the planted runs beside the clean one
 };
 
 void list_mutations(std::ostream& out) {
@@ -92,6 +96,7 @@ Command parse(int argc, char** argv, int& early_exit) {
   app.add_option("--batch", s.batch_size,
                  "global batch rows (default: 3 x dp + 1, uneven shards; three-pool: 4 x lcm of the pool sizes)");
   c.program.threads_allowed = true;
+  c.program.progress_every = std::chrono::seconds(30);  // a long check is seen to move
   app.add_option("--launch", c.program.launch,
                  "spawn: start the ranks here on loopback; threads: run them as threads of this process "
                  "(fastest, for pre-commit hooks; no stop detection); env: join a world made by "
@@ -155,13 +160,14 @@ Command parse(int argc, char** argv, int& early_exit) {
     c.request.mode = checks::CheckMode::kMutate;
     c.request.mutation = mutate;
   }
-  if (const auto plan = checks::plan_bite(s.topology, s.levels, s.precision, checks::run_traits(s));
-      bite && plan.run.empty()) {
+  const auto plan = checks::plan_bite(s.topology, s.levels, s.precision, checks::run_traits(s));
+  if (bite && plan.run.empty()) {
     std::vector<std::string> why;
     for (const auto& skip : plan.skipped) why.push_back(skip.mutation + ": " + skip.reason);
     throw InputError(str_cat("--bite: no mutation can run on ", s.topology.str(), " (", join(why, "; "), ")"));
   }
   s.validate();
+  c.mutation_runs = bite ? static_cast<int64_t>(plan.run.size()) : 0;
   require_writable_file(c.json_path, "--json");
   require_writable_file(c.junit_path, "--junit");
   return c;
@@ -238,6 +244,13 @@ int check_main(int argc, char** argv, std::shared_ptr<const checks::ReferenceRun
     parsed = std::make_unique<Command>(parse(argc, argv, early_exit));
     if (early_exit >= 0) return early_exit;
     Command& command = *parsed;
+    // On the machine that starts the ranks, before anything grows (a failure here is reported
+    // like any other: the flags are known good). Under torchrun the ranks may be on several machines.
+    if (!dist::running_as_rank()) {
+      const checks::CheckSettings& s = command.request.settings;
+      checks::require_check_memory(s, checks::estimate_check_memory(s, command.mutation_runs),
+                                   available_memory_bytes());
+    }
     // A forked rank enters here while this frame, in its copy of the launcher's memory, is live.
     command.program.entry = [&command](int rank_argc, char** rank_argv) {
       return check_main(rank_argc, rank_argv, command.request.references);
@@ -247,6 +260,7 @@ int check_main(int argc, char** argv, std::shared_ptr<const checks::ReferenceRun
     command.request.references = std::move(inherited_references);
     // Once here instead of on every rank, when the ranks inherit it.
     if (!command.request.references && dist::ranks_share_memory(command.program)) {
+      const StopSignalScope stop_on_signal;  // minutes on a long check: SIGINT/SIGTERM end it with exit 2
       command.request.references = checks::references_for_ranks(command.request.settings);
     }
     const int code = dist::run_rank_program(command.program, argc, argv,
@@ -257,6 +271,8 @@ int check_main(int argc, char** argv, std::shared_ptr<const checks::ReferenceRun
     return code;
   } catch (const InputError& e) {
     return fail("error", e);
+  } catch (const StopRequested& e) {
+    return fail("interrupted", e);
   } catch (const DistributedError& e) {
     return fail("distributed failure", e);
   } catch (const std::exception& e) {

@@ -63,6 +63,7 @@ void ProgressMeter::update(int64_t done) {
   const double now = clock_();
   if (now - last_shown_ < interval_) return;
   last_shown_ = now;
+  shown_ = true;
   const std::string line = status(done_, now - start_);
   if (terminal_) {
     out_ << '\r' << line << "\x1b[K" << std::flush;
@@ -74,6 +75,7 @@ void ProgressMeter::update(int64_t done) {
 void ProgressMeter::finish() {
   if (finished_) return;
   finished_ = true;
+  if (quiet_when_quick_ && !shown_) return;
   const double elapsed = clock_() - start_;
   if (terminal_) out_ << "\r\x1b[K";
   out_ << label_ << ": " << done_ - resumed_ << " " << unit_ << " in " << format_duration(elapsed)

@@ -27,6 +27,12 @@ class ProgressMeter {
     return *this;
   }
 
+  // No closing summary unless a progress line was shown (a loop that may be quick or long).
+  ProgressMeter& quiet_when_quick() {
+    quiet_when_quick_ = true;
+    return *this;
+  }
+
   // A resumed phase: `done` units were finished by an earlier process (not counted in the rate).
   void resume_at(int64_t done);
   // `done` of `total` units finished.
@@ -45,7 +51,7 @@ class ProgressMeter {
   Clock clock_;
   double start_, last_shown_;
   int64_t done_ = 0, resumed_ = 0;
-  bool finished_ = false;
+  bool finished_ = false, shown_ = false, quiet_when_quick_ = false;
 };
 
 }  // namespace magic

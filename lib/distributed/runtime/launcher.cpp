@@ -268,6 +268,22 @@ std::optional<std::vector<RankProgress>> read_progress_within(c10::intrusive_ptr
   return result.get();
 }
 
+// "magic-check: after 60 s: rank 0 in phase 'REPLAY product at step 37'; ranks 1, 2 waiting in
+// all_reduce on group 'world' in phase 'REPLAY product at step 37'"
+void report_progress(std::ostream& out, const std::string& name, c10::intrusive_ptr<c10d::Store> store,
+                     int world_size, Clock::duration elapsed) {
+  const std::optional<std::vector<RankProgress>> read = read_progress_within(store, world_size, kProgressReadLimit);
+  if (!read) return;  // the failure path says why, if it comes to that
+  std::map<std::string, std::vector<std::string>> by_state;
+  for (int r = 0; r < world_size; ++r) by_state[doing((*read)[r])].push_back(std::to_string(r));
+  std::vector<std::string> parts;
+  for (const auto& [state, members] : by_state) {
+    parts.push_back(str_cat("rank", members.size() > 1 ? "s " : " ", join(members, ", "), " ", state));
+  }
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(elapsed).count();
+  out << name << ": after " << seconds << " s: " << join(parts, "; ") << std::endl;
+}
+
 // A forked rank: waits for the store's port, takes the rank's variables (as an exec'd rank gets
 // them in its environment), enters the program and exits with its code. Never returns into the
 // launcher's stack: an exception is a failed rank.
@@ -478,7 +494,13 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
   // Supervise: a failure, a rank stopped past the timeout, an unreadable status or an interrupt
   // ends the run; polling (rather than a blocking waitpid) notices each within a tick.
   RankProcess* first_failure = nullptr;
+  const auto supervised_since = Clock::now();
+  auto next_progress = supervised_since + options.progress_every;
   for (;;) {
+    if (options.progress != nullptr && options.progress_every.count() > 0 && Clock::now() >= next_progress) {
+      next_progress += options.progress_every;
+      report_progress(*options.progress, name, store, world_size, Clock::now() - supervised_since);
+    }
     collect_statuses(ranks, first_failure);
     const bool lost = std::any_of(ranks.begin(), ranks.end(), [](const RankProcess& r) { return r.lost; });
     const bool stalled = std::any_of(ranks.begin(), ranks.end(), [&](const RankProcess& r) {

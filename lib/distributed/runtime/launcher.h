@@ -42,6 +42,10 @@ struct SpawnOptions {
   // set, ranks are forked from this process and enter it, instead of executing `program`, if
   // this process has no other thread (else they execute `program`, which must be this binary).
   std::function<int()> rank_main;
+  // While the ranks run, a line to `progress` this often saying where they are (their phases, as
+  // a failure's lines name them), so that a long run is seen to move; 0 or null: none.
+  std::chrono::seconds progress_every{0};
+  std::ostream* progress = nullptr;
 };
 
 // True inside a rank process (RANK is set: launched by us, torchrun or srun).

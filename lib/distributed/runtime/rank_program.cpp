@@ -90,6 +90,8 @@ int run_rank_program(const RankProgram& program, int argc, char** argv,
   spawn.world_size = program.topology.world_size();
   spawn.timeout = program.timeout;
   spawn.name = program.name;
+  spawn.progress_every = program.progress_every;
+  spawn.progress = &std::cerr;  // not into launcher_messages: they become a failure's report
   if (program.entry) spawn.rank_main = [&program, argc, argv] { return program.entry(argc, argv); };
   if (program.launcher_messages == nullptr) return spawn_ranks(spawn, std::cerr);
   TeeBuffer tee(*std::cerr.rdbuf(), *program.launcher_messages);

@@ -32,6 +32,8 @@ struct RankProgram {
   // Where the launcher also copies what it tells the user (a failed rank's lines), so that the
   // tool can put the failure into its reports; null: stderr only.
   std::string* launcher_messages = nullptr;
+  // Spawned ranks: a line on stderr this often saying where they are (launcher.h); 0: none.
+  std::chrono::seconds progress_every{0};
 
   // Throws InputError for a launch mode other than spawn|env (|threads where allowed), and for
   // a world the built-in launcher does not start (naming --topology and the way out), before

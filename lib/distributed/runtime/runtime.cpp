@@ -4,6 +4,9 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <exception>
@@ -11,6 +14,7 @@
 #include <thread>
 
 #include "lib/core/error.h"
+#include "lib/core/library_log.h"
 #include "lib/core/strings.h"
 
 namespace magic::dist {
@@ -33,6 +37,20 @@ int env_int(const char* name, std::optional<int> fallback) {
   return static_cast<int>(parsed);
 }
 
+// A name that does not resolve fails at once, by name, rather than after the store's timeout.
+void require_resolvable(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int error = getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (found != nullptr) freeaddrinfo(found);
+  if (error != 0) {
+    throw InputError(str_cat("environment variable MASTER_ADDR='", host, "' cannot be resolved (", gai_strerror(error),
+                             "); expected the host name or address of rank 0's machine"));
+  }
+}
+
 }  // namespace
 
 Rendezvous Rendezvous::from_env() {
@@ -49,6 +67,7 @@ Rendezvous Rendezvous::from_env() {
         "MASTER_ADDR and MASTER_PORT");
   }
   r.master_addr = addr;
+  require_resolvable(r.master_addr);
   r.master_port = env_int("MASTER_PORT", std::nullopt);
   if (r.master_port < 1 || r.master_port > 65535) {
     throw InputError(str_cat("environment variable MASTER_PORT='", std::getenv("MASTER_PORT"),
@@ -72,6 +91,7 @@ std::unique_ptr<Runtime> Runtime::connect(const Rendezvous& r, BackendKind backe
   options.timeout = timeout;
   c10::intrusive_ptr<c10d::Store> store, progress_store;
   try {
+    const LibraryLogSilenced quiet;  // the failure below says it in one line
     store = c10::make_intrusive<c10d::TCPStore>(r.master_addr, options);
     // A TCPStore client is not safe to share between threads: the progress publisher gets its own.
     options.isServer = false;
