@@ -189,6 +189,33 @@ TEST(HtmlReport, PerQueryColumnsOnlyWithQueryIds) {
   EXPECT_NE(helpful.find("-4.00e-01"), std::string::npos);  // d's first query
 }
 
+// The queries the scores are about, with the index --query takes; per-query runs say which query
+// ranks; a non-smooth run's warning stands above the tables.
+TEST(HtmlReport, ShowsTheQueriesTheRankedOneAndAWarning) {
+  HtmlReport r = sample();
+  std::string html = render_html_report(r);
+  EXPECT_EQ(html.find("id=\"queries\""), std::string::npos);
+  EXPECT_EQ(html.find("id=\"ranking-note\""), std::string::npos);
+  EXPECT_EQ(html.find("id=\"warning\""), std::string::npos);
+  r.queries = {{"Ecc1:1", "Vanity of <vanities>"}, {"Ecc2:2", "I said of laughter"}};
+  r.shown_query = "Ecc2:2";
+  r.ranking_note = "Ranked by query 1 (Ecc2:2: I said of laughter).";
+  r.warning = "warning: training looks non-smooth: spikes & jumps";
+  html = render_html_report(r);
+  const std::string queries = section(html, "queries");
+  EXPECT_NE(queries.find("<h2>Queries (2)</h2>"), std::string::npos) << queries;
+  EXPECT_NE(queries.find("<td class=\"rank\">0</td><td class=\"id\">Ecc1:1</td><td class=\"text\">Vanity of "
+                         "&lt;vanities&gt;</td>"),
+            std::string::npos)
+      << queries;
+  EXPECT_NE(queries.find("<tr class=\"shown\"><td class=\"rank\">1</td>"), std::string::npos) << queries;
+  EXPECT_NE(html.find("<p class=\"lede\" id=\"ranking-note\">Ranked by query 1 (Ecc2:2: I said of laughter).</p>"),
+            std::string::npos);
+  EXPECT_NE(html.find("id=\"warning\">warning: training looks non-smooth: spikes &amp; jumps</p>"),
+            std::string::npos);
+  EXPECT_LT(html.find("id=\"warning\""), html.find("id=\"helpful\""));
+}
+
 TEST(HtmlReport, LdsSectionOnlyWhenSet) {
   HtmlReport r = sample();
   EXPECT_EQ(render_html_report(r).find("id=\"lds\""), std::string::npos);

@@ -4,7 +4,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 
+#include "lib/data/text_loader.h"
 #include "lib/io/safetensors.h"
 #include "tests/support.h"
 
@@ -161,6 +164,133 @@ TEST(MagicRunCli, Fp16RunsOnTheCpuAndWritesFp32Scores) {
                                                j["dtype"] = {{"compute", "bf16"}, {"master", "bf16"}};
                                              }),
                    "dtype: master dtype bf16");
+}
+
+// A row's text as magic-run cuts it: 90 bytes, "..." marking the cut.
+std::string row_text(const std::string& text, size_t width = 90) {
+  return text.size() <= width ? text : text.substr(0, width - 3) + "...";
+}
+
+std::vector<TextDocument> fixture(const std::string& name) {
+  return load_jsonl(testing::source_path("fixtures/text/" + name));
+}
+
+// The summary says how documents became examples and shows every query's text; each chunk row
+// (terminal and scores.tsv) shows its own chunk, not the whole document.
+TEST(MagicRunCli, ShowsTheQueriesAndEachChunksOwnText) {
+  const std::string out = ::testing::TempDir() + "/magic-run-chunks";
+  std::filesystem::remove_all(out);
+  Outcome o = run_magic_run("--config " + config_with("chunks", [](nlohmann::json&) {}) + " --out " + out + " --top 3");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  // The tiny run: the first 6 verses, each longer than max_len 24, so every one is cut.
+  EXPECT_NE(o.output.find("examples from " + testing::source_path("fixtures/text/proverbs.jsonl") +
+                          " (6 documents, 6 split into chunks of max_len 24), 8 queries"),
+            std::string::npos)
+      << o.output;
+  const std::vector<TextDocument> queries = fixture("queries.jsonl");
+  EXPECT_NE(o.output.find("\nQueries (8, from " + testing::source_path("fixtures/text/queries.jsonl") + "):\n"),
+            std::string::npos)
+      << o.output;
+  for (size_t q = 0; q < queries.size(); ++q) {
+    const std::string line = "\n  " + std::to_string(q) + "  " + queries[q].id + "  " + row_text(queries[q].text) + "\n";
+    EXPECT_NE(o.output.find(line), std::string::npos) << line << "\nin:\n" << o.output;
+  }
+  // Every row of scores.tsv: chunk k of a document holds bytes [24k, 24k + 24) of its text.
+  std::map<std::string, std::string> texts;
+  for (const TextDocument& d : fixture("proverbs.jsonl")) texts[d.id] = d.text;
+  std::istringstream tsv(testing::read_file(out + "/scores.tsv"));
+  std::string line;
+  std::getline(tsv, line);  // header
+  int64_t chunks = 0;
+  std::map<std::string, std::string> chunk_text;
+  while (std::getline(tsv, line)) {
+    const std::string id = line.substr(0, line.find('\t')), text = line.substr(line.rfind('\t') + 1);
+    const size_t hash = id.find('#');
+    ASSERT_NE(hash, std::string::npos) << line;
+    const size_t k = std::stoul(id.substr(hash + 1));
+    const std::string& document = texts.at(id.substr(0, hash));
+    EXPECT_EQ(text, document.substr(24 * k, 24)) << id;
+    chunk_text[id] = text;
+    ++chunks;
+  }
+  EXPECT_GT(chunks, 6);
+  // The terminal rows show the same chunk texts.
+  int64_t rows = 0;
+  for (const auto& [id, text] : chunk_text) {
+    if (o.output.find("  " + id + "  " + text + "\n") != std::string::npos) ++rows;
+  }
+  EXPECT_EQ(rows, 6) << o.output;  // --top 3, helpful and harmful
+}
+
+// --per-query without --query ranks by query 0 and says so, how to pick another, and where all
+// the queries' scores are; the report says the same and lists the queries.
+TEST(MagicRunCli, PerQuerySaysWhichQueryTheRankingIsFor) {
+  const std::string out = ::testing::TempDir() + "/magic-run-per-query";
+  std::filesystem::remove_all(out);
+  const std::string config = config_with("per-query", [](nlohmann::json&) {});
+  const std::vector<TextDocument> queries = fixture("queries.jsonl");
+  Outcome o = run_magic_run("--config " + config + " --per-query --out " + out + " --html --top 2");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const std::string note = "Ranked by query 0 (" + queries[0].id + ": " + row_text(queries[0].text, 40) +
+                           "), the first of 8 (no --query given); --query N (0 to 7) picks another; " + out +
+                           "/scores.safetensors holds all 8.";
+  EXPECT_NE(o.output.find("lowers the loss on " + queries[0].id + ".\n" + note + "\nMost helpful"), std::string::npos)
+      << note << "\nin:\n" << o.output;
+  const std::string html = testing::read_file(out + "/report.html");
+  EXPECT_NE(html.find("id=\"ranking-note\">Ranked by query 0 ("), std::string::npos);
+  EXPECT_NE(html.find("<section id=\"queries\"><h2>Queries (8)</h2>"), std::string::npos);
+  for (const TextDocument& q : queries) EXPECT_NE(html.find(">" + q.id + "</td>"), std::string::npos) << q.id;
+
+  o = run_magic_run("--config " + config + " --per-query --query 3 --top 2");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("Ranked by query 3 (" + queries[3].id + ": " + row_text(queries[3].text, 40) +
+                          "); --query N (0 to 7) picks another; --out DIR writes all 8 queries' scores.\n"),
+            std::string::npos)
+      << o.output;
+  EXPECT_EQ(o.output.find("no --query given"), std::string::npos) << o.output;
+}
+
+// A chaotic run (SGD at a rate far too high) warns once, naming the steps and pointing to
+// --validate lds; a run with the demo's settings, scaled down, says nothing.
+TEST(MagicRunCli, WarnsWhenTrainingLooksNonSmooth) {
+  const auto small = [](nlohmann::json& j) {
+    j["model"]["max_len"] = 64;
+    j["data"]["max_documents"] = 96;
+    j["training"]["steps"] = 12;
+    j["training"]["batch_size"] = 32;
+  };
+  const std::string smooth = config_with("smooth", [&](nlohmann::json& j) {
+    small(j);
+    j["optimizer"] = {{"name", "adamw"},
+                      {"lr", 0.003},
+                      {"weight_decay", 0.01},
+                      {"schedule", {{"name", "cosine"}, {"warmup_fraction", 0.25}}}};
+  });
+  Outcome o = run_magic_run("--config " + smooth + " --top 1");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_EQ(o.output.find("non-smooth"), std::string::npos) << o.output;
+
+  const std::string chaotic = config_with("chaotic", [&](nlohmann::json& j) {
+    small(j);
+    j["optimizer"] = {{"name", "sgd"}, {"lr", 2.0}};  // the loss reaches 26 by step 12, scores 1e5
+  });
+  o = run_magic_run("--config " + chaotic + " --top 1");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const size_t at = o.output.find("magic-run: warning: training looks non-smooth: ");
+  ASSERT_NE(at, std::string::npos) << o.output;
+  const std::string warning = o.output.substr(at, o.output.find('\n', at) - at);
+  // Both signs show: the loss climbs from 4.1 to 26 and the last steps lurch 10-140x further.
+  EXPECT_NE(warning.find("the training loss spiked above 1.5x its lowest so far at steps "), std::string::npos)
+      << warning;
+  EXPECT_NE(warning.find("the update norm per unit learning rate jumped above 10x its median so far at step"),
+            std::string::npos)
+      << warning;
+  EXPECT_NE(warning.find(" of 12 (worst "), std::string::npos) << warning;  // names the steps
+  EXPECT_NE(warning.find("; first-order scores may not predict retraining; check them with --validate lds"),
+            std::string::npos)
+      << warning;
+  EXPECT_EQ(o.output.find("non-smooth", at + warning.size()), std::string::npos) << "warned twice:\n" << o.output;
+  EXPECT_LT(at, o.output.find("REPLAY: 12 steps in ")) << "the warning comes when training ends:\n" << o.output;
 }
 
 }  // namespace

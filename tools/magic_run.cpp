@@ -20,6 +20,7 @@
 #include "lib/io/score_file.h"
 #include "lib/train/attribution.h"
 #include "lib/train/attribution_html.h"
+#include "lib/train/attribution_text.h"
 #include "lib/train/distributed_lm.h"
 #include "lib/train/finite_guard.h"
 #include "lib/train/lds.h"
@@ -31,9 +32,7 @@ namespace {
 
 using namespace magic;
 
-std::string snippet(const std::string& text, size_t width) {
-  return text.size() <= width ? text : text.substr(0, width - 3) + "...";
-}
+constexpr size_t kRowText = 90;  // bytes of text a row shows
 
 void print_ranked(const char* title, const at::Tensor& totals, const std::vector<int64_t>& order,
                   const LmProblem& problem, size_t top) {
@@ -42,8 +41,20 @@ void print_ranked(const char* title, const at::Tensor& totals, const std::vector
     const int64_t i = order[k];
     const Example& ex = problem.train->examples[i];
     std::cout << "  " << format_sci(totals[i].item<double>(), 3) << "  " << ex.id << "  "
-              << snippet(problem.train_documents[ex.document].text, 90) << "\n";
+              << snippet(example_text(ex, problem.train_documents), kRowText) << "\n";
   }
+}
+
+// Every query with the index --query takes, so a reader knows what the scores are about.
+void print_queries(const LmProblem& problem, const std::string& path) {
+  constexpr size_t kShown = 20;  // a long query file is in the data; the terminal gets its start
+  const size_t n = problem.query_documents.size();
+  std::cout << "\nQueries (" << n << ", from " << path << "):\n";
+  for (size_t q = 0; q < std::min(n, kShown); ++q) {
+    const TextDocument& d = problem.query_documents[q];
+    std::cout << "  " << q << "  " << d.id << "  " << snippet(d.text, kRowText) << "\n";
+  }
+  if (n > kShown) std::cout << "  ... and " << n - kShown << " more (every id in scores.safetensors' query_ids)\n";
 }
 
 struct Flags {
@@ -164,7 +175,7 @@ void report(const Flags& f, const RunConfig& config, const Attribution& a, const
   table.per_query = f.per_query;
   for (const auto& ex : problem.train->examples) {
     table.example_ids.push_back(ex.id);
-    table.example_texts.push_back(problem.train_documents[ex.document].text);
+    table.example_texts.push_back(example_text(ex, problem.train_documents));
   }
   for (const auto& q : problem.query_documents) table.query_ids.push_back(q.id);
   const int64_t shown_query = f.query_index.value_or(0);
@@ -175,7 +186,13 @@ void report(const Flags& f, const RunConfig& config, const Attribution& a, const
   std::sort(order.begin(), order.end(),
             [&](int64_t a, int64_t b) { return totals[a].item<double>() < totals[b].item<double>(); });
   const std::string query_name = f.per_query ? problem.query_documents[shown_query].id : "the query set";
+  print_queries(problem, config.query_path);
   std::cout << "\nScores are dQ/dw: negative means up-weighting the example lowers the loss on " << query_name << ".\n";
+  const std::string note =
+      f.per_query ? ranking_note(problem, shown_query, f.query_index.has_value(),
+                                 f.out_dir.empty() ? "" : f.out_dir + "/scores.safetensors")
+                  : "";
+  if (!note.empty()) std::cout << note << "\n";
   print_ranked("Most helpful (most negative score):", totals, order, problem, static_cast<size_t>(f.top));
   std::reverse(order.begin(), order.end());
   print_ranked("Most harmful (most positive score):", totals, order, problem, static_cast<size_t>(f.top));
@@ -189,6 +206,8 @@ void report(const Flags& f, const RunConfig& config, const Attribution& a, const
     page.config_path = config.source;
     page.config_json = read_json_file(f.config_path).dump(2);
     page.layout = layout;
+    page.train_path = config.train_path;
+    page.ranking_note = note;
     if (f.per_query) page.shown_query = shown_query;
     page.top = std::max<int64_t>(f.top, 10);
     if (lds) {
@@ -324,7 +343,7 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
     };
   }
   if (speaks) {
-    std::cout << "magic-run: " << problem.train->size() << " examples from " << config.train_path << ", " << queries
+    std::cout << "magic-run: " << examples_summary(*problem.train, config.train_path) << ", " << queries
               << " queries, " << config.steps << " steps of " << config.batch_size << ", " << config.optimizer.name
               << ", " << checkpoint_schedule_name(config.checkpoints) << " checkpoints, " << config.precision.str()
               << (replay_mode == ReplayMode::kPipelined ? str_cat(", REPLAY pipelined on ", threads, " threads") : "")

@@ -13,17 +13,21 @@ TokenDataset tokenize_documents(const std::vector<TextDocument>& documents, cons
   }
   std::vector<std::vector<int64_t>> chunks;
   TokenDataset data;
+  data.documents = static_cast<int64_t>(documents.size());
   for (size_t d = 0; d < documents.size(); ++d) {
     const auto tokens = tokenizer.encode(documents[d].text);
     const auto n = static_cast<int64_t>(tokens.size());
     const int64_t pieces = (n + max_len - 1) / max_len;
+    const size_t examples_before = data.examples.size();
     for (int64_t k = 0; k < pieces; ++k) {
       const int64_t begin = k * max_len, end = std::min(n, begin + max_len);
       if (end - begin < 2) continue;
       chunks.emplace_back(tokens.begin() + begin, tokens.begin() + end);
       std::string id = pieces > 1 ? str_cat(documents[d].id, "#", k) : documents[d].id;
-      data.examples.push_back({id, static_cast<int64_t>(d), end - begin});
+      data.examples.push_back({id, static_cast<int64_t>(d), end - begin, begin});
     }
+    if (pieces > 1) ++data.split_documents;
+    if (data.examples.size() == examples_before) ++data.dropped_documents;
   }
   if (chunks.empty()) throw InputError(str_cat(source, ": no document yields an example of >= 2 tokens"));
   const auto N = static_cast<int64_t>(chunks.size());
@@ -38,6 +42,14 @@ TokenDataset tokenize_documents(const std::vector<TextDocument>& documents, cons
     }
   }
   return data;
+}
+
+std::string example_text(const Example& example, const std::vector<TextDocument>& documents) {
+  const std::string& text = documents.at(static_cast<size_t>(example.document)).text;
+  // Byte tokens map one to one onto the text; the end-of-document token lies past its end.
+  const auto offset = static_cast<size_t>(example.offset);
+  if (offset >= text.size()) return std::string();
+  return text.substr(offset, static_cast<size_t>(example.length));
 }
 
 }  // namespace magic

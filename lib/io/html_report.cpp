@@ -237,6 +237,19 @@ std::string histogram_svg(const std::vector<HtmlExample>& examples) {
   return svg.str();
 }
 
+// Every query with its index (magic-run --query takes it) and its text.
+void queries_section(std::ostringstream& out, const HtmlReport& r) {
+  out << "<section id=\"queries\"><h2>Queries (" << r.queries.size()
+      << ")</h2>\n<table class=\"queries\"><thead><tr><th>#</th><th>id</th><th>text</th></tr></thead><tbody>\n";
+  for (size_t q = 0; q < r.queries.size(); ++q) {
+    const std::string id = html_escape(r.queries[q].first);
+    out << "<tr" << (r.queries[q].first == r.shown_query ? " class=\"shown\"" : "") << "><td class=\"rank\">" << q
+        << "</td><td class=\"id\">" << id << "</td><td class=\"text\">" << html_escape(r.queries[q].second)
+        << "</td></tr>\n";
+  }
+  out << "</tbody></table></section>\n";
+}
+
 void lds_section(std::ostringstream& out, const HtmlLds& lds) {
   out << "<section id=\"lds\"><h2>Linear datamodeling score (LDS)</h2>\n<table "
          "class=\"kv\">"
@@ -275,6 +288,8 @@ td.text{max-width:680px;white-space:pre-wrap;overflow-wrap:anywhere}
 .heat span{border-radius:2px}.heat .rest{color:#8c959f}.heat .nan{outline:1px dashed #000}
 .legend{display:inline-block;width:160px;height:10px;vertical-align:middle;margin:0 6px;border:1px solid #d0d7de}
 .lede,.warn{color:#57606a}
+.alert{color:#9a3412;background:#fff7ed;border:1px solid #fdba74;border-radius:4px;padding:6px 10px}
+tr.shown td{background:#f6f8fa;font-weight:600}
 table.lds-queries{margin-top:12px}
 pre{background:#f6f8fa;padding:10px 12px;overflow:auto;font-size:12px;border-radius:4px}
 svg.hist text{font-size:11px;fill:#57606a}
@@ -336,6 +351,8 @@ std::string render_html_report(const HtmlReport& r) {
       << "</b>: negative means up-weighting the example lowers the query loss "
          "(helpful), positive raises it "
          "(harmful).</p>\n";
+  if (!r.ranking_note.empty()) out << "<p class=\"lede\" id=\"ranking-note\">" << html_escape(r.ranking_note) << "</p>\n";
+  if (r.warning) out << "<p class=\"alert\" id=\"warning\">" << html_escape(*r.warning) << "</p>\n";
 
   out << "<section id=\"run\"><h2>Run</h2><table class=\"kv\">";
   for (const auto& [key, value] : r.facts) {
@@ -345,6 +362,7 @@ std::string render_html_report(const HtmlReport& r) {
     out << "<tr><th>" << html_escape(phase) << " time</th><td>" << fixed(seconds, 2) << " s</td></tr>";
   }
   out << "</table></section>\n";
+  if (!r.queries.empty()) queries_section(out, r);
 
   if (heat) {
     out << "<p class=\"lede\">Token colours: helpful<span class=\"legend\" "

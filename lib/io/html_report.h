@@ -39,6 +39,9 @@ struct HtmlReport {
   std::vector<std::pair<std::string, std::string>> facts;  // free key/value lines
   std::vector<std::string> query_ids;                      // per-query runs only
   std::string shown_query = "the query set";               // the query the ranking is for
+  std::string ranking_note;                                // per-query runs: which query ranks, how to pick another
+  std::vector<std::pair<std::string, std::string>> queries;  // every query: id, text
+  std::optional<std::string> warning;                      // e.g. training looked non-smooth
   std::vector<HtmlExample> examples;                       // all training examples, any order
   int64_t top = 10;                                        // rows in each of the two tables
   std::optional<HtmlLds> lds;

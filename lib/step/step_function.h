@@ -19,6 +19,9 @@ struct StepOutput {
   TensorTree grads;  // the (reduced, clipped) gradient the optimizer consumed
   // c of the clip g' = c·g (0-dim, in the master dtype); undefined where the step does not clip.
   at::Tensor clip_coefficient;
+  // This rank's share of the step's training loss (0-dim, detached), for watching the run
+  // (training_health.h); undefined where a step does not report it. Never differentiated.
+  at::Tensor loss{};
 };
 
 class StepFunction {

@@ -1,5 +1,6 @@
 #include "lib/train/attribution.h"
 
+#include <cmath>
 #include <optional>
 
 #include "lib/core/strings.h"
@@ -10,8 +11,21 @@
 
 namespace magic {
 
+namespace {
+
+// ‖θ_{t+1} − θ_t‖ over this rank's parameters, in double whatever the master dtype.
+double update_norm(const TrainState& before, const TrainState& after) {
+  double sum = 0;
+  for (const auto& entry : before.params) {
+    sum += (after.params.at(entry.name) - entry.tensor).to(at::kDouble).pow(2).sum().item<double>();
+  }
+  return std::sqrt(sum);
+}
+
+}  // namespace
+
 Attribution run_attribution(const RunConfig& config, LmProblem problem, const AttributionOptions& options) {
-  Attribution a{std::move(problem), {}};
+  Attribution a{std::move(problem), {}, {}, std::nullopt};
   const LmProblem& p = a.problem;
   MagicOptions magic;
   magic.schedule = config.checkpoints;
@@ -35,13 +49,23 @@ Attribution run_attribution(const RunConfig& config, LmProblem problem, const At
     *options.progress << std::endl;
     if (training) training->resume_at(at.training_step);
   };
-  magic.on_step = [&](int64_t t, const TrainState&, const StepOutput&) {
+  a.training.total_steps = steps;
+  magic.on_step = [&](int64_t t, const TrainState& before, const StepOutput& out) {
     // The launcher names a stalled rank's phase (progress.h).
     dist::set_phase(str_cat("training step ", t + 1, " of ", steps));
+    // Watching costs one pass over the parameters; the loss is the step's own (lm_step.h).
+    if (out.loss.defined()) {
+      a.training.add(t, out.loss.item<double>(), update_norm(before, out.next),
+                     config.optimizer.schedule.at(optimizer_count(before.opt)));
+    }
+    if (t + 1 == steps) a.training_warning = non_smooth_warning(a.training);
     interrupt_if_asked(RunPhase::kTraining, t);
     if (!training) return;
     training->update(t + 1);
-    if (t + 1 == steps) training->finish();
+    if (t + 1 == steps) {
+      training->finish();
+      if (a.training_warning) *options.progress << "magic-run: " << *a.training_warning << std::endl;
+    }
   };
   magic.on_replay_step = [&](int64_t t, const StepVjp&) {
     dist::set_phase(str_cat("REPLAY at step ", t));

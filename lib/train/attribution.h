@@ -10,6 +10,7 @@
 
 #include "lib/train/magic_pipeline.h"
 #include "lib/train/run_config.h"
+#include "lib/train/training_health.h"
 
 namespace magic {
 
@@ -27,9 +28,12 @@ struct AttributionOptions {
 struct Attribution {
   LmProblem problem;
   MagicResult result;
+  TrainingTrace training;                       // each watched step's loss and update (training_health.h)
+  std::optional<std::string> training_warning;  // set when training looked non-smooth
 };
 
-// `problem`: build_lm_problem(config, parallelism).
+// `problem`: build_lm_problem(config, parallelism). A non-smooth run's warning goes to
+// `options.progress` as soon as training ends (before REPLAY, which takes longer).
 Attribution run_attribution(const RunConfig& config, LmProblem problem, const AttributionOptions& options);
 
 }  // namespace magic

@@ -1,6 +1,7 @@
 #include "lib/train/attribution_html.h"
 
 #include "lib/core/strings.h"
+#include "lib/train/attribution_text.h"
 
 namespace magic {
 
@@ -11,14 +12,20 @@ HtmlReport attribution_html(const Attribution& a, const ScoreTable& table, const
   h.title = "magic-run: " + page.config_path;
   h.config_json = page.config_json;
   h.timings = {{"training", r.train_seconds}, {"REPLAY", r.replay_seconds}};
-  h.facts = {{"training examples", std::to_string(p.train->size())},
+  h.facts = {{"training examples", examples_summary(*p.train, page.train_path)},
              {"queries", std::to_string(p.query->num_queries())},
              {"steps", std::to_string(p.step->num_steps())},
              {"layout", page.layout},
              {"query loss", format_fixed(r.query_loss, 6)},
              {"checkpoints", str_cat(r.checkpoints, " (", format_fixed(r.checkpoint_bytes / 1048576.0, 2),
                                      " MiB), at most ", r.peak_states_held, " states held")},
+             {"training smoothness", a.training.steps.empty() ? "not watched (the run resumed after training)"
+                                     : a.training_warning     ? "looks non-smooth (the warning above)"
+                                                              : "smooth: no loss spike or update-norm jump"},
              {"scores", "dQ/dw at w = 1: negative means up-weighting the example lowers the query loss"}};
+  for (const TextDocument& q : p.query_documents) h.queries.emplace_back(q.id, q.text);
+  h.warning = a.training_warning;
+  h.ranking_note = page.ranking_note;
   h.top = page.top;
   h.lds = page.lds;
   if (table.per_query) {
@@ -36,7 +43,7 @@ HtmlReport attribution_html(const Attribution& a, const ScoreTable& table, const
     const Example& ex = p.train->examples[i];
     HtmlExample e;
     e.id = ex.id;
-    e.text = p.train_documents[ex.document].text;
+    e.text = example_text(ex, p.train_documents);  // a chunk row shows its chunk
     if (table.per_query) {
       for (int64_t q = 0; q < totals.size(0); ++q) e.per_query.push_back(totals[q][i].item<double>());
       e.score = e.per_query.at(page.shown_query.value_or(0));

@@ -1,6 +1,7 @@
 // The --html report of one magic-run attribution (html_report.h): the facts and timings of the
-// run, every example with its score (and per-token scores over its tokens when the weights are per
-// token), per-query columns, and the LDS when the run was validated.
+// run, the queries, every example with its score and its chunk's text (and per-token scores over
+// its tokens when the weights are per token), per-query columns, a warning when training looked
+// non-smooth, and the LDS when the run was validated.
 #pragma once
 
 #include <optional>
@@ -14,8 +15,10 @@ namespace magic {
 
 struct AttributionPage {
   std::string config_path, config_json;  // the config as given, pretty-printed
+  std::string train_path;                 // the training data as the config names it
   std::string layout = "single process";
   std::optional<int64_t> shown_query;  // per-query runs: the ranked query
+  std::string ranking_note;            // per-query runs: attribution_text.h's ranking_note
   int64_t top = 10;
   std::optional<HtmlLds> lds;
 };

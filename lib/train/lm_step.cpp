@@ -60,18 +60,26 @@ at::Tensor LmStep::loss(const TensorTree& params, int64_t t, const at::Tensor& w
 }
 
 TensorTree LmStep::gradient(const TrainState& state, int64_t t, const at::Tensor& w, bool create_graph) const {
+  return gradient_and_loss(state, t, w, create_graph).first;
+}
+
+std::pair<TensorTree, at::Tensor> LmStep::gradient_and_loss(const TrainState& state, int64_t t, const at::Tensor& w,
+                                                            bool create_graph) const {
   const TensorTree& params = state.params;
-  at::Tensor local_loss = precision_->scale_loss(loss(params, t, w));
+  const at::Tensor unscaled = loss(params, t, w);
+  at::Tensor local_loss = precision_->scale_loss(unscaled);
   auto grads = torch::autograd::grad({local_loss}, params.tensors(), {}, /*retain_graph=*/create_graph,
                                      /*create_graph=*/create_graph, /*allow_unused=*/true);
   TensorTree reduced = precision_->reduce(*parallelism_, with_values(params, grads));
-  return precision_->unscale(parallelism_->apply_convention(reduced));
+  return {precision_->unscale(parallelism_->apply_convention(reduced)), unscaled.detach()};
 }
 
 StepOutput LmStep::step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const {
   // Untraced steps still need leaves to differentiate the loss; traced ones use the caller's.
   const TensorTree params = traced ? s.params : s.params.requires_grad();
-  TensorTree grads = gradient(TrainState{params, s.opt, s.persistent}, t, traced ? w : w.detach(), traced);
+  auto [gradient_of_step, step_loss] =
+      gradient_and_loss(TrainState{params, s.opt, s.persistent}, t, traced ? w : w.detach(), traced);
+  TensorTree grads = std::move(gradient_of_step);
 
   at::AutoGradMode grad_mode(traced);
   at::Tensor coefficient;
@@ -81,7 +89,8 @@ StepOutput LmStep::step(const TrainState& s, int64_t t, const at::Tensor& w, boo
   }
   grads = parallelism_->optimizer_input(grads);
   OptimizerUpdate update = optimizer_->update(traced ? params : params.detach(), grads, s.opt);
-  StepOutput out{TrainState{precision_->store(update.params), update.state, s.persistent}, grads, coefficient};
+  StepOutput out{TrainState{precision_->store(update.params), update.state, s.persistent}, grads, coefficient,
+                 step_loss};
   if (!traced) {
     out.next = detach_state(out.next);
     out.grads = out.grads.detach();

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "lib/data/data_stream.h"
@@ -41,6 +42,10 @@ class LmStep : public StepFunction {
   const Batch& local_batch(int64_t t) const { return batches_.at(t); }
 
  private:
+  // The gradient and, detached, the loss it was taken of (this rank's share), which step()
+  // reports so that a run can be watched without a second forward pass.
+  std::pair<TensorTree, at::Tensor> gradient_and_loss(const TrainState& state, int64_t t, const at::Tensor& w,
+                                                      bool create_graph) const;
   GptConfig model_;
   std::shared_ptr<const TokenDataset> data_;
   std::vector<Batch> batches_;  // this rank's rows of each step

@@ -1,0 +1,33 @@
+#include "lib/train/attribution_text.h"
+
+#include "lib/core/strings.h"
+
+namespace magic {
+
+std::string snippet(const std::string& text, size_t width) {
+  return text.size() <= width ? text : text.substr(0, width - 3) + "...";
+}
+
+std::string examples_summary(const TokenDataset& data, const std::string& path) {
+  std::string line = str_cat(data.size(), " examples from ", path);
+  if (data.split_documents == 0 && data.dropped_documents == 0) return line;  // one example a document
+  std::vector<std::string> parts = {str_cat(data.documents, " documents")};
+  if (data.split_documents > 0) {
+    parts.push_back(str_cat(data.split_documents, " split into chunks of max_len ", data.max_len()));
+  }
+  if (data.dropped_documents > 0) parts.push_back(str_cat(data.dropped_documents, " too short to use"));
+  return line + " (" + join(parts, ", ") + ")";
+}
+
+std::string ranking_note(const LmProblem& problem, int64_t query, bool chosen, const std::string& scores_file) {
+  const auto queries = static_cast<int64_t>(problem.query_documents.size());
+  const TextDocument& q = problem.query_documents.at(static_cast<size_t>(query));
+  std::string note = str_cat("Ranked by query ", query, " (", q.id, ": ", snippet(q.text, 40), ")");
+  if (!chosen) note += str_cat(", the first of ", queries, " (no --query given)");
+  if (queries > 1) note += str_cat("; --query N (0 to ", queries - 1, ") picks another");
+  note += scores_file.empty() ? str_cat("; --out DIR writes all ", queries, " queries' scores")
+                              : str_cat("; ", scores_file, " holds all ", queries);
+  return note + ".";
+}
+
+}  // namespace magic

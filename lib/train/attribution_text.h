@@ -1,0 +1,26 @@
+// The sentences magic-run says about a run's data and its ranking, shared by the terminal
+// summary and the HTML report so that both say the same thing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "lib/data/token_dataset.h"
+#include "lib/train/run_config.h"
+
+namespace magic {
+
+// `text` cut to `width` bytes, "..." marking the cut.
+std::string snippet(const std::string& text, size_t width);
+
+// "376 examples from PATH", and when documents were cut or dropped, how many of how many:
+// "376 examples from PATH (375 documents, 1 split into chunks of max_len 128)".
+std::string examples_summary(const TokenDataset& data, const std::string& path);
+
+// Per-query runs: which query the ranking is for and how to see another, e.g.
+// "Ranked by query 0 (Ecc12:11: The words of ...), the first of 8; --query N picks another;
+// out/scores.safetensors holds all 8". `chosen`: the user named it with --query; `scores_file`:
+// where every query's scores are written ("" when nothing is).
+std::string ranking_note(const LmProblem& problem, int64_t query, bool chosen, const std::string& scores_file);
+
+}  // namespace magic
