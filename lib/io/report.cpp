@@ -41,6 +41,12 @@ std::string pad(const std::string& text, size_t width) {
   return columns >= width ? text + " " : text + std::string(width - columns, ' ');
 }
 
+// The last two columns, without trailing blanks where there is no diagnosis.
+std::string verdict_and_diagnosis(const CheckRow& row) {
+  const std::string verdict = row.passed ? "pass" : "FAIL";
+  return row.diagnosis.text.empty() ? verdict : pad(verdict, 9) + row.diagnosis.text;
+}
+
 // NaN marks a row that could not be compared (a tensor missing on one side).
 std::string fixed6(double v) {
   return std::isnan(v) ? "-" : std::isfinite(v) ? format_fixed(v, 6) : "inf";
@@ -130,7 +136,7 @@ void print_report(const CheckReport& r, std::ostream& out) {
       out << pad(row.level, 13) << pad(row.tensor, tensor_width) << pad(fixed6(row.stats.scale), 11)
           << pad(fixed6(row.stats.cosine), 11) << pad("-", 10) << pad("-", 10) << pad("-", 10)
           << pad(sci(row.reduction->worst), 10) << pad(sci(row.reduction->bound), 10)
-          << pad(row.passed ? "pass" : "FAIL", 9) << row.diagnosis.text << "\n";
+          << verdict_and_diagnosis(row) << "\n";
       continue;
     }
     if (three_runs && row.precision) {
@@ -138,13 +144,13 @@ void print_report(const CheckReport& r, std::ostream& out) {
       out << pad(row.level, 13) << pad(row.tensor, tensor_width) << pad(fixed6(row.stats.scale), 11)
           << pad(fixed6(row.stats.cosine), 11) << pad(sci(e.candidate_golden), 10) << pad(sci(e.reference_golden), 10)
           << pad(e.values_judged ? sci(e.allowed_golden) : "-", 10) << pad(sci(row.stats.worst_rel_err), 10)
-          << pad(e.bound ? sci(*e.bound) : "-", 10) << pad(row.passed ? "pass" : "FAIL", 9) << row.diagnosis.text
+          << pad(e.bound ? sci(*e.bound) : "-", 10) << verdict_and_diagnosis(row)
           << "\n";
       continue;
     }
     out << pad(row.level, 13) << pad(row.tensor, tensor_width) << pad(fixed6(row.stats.scale), 11)
         << pad(fixed6(row.stats.mean_ratio), 16) << pad(sci(row.stats.worst_rel_err), 15)
-        << pad(fixed6(row.stats.cosine), 11) << pad(row.passed ? "pass" : "FAIL", 9) << row.diagnosis.text << "\n";
+        << pad(fixed6(row.stats.cosine), 11) << verdict_and_diagnosis(row) << "\n";
   }
   if (r.rows.empty()) {
     out << "\nFAIL: no tensor was compared\n";

@@ -1,0 +1,121 @@
+// The examples in README.md and docs/ are real: every fenced block that begins with
+// "$ build/tools/magic-check" is run, and every line it shows (except "..." cuts and the wall
+// time) must appear in the real output, with the exit code the summary line implies (PASS 0,
+// FAIL 1); every ```json block parses, and every run config among them loads.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "lib/core/strings.h"
+#include "lib/train/run_config.h"
+#include "tests/support.h"
+
+namespace magic {
+namespace {
+
+struct Example {
+  std::string command;              // as printed, after "$ "
+  std::vector<std::string> output;  // the lines shown below it
+};
+
+std::vector<Example> readme_examples() {
+  std::istringstream readme(testing::read_file(std::string(MAGIC_SOURCE_DIR) + "/README.md"));
+  std::vector<Example> examples;
+  bool in_block = false, in_example = false;
+  for (std::string line; std::getline(readme, line);) {
+    if (line.rfind("```", 0) == 0) {
+      in_block = !in_block;
+      in_example = false;
+      continue;
+    }
+    if (!in_block) continue;
+    if (line.rfind("$ build/tools/", 0) == 0) {
+      examples.push_back({line.substr(2), {}});
+      in_example = true;
+    } else if (in_example) {
+      examples.back().output.push_back(line);
+    }
+  }
+  return examples;
+}
+
+bool shown_as_is(const std::string& line) {
+  if (line.empty() || line.rfind("...", 0) == 0) return false;
+  return !(line.front() == '(' && line.size() > 3 && line.substr(line.size() - 3) == " s)");  // "(1.7 s)"
+}
+
+TEST(Readme, EveryMagicCheckExampleRunsAsPrinted) {
+  const std::vector<Example> examples = readme_examples();
+  ASSERT_GE(examples.size(), 2u) << "the README's magic-check examples were not found";
+  for (const Example& e : examples) {
+    SCOPED_TRACE(e.command);
+    ASSERT_EQ(e.command.rfind("build/tools/magic-check ", 0), 0u) << "an example of a tool this test does not run";
+    const auto o = testing::run_command(std::string(MAGIC_CHECK_BINARY) + e.command.substr(std::string("build/tools/magic-check").size()));
+    int compared = 0, expected_code = -1;
+    for (const std::string& line : e.output) {
+      if (line.rfind("PASS: ", 0) == 0) expected_code = 0;
+      if (line.rfind("FAIL: ", 0) == 0) expected_code = 1;
+      if (!shown_as_is(line)) continue;
+      ++compared;
+      EXPECT_NE(o.output.find(line + "\n"), std::string::npos) << "README shows a line the run does not print:\n"
+                                                                << line << "\n--- the run printed:\n"
+                                                                << o.output;
+    }
+    EXPECT_GE(compared, 10) << "too few lines compared";
+    EXPECT_EQ(o.exit_code, expected_code) << o.output;
+  }
+}
+
+// The ```json blocks of a markdown file, each with the line it starts on.
+std::vector<std::pair<int, std::string>> json_blocks(const std::string& path) {
+  std::istringstream text(testing::read_file(path));
+  std::vector<std::pair<int, std::string>> blocks;
+  bool in_json = false;
+  int number = 0;
+  for (std::string line; std::getline(text, line);) {
+    ++number;
+    if (!in_json && line == "```json") {
+      in_json = true;
+      blocks.emplace_back(number, "");
+    } else if (in_json && line.rfind("```", 0) == 0) {
+      in_json = false;
+    } else if (in_json) {
+      blocks.back().second += line + "\n";
+    }
+  }
+  return blocks;
+}
+
+TEST(Readme, EveryJsonExampleParsesAndEveryConfigExampleLoads) {
+  const std::string source = MAGIC_SOURCE_DIR;
+  const nlohmann::json demo = nlohmann::json::parse(testing::read_file(source + "/fixtures/runs/demo.json"));
+  int blocks = 0, configs = 0;
+  bool demo_shown = false;
+  std::vector<std::string> files{source + "/README.md"};
+  for (const auto& entry : std::filesystem::directory_iterator(source + "/docs")) {
+    if (entry.path().extension() == ".md") files.push_back(entry.path().string());
+  }
+  for (const std::string& file : files) {
+    for (const auto& [line, text] : json_blocks(file)) {
+      SCOPED_TRACE(str_cat(file, ":", line));
+      ++blocks;
+      nlohmann::json j;
+      ASSERT_NO_THROW(j = nlohmann::json::parse(text)) << text;
+      if (!(j.is_object() && j.contains("model") && j.contains("data") && j.contains("training"))) continue;
+      ++configs;
+      // Data paths are relative to the config's folder: the examples are written for fixtures/runs.
+      EXPECT_NO_THROW(RunConfig::from_json(j, "example", source + "/fixtures/runs")) << text;
+      demo_shown = demo_shown || j == demo;
+    }
+  }
+  EXPECT_GE(blocks, 5);
+  EXPECT_GE(configs, 2);
+  EXPECT_TRUE(demo_shown) << "docs/magic-run.md shows fixtures/runs/demo.json: they differ";
+}
+
+}  // namespace
+}  // namespace magic
