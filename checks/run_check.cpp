@@ -82,6 +82,23 @@ std::shared_ptr<const ReferenceRuns> references_for_ranks(const CheckSettings& s
   return std::make_shared<const ReferenceRuns>(run_references(settings));
 }
 
+CheckReport report_header(const CheckRequest& request) {
+  const CheckSettings& s = request.settings;
+  CheckReport report;
+  report.topology = s.topology.str();
+  report.world_size = s.topology.world_size();
+  report.workload = s.resolved_workload();
+  if (s.run_config) report.config = s.run_config->source;
+  report.dtype = s.precision.str();
+  report.convention = dist::convention_name(s.convention);
+  report.backend = dist::backend_name(s.backend);
+  report.steps = s.steps;
+  report.seed = s.seed;
+  if (request.mode == CheckMode::kMutate) report.mutation = request.mutation;
+  report.bite_mode = request.mode == CheckMode::kBite;
+  return report;
+}
+
 CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime) {
   const auto start = std::chrono::steady_clock::now();
   const CheckSettings& s = request.settings;
@@ -115,17 +132,7 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime)
   };
   for (const auto& m : mutations) runs.push_back(run_distributed(mutation_settings(m), runtime, m.name, reference));
 
-  CheckReport report;
-  report.topology = s.topology.str();
-  report.world_size = runtime.world_size();
-  report.workload = s.resolved_workload();
-  if (s.run_config) report.config = s.run_config->source;
-  report.dtype = s.precision.str();
-  report.convention = dist::convention_name(s.convention);
-  report.backend = dist::backend_name(s.backend);
-  report.steps = s.steps;
-  report.seed = s.seed;
-  report.bite_mode = request.mode == CheckMode::kBite;
+  CheckReport report = report_header(request);
   if (runtime.rank() != 0) return report;
 
   dist::set_phase("comparison");
@@ -134,7 +141,6 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime)
     if (std::string note = avg_convention_note(s); !note.empty()) report.notes.push_back(note);
   }
   if (request.mode == CheckMode::kMutate) {
-    report.mutation = mutations.front().name;
     report.bite.push_back(judge_mutation(mutations.front(), s.topology, report.rows, s.precision));
   }
   report.bite_skipped = plan.skipped;

@@ -43,6 +43,10 @@ struct CheckRequest {
 // --bite skips a mutation expected at such a level, saying so, rather than call it caught or missed.
 std::string unjudged_level(const std::vector<CheckRow>& clean, const std::string& level);
 
+// The report's description of the run (layout, workload, dtype, ...) with no rows yet: what
+// run_check fills in, and what a run that fails before rank 0 reports carries.
+CheckReport report_header(const CheckRequest& request);
+
 // Every rank calls it. Rank 0 gets the full report; other ranks an empty one (exit code 0).
 CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime);
 

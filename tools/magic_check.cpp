@@ -194,19 +194,7 @@ bool writes_failure_reports() {
 // a failing case with the reason rather than finding no results.
 void write_failure_reports(const Command& c, const std::string& why) {
   if ((c.json_path.empty() && c.junit_path.empty()) || !writes_failure_reports()) return;
-  const checks::CheckSettings& s = c.request.settings;
-  CheckReport r;
-  r.topology = s.topology.str();
-  r.world_size = s.topology.world_size();
-  r.workload = s.resolved_workload();
-  if (s.run_config) r.config = s.run_config->source;
-  r.dtype = s.precision.str();
-  r.convention = dist::convention_name(s.convention);
-  r.backend = dist::backend_name(s.backend);
-  r.steps = s.steps;
-  r.seed = s.seed;
-  r.mutation = c.request.mutation;
-  r.bite_mode = c.request.mode == checks::CheckMode::kBite;
+  CheckReport r = checks::report_header(c.request);
   r.failure = why.empty() ? "the run failed (exit 2) before rank 0 wrote its report" : why;
   try {
     if (!c.json_path.empty()) write_json_report(c.json_path, r);
