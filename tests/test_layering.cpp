@@ -25,12 +25,13 @@ const std::map<std::string, std::set<std::string>>& allowed_includes() {
       {"core", {}},
       {"compare", {"core"}},
       {"io", {"core", "compare"}},
-      {"model", {"core", "io"}},
+      {"trace", {"core", "compare", "io"}},
+      {"model", {"core", "io", "trace"}},
       {"optim", {"core"}},
       {"data", {"core", "model"}},
-      {"step", {"core", "model", "optim"}},
-      {"distributed", {"core", "compare", "data", "model", "optim", "step"}},
-      {"train", {"core", "compare", "io", "model", "optim", "data", "step", "distributed"}},
+      {"step", {"core", "model", "optim", "trace"}},
+      {"distributed", {"core", "compare", "data", "model", "optim", "step", "trace"}},
+      {"train", {"core", "compare", "io", "model", "optim", "data", "step", "distributed", "trace"}},
   };
   return table;
 }

@@ -85,6 +85,9 @@ const nlohmann::json& JsonFields::get(const std::string& key, const char* expect
 
 int64_t JsonFields::integer(const std::string& key) const {
   const auto& value = get(key, "an integer");
+  if (value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    fail(key, str_cat("expected an integer below 2^63, got ", value.dump()));
+  }
   if (value.is_number_integer()) return value.get<int64_t>();
   if (value.is_number_float()) {
     const double d = value.get<double>();

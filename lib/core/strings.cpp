@@ -63,4 +63,23 @@ const char* markup_entity(char c, const char* apostrophe) {
   }
 }
 
+std::string xml_escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const char* entity = markup_entity(c, "&apos;");
+    if (entity) {
+      out += entity;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string pad(const std::string& text, size_t width) {
+  size_t columns = 0;
+  for (unsigned char c : text) columns += (c & 0xC0) != 0x80;
+  return columns >= width ? text + " " : text + std::string(width - columns, ' ');
+}
+
 }  // namespace magic

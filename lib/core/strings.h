@@ -32,4 +32,11 @@ std::string format_sci(double value, int digits);
 // `apostrophe` spells the last: "&apos;" (XML) or "&#39;" (HTML).
 const char* markup_entity(char c, const char* apostrophe);
 
+// `text` with XML's five special characters escaped.
+std::string xml_escape(const std::string& text);
+
+// `text` padded with blanks to `width` display columns (UTF-8: "≈" is one column), or followed by
+// one blank where it is that wide already: a table cell.
+std::string pad(const std::string& text, size_t width);
+
 }  // namespace magic

@@ -11,20 +11,6 @@
 namespace magic {
 namespace {
 
-std::string xml_escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    const char* entity = markup_entity(c, "&apos;");
-    if (entity) {
-      out += entity;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-// JSON has no infinity or NaN: they are written as null.
 nlohmann::ordered_json number(double v) {
   return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
 }
@@ -32,13 +18,6 @@ nlohmann::ordered_json number(double v) {
 // "nothing failed through grad": a bite run that computed its levels up to the expected one.
 std::string join_nonempty(const std::string& head, const std::string& tail) {
   return tail.empty() ? head : head + " " + tail;
-}
-
-std::string pad(const std::string& text, size_t width) {
-  // Pads by display width: the diagnosis may hold "≈" (3 bytes, 1 column).
-  size_t columns = 0;
-  for (unsigned char c : text) columns += (c & 0xC0) != 0x80;
-  return columns >= width ? text + " " : text + std::string(width - columns, ' ');
 }
 
 // The last two columns, without trailing blanks where there is no diagnosis.

@@ -21,14 +21,16 @@ constexpr DtypeCode kDtypes[] = {
     {"I32", c10::kInt},    {"I16", c10::kShort}, {"I8", c10::kChar},  {"U8", c10::kByte},       {"BOOL", c10::kBool},
 };
 
-const char* dtype_code(c10::ScalarType type) {
+}  // namespace
+
+std::string safetensors_dtype_code(c10::ScalarType type) {
   for (const auto& d : kDtypes) {
     if (d.type == type) return d.code;
   }
   throw std::invalid_argument(str_cat("safetensors: unsupported dtype ", c10::toString(type)));
 }
 
-std::optional<c10::ScalarType> dtype_from_code(const std::string& code) {
+std::optional<c10::ScalarType> safetensors_dtype(const std::string& code) {
   for (const auto& d : kDtypes) {
     if (code == d.code) return d.type;
   }
@@ -36,8 +38,6 @@ std::optional<c10::ScalarType> dtype_from_code(const std::string& code) {
 }
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
-
-}  // namespace
 
 void save_safetensors(const std::string& path, const TensorTree& tensors,
                       const std::map<std::string, std::string>& metadata) {
@@ -49,7 +49,7 @@ void save_safetensors(const std::string& path, const TensorTree& tensors,
     at::Tensor t = e.tensor.detach().to(at::kCPU).contiguous();
     const uint64_t bytes = t.numel() * t.element_size();
     header[e.name] = {
-        {"dtype", dtype_code(t.scalar_type())}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+        {"dtype", safetensors_dtype_code(t.scalar_type())}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
     contiguous.push_back(t);
   }
@@ -96,6 +96,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
   std::vector<Span> spans;
   for (const auto& item : header.items()) {
     if (item.key() == "__metadata__") {
+      if (!item.value().is_object()) throw bad("__metadata__ is not a JSON object");
       for (const auto& m : item.value().items()) {
         if (!m.value().is_string()) throw bad("__metadata__ values must be strings");
         result.metadata[m.key()] = m.value().get<std::string>();
@@ -107,7 +108,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
       throw bad(str_cat("entry '", item.key(), "' needs dtype, shape and data_offsets"));
     }
     if (!info["dtype"].is_string()) throw bad(str_cat("entry '", item.key(), "' has a dtype that is not a string"));
-    auto dtype = dtype_from_code(info["dtype"].get<std::string>());
+    auto dtype = safetensors_dtype(info["dtype"].get<std::string>());
     if (!dtype) throw bad(str_cat("entry '", item.key(), "' has unsupported dtype ", info["dtype"].dump()));
     std::vector<int64_t> shape;
     std::vector<uint64_t> offsets;
@@ -139,6 +140,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
     in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(offsets[1] - offsets[0]));
     if (!in) throw bad(str_cat("entry '", item.key(), "' could not be read"));
     spans.push_back({offsets[0], offsets[1], item.key()});
+    if (result.tensors.contains(item.key())) throw bad(str_cat("entry '", item.key(), "' appears twice"));
     result.tensors.insert(item.key(), t);
   }
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "lib/core/tensor_tree.h"
@@ -14,6 +15,11 @@ struct SafetensorsFile {
   TensorTree tensors;
   std::map<std::string, std::string> metadata;
 };
+
+// The dtype codes of the format ("F64", "BF16", "I64", ...); nullopt / std::invalid_argument for
+// a code or dtype it has none for.
+std::optional<c10::ScalarType> safetensors_dtype(const std::string& code);
+std::string safetensors_dtype_code(c10::ScalarType type);
 
 // Writes atomically (to a temporary name, then renamed): no half-written file is left.
 void save_safetensors(const std::string& path, const TensorTree& tensors,

@@ -1,0 +1,161 @@
+#include "lib/trace/dump_comparison.h"
+
+#include <map>
+#include <set>
+
+#include "lib/compare/scale_diagnosis.h"
+#include "lib/core/strings.h"
+#include "lib/trace/reassemble.h"
+
+namespace magic {
+namespace {
+
+// "16..31" or "0..7, 24..31": the indices along `dim` that `cover` touches.
+std::string index_ranges(const at::Tensor& cover, int64_t dim) {
+  at::Tensor line = cover;
+  for (int64_t d = cover.dim() - 1; d >= 0; --d) {
+    if (d != dim) line = line.any(d);
+  }
+  line = line.contiguous();
+  std::vector<std::string> ranges;
+  const bool* on = line.data_ptr<bool>();
+  for (int64_t i = 0; i < line.numel();) {
+    if (!on[i]) {
+      ++i;
+      continue;
+    }
+    int64_t j = i;
+    while (j + 1 < line.numel() && on[j + 1]) ++j;
+    ranges.push_back(str_cat(i, "..", j));
+    i = j + 1;
+  }
+  return join(ranges, ", ");
+}
+
+double tolerance_for(const DumpRecord& a, const DumpRecord& b, const CompareOptions& options) {
+  if (options.tolerance) return *options.tolerance;
+  if (!at::isFloatingType(a.dtype) && !at::isFloatingType(b.dtype)) return 0.0;  // ids and counts: exact
+  return std::max(default_tolerance(a.dtype), default_tolerance(b.dtype));
+}
+
+std::vector<NamedFactor> factors_of(const LoadedDump& a, const LoadedDump& b) {
+  std::vector<std::pair<std::string, int64_t>> sizes;
+  std::set<std::string> names;
+  for (const auto* dump : {&a, &b}) {
+    for (const auto& d : dump->manifest.mesh) {
+      if (d.size > 1 && names.insert(d.name).second) sizes.emplace_back(d.name, d.size);
+    }
+  }
+  return candidate_factors(sizes);
+}
+
+}  // namespace
+
+std::string off_pieces(const DumpTensor& candidate, const std::vector<MeshDim>& mesh,
+                       const std::vector<std::vector<int64_t>>& coords, const at::Tensor& reference, double tolerance) {
+  const auto& placements = candidate.record.record.placements;
+  std::vector<std::vector<int64_t>> shapes;
+  for (const auto& p : candidate.pieces) shapes.push_back(p.sizes().vec());
+  const std::vector<at::Tensor> covers = piece_covers(mesh, coords, shapes, placements);
+  if (covers.empty()) return "";
+  const at::Tensor d = candidate.whole.to(at::kDouble), r = reference.to(at::kDouble);
+  const double scale = std::max(r.numel() ? r.abs().max().item<double>() : 0.0, 1e-300);
+  const at::Tensor error = (d - r).abs() / scale;
+  std::vector<std::string> off;
+  std::set<std::string> seen;
+  for (size_t k = 0; k < covers.size(); ++k) {
+    if (!covers[k].any().item<bool>()) continue;
+    if (error.masked_select(covers[k]).max().item<double>() <= tolerance) continue;
+    std::vector<std::string> who, ranges;
+    for (size_t m = 0; m < mesh.size(); ++m) {
+      const Placement& p = placements[m];
+      if (p.type != Placement::Type::kShard && p.type != Placement::Type::kZigzag) continue;
+      if (mesh[m].size > 1) who.push_back(str_cat(mesh[m].name, " rank ", coords[k][m]));
+      const std::string span = index_ranges(covers[k], p.dim);
+      ranges.push_back((p.type == Placement::Type::kZigzag ? "positions " : str_cat("dim ", p.dim, " indices ")) + span);
+    }
+    const std::string text = str_cat(join(who, ", "), " (", join(ranges, "; "), ")");
+    if (!who.empty() && seen.insert(text).second) off.push_back(text);
+  }
+  // Replicas of one piece name it once; every piece off says nothing about where.
+  std::set<std::vector<int64_t>> split_coords;
+  for (const auto& c : coords) {
+    std::vector<int64_t> key;
+    for (size_t m = 0; m < mesh.size(); ++m) {
+      const auto t = placements[m].type;
+      if (t == Placement::Type::kShard || t == Placement::Type::kZigzag) key.push_back(c[m]);
+    }
+    split_coords.insert(key);
+  }
+  const size_t distinct_total = split_coords.size();
+  if (off.empty() || off.size() >= distinct_total) return "";
+  if (off.size() > 3) return str_cat("on ", off.size(), " of ", distinct_total, " pieces, first ", off.front());
+  return "on " + join(off, " and ");
+}
+
+std::string DumpComparison::first_divergence_line() const {
+  if (!first_divergence) return "";
+  const RecordRow& r = rows[*first_divergence];
+  std::string line = "first divergence: " + record_place(r.record);
+  if (!r.where.empty()) line += " " + r.where;
+  const Diagnosis& d = r.row.diagnosis;
+  line += ", " + (d.factor.empty() ? d.text : (d.exact ? "" : "≈ ") + d.factor);
+  line += *first_divergence == 0 ? "; it is the first record"
+                                 : "; every earlier record agrees to " + format_sci(earlier_agreement, 0);
+  return line;
+}
+
+DumpComparison compare_dumps(const LoadedDump& candidate, const LoadedDump& reference, const CompareOptions& options) {
+  const std::vector<NamedFactor> factors = factors_of(candidate, reference);
+  std::map<std::string, const DumpTensor*> by_identity;
+  for (const auto& t : candidate.tensors) by_identity[record_identity(t.record.record)] = &t;
+  std::set<std::string> matched;
+  DumpComparison out;
+  for (const auto& ref : reference.tensors) {
+    const std::string id = record_identity(ref.record.record);
+    RecordRow row{ref.record.record, {}, ""};
+    const auto it = by_identity.find(id);
+    const double tolerance = tolerance_for(ref.record, it == by_identity.end() ? ref.record : it->second->record, options);
+    if (it == by_identity.end()) {
+      row.row = make_unmatched_row(ref.record.record.phase, ref.record.record.name, tolerance,
+                                   str_cat("missing from ", candidate.path));
+    } else {
+      matched.insert(id);
+      const DumpTensor& cand = *it->second;
+      if (!cand.whole.sizes().equals(ref.whole.sizes())) {
+        row.row = make_unmatched_row(ref.record.record.phase, ref.record.record.name, tolerance,
+                                     str_cat("shape ", cand.whole.sizes(), " but the reference's is ", ref.whole.sizes()));
+      } else {
+        row.row = make_check_row(ref.record.record.phase, ref.record.record.name, cand.whole.to(at::kDouble),
+                                 ref.whole.to(at::kDouble), tolerance, factors);
+        if (!row.row.passed) {
+          row.where = off_pieces(cand, candidate.manifest.mesh, candidate.coords(), ref.whole, tolerance);
+        }
+        if (!cand.replicas_differ.empty() && cand.replica_spread > tolerance) {
+          row.row.passed = false;
+          row.row.diagnosis.text =
+              row.row.diagnosis.text.empty() ? cand.replicas_differ : row.row.diagnosis.text + "; " + cand.replicas_differ;
+        }
+      }
+    }
+    out.rows.push_back(std::move(row));
+  }
+  for (const auto& cand : candidate.tensors) {
+    if (matched.count(record_identity(cand.record.record))) continue;
+    RecordRow row{cand.record.record, {}, ""};
+    row.row = make_unmatched_row(cand.record.record.phase, cand.record.record.name,
+                                 tolerance_for(cand.record, cand.record, options),
+                                 str_cat("not in the reference ", reference.path));
+    out.rows.push_back(std::move(row));
+  }
+  for (size_t i = 0; i < out.rows.size(); ++i) {
+    if (!out.rows[i].row.passed) {
+      out.first_divergence = i;
+      break;
+    }
+    out.earlier_agreement = std::max(out.earlier_agreement, out.rows[i].row.stats.worst_rel_err);
+  }
+  return out;
+}
+
+}  // namespace magic

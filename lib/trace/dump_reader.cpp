@@ -1,0 +1,91 @@
+#include "lib/trace/dump_reader.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "lib/core/error.h"
+#include "lib/core/non_finite.h"
+#include "lib/core/strings.h"
+#include "lib/io/safetensors.h"
+#include "lib/trace/reassemble.h"
+
+namespace magic {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(str_cat(path.string(), ": cannot read (a dump folder needs manifest.json)"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> LoadedDump::coords() const {
+  std::vector<std::vector<int64_t>> out;
+  for (const auto& r : manifest.ranks) out.push_back(r.coords);
+  return out;
+}
+
+LoadedDump read_dump(const std::string& folder) {
+  const fs::path root(folder);
+  if (!fs::is_directory(root)) throw InputError(str_cat(folder, ": not a dump folder (expected a directory)"));
+  LoadedDump dump;
+  dump.path = folder;
+  const fs::path manifest_path = root / "manifest.json";
+  dump.manifest = parse_dump_manifest(read_text(manifest_path), manifest_path.string());
+  const DumpManifest& m = dump.manifest;
+
+  std::vector<SafetensorsFile> files;
+  for (const auto& rank : m.ranks) {
+    const fs::path file = root / rank.file;
+    if (!fs::is_regular_file(file)) {
+      throw InputError(str_cat(file.string(), ": missing (manifest.json lists it for rank ", rank.rank, ")"));
+    }
+    files.push_back(load_safetensors(file.string()));
+    for (const auto& entry : files.back().tensors) {
+      bool known = false;
+      for (const auto& d : m.records) known = known || d.key == entry.name;
+      if (!known) throw InputError(str_cat(file.string(), ": tensor '", entry.name, "' is in no manifest record"));
+    }
+  }
+  const auto coords = dump.coords();
+  for (const auto& d : m.records) {
+    const std::string where = str_cat("record '", d.key, "' (", record_place(d.record), ")");
+    DumpTensor t;
+    t.record = d;
+    for (size_t r = 0; r < m.ranks.size(); ++r) {
+      const std::string file = (root / m.ranks[r].file).string();
+      if (!files[r].tensors.contains(d.key)) throw InputError(str_cat(file, ": ", where, " is missing"));
+      const at::Tensor& piece = files[r].tensors.at(d.key);
+      if (piece.scalar_type() != d.dtype) {
+        throw InputError(str_cat(file, ": ", where, " is ", safetensors_dtype_code(piece.scalar_type()),
+                                 " but manifest.json says ", safetensors_dtype_code(d.dtype)));
+      }
+      if (const auto bad = describe_non_finite(piece)) {
+        throw InputError(str_cat(file, ": ", where, " holds ", *bad, " (a dump records finite values)"));
+      }
+      t.pieces.push_back(piece);
+    }
+    try {
+      Reassembled whole = reassemble(m.mesh, coords, t.pieces, d.record.placements);
+      t.whole = whole.whole;
+      t.replicas_differ = whole.replicas_differ;
+      t.replica_spread = whole.replica_spread;
+    } catch (const InputError& e) {
+      throw InputError(str_cat(manifest_path.string(), ": ", where, ": the pieces do not tile the tensor: ", e.what()));
+    }
+    if (!t.whole.sizes().equals(d.shape)) {
+      throw InputError(str_cat(manifest_path.string(), ": ", where, ": the pieces make shape ", t.whole.sizes(),
+                               " but the manifest says ", c10::IntArrayRef(d.shape)));
+    }
+    dump.tensors.push_back(std::move(t));
+  }
+  return dump;
+}
+
+}  // namespace magic

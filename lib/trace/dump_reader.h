@@ -1,0 +1,34 @@
+// Reads a dump folder (docs/dump-format.md) into whole tensors, one per record, checking
+// everything first: the manifest, every rank's safetensors file, each piece's dtype, that the
+// pieces tile the record's shape, and that floating values are finite. A dump is untrusted
+// input: every refusal is an InputError of one line naming the file and what is wrong.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "lib/trace/dump_manifest.h"
+
+namespace magic {
+
+struct DumpTensor {
+  DumpRecord record;
+  at::Tensor whole;
+  std::vector<at::Tensor> pieces;  // by rank, as stored
+  std::string replicas_differ;     // "" when the replicas agree (reassemble.h)
+  double replica_spread = 0.0;
+};
+
+struct LoadedDump {
+  std::string path;
+  DumpManifest manifest;
+  std::vector<DumpTensor> tensors;  // in record order
+
+  std::vector<std::vector<int64_t>> coords() const;  // by rank
+};
+
+LoadedDump read_dump(const std::string& folder);
+
+}  // namespace magic

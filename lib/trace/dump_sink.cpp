@@ -1,0 +1,81 @@
+#include "lib/trace/dump_sink.h"
+
+#include <filesystem>
+#include <set>
+#include <stdexcept>
+
+#include "lib/core/error.h"
+#include "lib/core/strings.h"
+#include "lib/io/atomic_file.h"
+#include "lib/io/safetensors.h"
+#include "lib/trace/dump_manifest.h"
+#include "lib/trace/reassemble.h"
+
+namespace magic {
+namespace {
+
+std::string record_key(size_t index) {
+  std::string digits = std::to_string(index);
+  return "r" + std::string(digits.size() < 6 ? 6 - digits.size() : 0, '0') + digits;
+}
+
+}  // namespace
+
+void DumpSink::write(const TraceRecord& record, const at::Tensor& tensor) {
+  at::Tensor copy = tensor.detach().to(at::kCPU).clone().contiguous();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!identities_.insert(record_identity(record)).second) {
+    throw std::invalid_argument(str_cat("trace: a second record of ", record_place(record)));
+  }
+  entries_.push_back({record, std::move(copy)});
+}
+
+std::vector<DumpSink::Entry> DumpSink::entries() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return entries_;
+}
+
+std::string dump_rank_file_name(int64_t rank) { return str_cat("rank", rank, ".safetensors"); }
+
+void write_dump_rank_file(const std::string& folder, int64_t rank, const std::vector<DumpSink::Entry>& entries) {
+  std::filesystem::create_directories(folder);
+  TensorTree tensors;
+  for (size_t i = 0; i < entries.size(); ++i) tensors.insert(record_key(i), entries[i].tensor);
+  save_safetensors((std::filesystem::path(folder) / dump_rank_file_name(rank)).string(), tensors);
+}
+
+void write_dump_manifest(const std::string& folder, const std::string& run, const std::vector<MeshDim>& mesh,
+                         const std::vector<std::vector<int64_t>>& coords_by_rank,
+                         const std::vector<TraceRecord>& records) {
+  DumpManifest m;
+  m.run = run;
+  m.mesh = mesh;
+  std::vector<SafetensorsFile> files;
+  for (size_t r = 0; r < coords_by_rank.size(); ++r) {
+    m.ranks.push_back({static_cast<int64_t>(r), coords_by_rank[r], dump_rank_file_name(static_cast<int64_t>(r))});
+    files.push_back(load_safetensors((std::filesystem::path(folder) / m.ranks.back().file).string()));
+  }
+  for (size_t i = 0; i < records.size(); ++i) {
+    const std::string key = record_key(i);
+    std::vector<at::Tensor> pieces;
+    for (const auto& f : files) {
+      if (!f.tensors.contains(key)) {
+        throw std::invalid_argument(str_cat("trace: the ranks made different records (", record_place(records[i]), ")"));
+      }
+      pieces.push_back(f.tensors.at(key));
+    }
+    const at::Tensor whole = reassemble(mesh, coords_by_rank, pieces, records[i].placements).whole;
+    m.records.push_back({key, records[i], pieces.front().scalar_type(), whole.sizes().vec()});
+  }
+  write_file_atomically((std::filesystem::path(folder) / "manifest.json").string(), dump_manifest_json(m));
+}
+
+void write_single_process_dump(const std::string& folder, const std::string& run,
+                               const std::vector<DumpSink::Entry>& entries) {
+  write_dump_rank_file(folder, 0, entries);
+  std::vector<TraceRecord> records;
+  for (const auto& e : entries) records.push_back(e.record);
+  write_dump_manifest(folder, run, {}, {{}}, records);
+}
+
+}  // namespace magic

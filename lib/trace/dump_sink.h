@@ -1,0 +1,50 @@
+// The dump sink: keeps a copy of every record a rank's trace points make, and writes them as a
+// dump folder (docs/dump-format.md). Each rank writes its own safetensors file; one process then
+// writes manifest.json, last, so a folder with a manifest is a finished dump.
+#pragma once
+
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "lib/trace/trace_sink.h"
+
+namespace magic {
+
+class DumpSink : public TraceSink {
+ public:
+  struct Entry {
+    TraceRecord record;
+    at::Tensor tensor;  // a detached CPU copy
+  };
+
+  // Copies `tensor` (detached, so the run's graph is untouched). A second record of the same
+  // tensor (record_identity) is a misplaced trace point: std::invalid_argument.
+  void write(const TraceRecord& record, const at::Tensor& tensor) override;
+  std::vector<Entry> entries() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<Entry> entries_;
+  std::set<std::string> identities_;
+};
+
+// "rank3.safetensors"
+std::string dump_rank_file_name(int64_t rank);
+
+// Writes `entries` as rank `rank`'s file in `folder` (created when missing), keyed "r000000", ...
+// in record order.
+void write_dump_rank_file(const std::string& folder, int64_t rank, const std::vector<DumpSink::Entry>& entries);
+
+// Once every rank's file is written: reads them back, reassembles each record to learn its whole
+// shape, and writes manifest.json atomically. `records` are the ranks' common record list.
+void write_dump_manifest(const std::string& folder, const std::string& run, const std::vector<MeshDim>& mesh,
+                         const std::vector<std::vector<int64_t>>& coords_by_rank,
+                         const std::vector<TraceRecord>& records);
+
+// A single process's dump: its file, then the manifest.
+void write_single_process_dump(const std::string& folder, const std::string& run,
+                               const std::vector<DumpSink::Entry>& entries);
+
+}  // namespace magic

@@ -1,0 +1,151 @@
+#include "lib/trace/reassemble.h"
+
+#include <map>
+
+#include "lib/core/error.h"
+#include "lib/core/strings.h"
+
+namespace magic {
+namespace {
+
+std::string shape_text(const at::Tensor& t) { return str_cat(t.sizes()); }
+
+// Pieces along one mesh dimension, in coordinate order, combined as `p` says. `masks`: the
+// pieces are boolean covers, replicas are or-ed and a partial sum has none (undefined).
+at::Tensor combine(const Placement& p, const std::vector<at::Tensor>& parts, const MeshDim& dim, bool masks,
+                   Reassembled& out) {
+  const at::Tensor& first = parts.front();
+  auto same_shapes = [&](const char* what) {
+    for (size_t i = 1; i < parts.size(); ++i) {
+      if (!parts[i].sizes().equals(first.sizes())) {
+        throw InputError(str_cat(what, " along ", dim.name, " have shapes ", shape_text(first), " (", dim.name,
+                                 " 0) and ", shape_text(parts[i]), " (", dim.name, " ", i, ")"));
+      }
+    }
+  };
+  auto require_dim = [&](int64_t k) {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (k >= parts[i].dim()) {
+        throw InputError(str_cat(placement_text(p), " along ", dim.name, " but ", dim.name, " ", i, "'s piece has shape ",
+                                 shape_text(parts[i])));
+      }
+      for (int64_t d = 0; d < first.dim(); ++d) {
+        if (d != k && (parts[i].dim() != first.dim() || parts[i].size(d) != first.size(d))) {
+          throw InputError(str_cat(placement_text(p), " along ", dim.name, ": pieces of shapes ", shape_text(first),
+                                   " (", dim.name, " 0) and ", shape_text(parts[i]), " (", dim.name, " ", i,
+                                   ") differ outside dimension ", k));
+        }
+      }
+    }
+  };
+  switch (p.type) {
+    case Placement::Type::kReplicate: {
+      same_shapes("replicas");
+      if (masks) {
+        at::Tensor any = first.clone();
+        for (size_t i = 1; i < parts.size(); ++i) any.logical_or_(parts[i]);
+        return any;
+      }
+      const at::Tensor base = first.to(at::kDouble);
+      const double scale = std::max(base.numel() ? base.abs().max().item<double>() : 0.0, 1e-300);
+      for (size_t i = 1; i < parts.size(); ++i) {
+        const double diff = base.numel() ? (parts[i].to(at::kDouble) - base).abs().max().item<double>() : 0.0;
+        if (diff > 0 && diff / scale > out.replica_spread) {
+          out.replica_spread = diff / scale;
+          out.replicas_differ = str_cat("replicas differ: ", dim.name, " ", i, " differs from ", dim.name,
+                                        " 0 by max |diff| / max |", dim.name, " 0| = ", format_sci(diff / scale, 1));
+        }
+      }
+      return first;
+    }
+    case Placement::Type::kShard:
+      require_dim(p.dim);
+      return at::cat(parts, p.dim);
+    case Placement::Type::kZigzag: {
+      require_dim(p.dim);
+      const int64_t local = first.size(p.dim);
+      for (size_t i = 0; i < parts.size(); ++i) {
+        if (parts[i].size(p.dim) != local || local % 2 != 0) {
+          throw InputError(str_cat("zigzag(", p.dim, ") along ", dim.name, " needs pieces of one even size in dimension ",
+                                   p.dim, ", got ", shape_text(first), " (", dim.name, " 0) and ",
+                                   shape_text(parts[i]), " (", dim.name, " ", i, ")"));
+        }
+      }
+      // Coordinate i holds chunks i and 2n-1-i: the first halves in order, then the second halves reversed.
+      std::vector<at::Tensor> chunks(2 * parts.size());
+      for (size_t i = 0; i < parts.size(); ++i) {
+        chunks[i] = parts[i].narrow(p.dim, 0, local / 2);
+        chunks[2 * parts.size() - 1 - i] = parts[i].narrow(p.dim, local / 2, local / 2);
+      }
+      return at::cat(chunks, p.dim);
+    }
+    case Placement::Type::kPartial: {
+      same_shapes("partial sums");
+      if (masks) return at::Tensor();
+      at::Tensor sum = at::zeros(first.sizes(), first.options().dtype(at::kDouble));
+      for (const auto& part : parts) sum.add_(part.to(at::kDouble));
+      if (p.reduce == Placement::Reduce::kAvg) sum.div_(static_cast<double>(parts.size()));
+      return at::isFloatingType(first.scalar_type()) ? sum : sum.to(first.scalar_type());
+    }
+  }
+  return first;
+}
+
+at::Tensor reduce_mesh(const std::vector<MeshDim>& mesh, const std::vector<std::vector<int64_t>>& coords,
+                       std::vector<at::Tensor> pieces, const std::vector<Placement>& placements, bool masks,
+                       Reassembled& out) {
+  if (placements.size() != mesh.size()) {
+    throw InputError(str_cat(placements.size(), " placements for a ", mesh.size(), "-dimensional mesh"));
+  }
+  std::vector<std::vector<int64_t>> keys = coords;
+  for (int64_t m = static_cast<int64_t>(mesh.size()) - 1; m >= 0; --m) {
+    std::map<std::vector<int64_t>, std::vector<at::Tensor>> groups;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const std::vector<int64_t> prefix(keys[i].begin(), keys[i].begin() + m);
+      auto& slot = groups[prefix];
+      slot.resize(mesh[m].size);
+      slot[keys[i][m]] = pieces[i];
+    }
+    std::vector<at::Tensor> next;
+    std::vector<std::vector<int64_t>> next_keys;
+    for (auto& [prefix, parts] : groups) {
+      for (size_t i = 0; i < parts.size(); ++i) {
+        if (!parts[i].defined()) {
+          if (masks) return at::Tensor();  // a partial sum below made the covers meaningless
+          throw InputError(str_cat("no piece at ", mesh[m].name, " ", i));
+        }
+      }
+      next.push_back(combine(placements[m], parts, mesh[m], masks, out));
+      next_keys.push_back(prefix);
+    }
+    pieces = std::move(next);
+    keys = std::move(next_keys);
+  }
+  return pieces.front();
+}
+
+}  // namespace
+
+Reassembled reassemble(const std::vector<MeshDim>& mesh, const std::vector<std::vector<int64_t>>& coords,
+                       const std::vector<at::Tensor>& pieces, const std::vector<Placement>& placements) {
+  Reassembled out;
+  out.whole = reduce_mesh(mesh, coords, pieces, placements, false, out);
+  return out;
+}
+
+std::vector<at::Tensor> piece_covers(const std::vector<MeshDim>& mesh, const std::vector<std::vector<int64_t>>& coords,
+                                     const std::vector<std::vector<int64_t>>& piece_shapes,
+                                     const std::vector<Placement>& placements) {
+  std::vector<at::Tensor> covers;
+  for (size_t r = 0; r < piece_shapes.size(); ++r) {
+    std::vector<at::Tensor> masks;
+    for (size_t i = 0; i < piece_shapes.size(); ++i) masks.push_back(at::full(piece_shapes[i], i == r, at::kBool));
+    Reassembled ignored;
+    at::Tensor cover = reduce_mesh(mesh, coords, masks, placements, true, ignored);
+    if (!cover.defined()) return {};
+    covers.push_back(cover);
+  }
+  return covers;
+}
+
+}  // namespace magic

@@ -1,0 +1,48 @@
+#include "lib/trace/trace_record.h"
+
+#include "lib/core/strings.h"
+
+namespace magic {
+
+std::string placement_text(const Placement& p) {
+  switch (p.type) {
+    case Placement::Type::kReplicate:
+      return "replicate";
+    case Placement::Type::kShard:
+      return str_cat("shard(", p.dim, ")");
+    case Placement::Type::kZigzag:
+      return str_cat("zigzag(", p.dim, ")");
+    case Placement::Type::kPartial:
+      return p.reduce == Placement::Reduce::kSum ? "partial(sum)" : "partial(avg)";
+  }
+  return "?";
+}
+
+const std::vector<std::string>& trace_kinds() {
+  static const std::vector<std::string> kinds = {"input",  "activation", "logits",    "loss",  "gradient", "reduced_gradient",
+                                                 "update", "parameter",  "cotangent", "score", "other"};
+  return kinds;
+}
+
+const std::vector<std::string>& trace_phases() {
+  static const std::vector<std::string> phases = {"forward", "backward", "reduction", "optimizer",
+                                                  "replay",  "query",    "other"};
+  return phases;
+}
+
+const std::vector<std::string>& trace_orders() {
+  static const std::vector<std::string> orders = {"forward", "first", "hvp", "metagradient"};
+  return orders;
+}
+
+std::string record_identity(const TraceRecord& r) {
+  return str_cat(r.step, "|", r.phase, "|", r.order, "|", r.kind, "|", r.name);
+}
+
+std::string record_place(const TraceRecord& r) {
+  std::string what = r.name + " " + r.kind;
+  if (r.order == "hvp" || r.order == "metagradient") what += " (" + r.order + ")";
+  return r.step >= 0 ? str_cat("step ", r.step, ", ", r.phase, ", ", what) : str_cat(r.phase, ", ", what);
+}
+
+}  // namespace magic

@@ -1,0 +1,55 @@
+// A trace record: one tensor a run made at a named trace point, with what it is and how this
+// rank's piece makes up the whole across the ranks' mesh (docs/dump-format.md). The vocabulary of
+// kinds, phases and orders is closed, so two implementations name the same tensor the same way.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace magic {
+
+// How the pieces along one mesh dimension make up the whole (PyTorch DTensor's placements, plus
+// the zig-zag pair context parallelism holds).
+struct Placement {
+  enum class Type { kReplicate, kShard, kZigzag, kPartial };
+  enum class Reduce { kSum, kAvg };
+  Type type = Type::kReplicate;
+  int64_t dim = 0;              // kShard, kZigzag: the tensor dimension split
+  Reduce reduce = Reduce::kSum;  // kPartial: what the pieces still need
+
+  static Placement replicate() { return {}; }
+  static Placement shard(int64_t dim) { return {Type::kShard, dim, Reduce::kSum}; }
+  static Placement zigzag(int64_t dim) { return {Type::kZigzag, dim, Reduce::kSum}; }
+  static Placement partial(Reduce reduce) { return {Type::kPartial, 0, reduce}; }
+};
+
+// "replicate", "shard(0)", "zigzag(1)", "partial(sum)".
+std::string placement_text(const Placement& p);
+
+struct MeshDim {
+  std::string name;  // "dp", "cp", "fsdp"
+  int64_t size = 1;
+};
+
+struct TraceRecord {
+  std::string name;   // "blocks.1.attn.qkv.weight", "hidden", "loss"
+  std::string kind;   // one of trace_kinds()
+  std::string phase;  // one of trace_phases()
+  std::string order;  // one of trace_orders()
+  int64_t step = -1;  // -1: no training step (the query, the final scores)
+  std::string layer;  // "blocks.1", or ""
+  std::vector<Placement> placements;  // one per mesh dimension; empty in a single process
+};
+
+const std::vector<std::string>& trace_kinds();
+const std::vector<std::string>& trace_phases();
+const std::vector<std::string>& trace_orders();
+
+// What makes two records the same tensor in two runs: name, kind, phase, order and step.
+std::string record_identity(const TraceRecord& r);
+
+// "step 0, backward, blocks.1.attn.qkv.weight gradient" (no step for step -1).
+std::string record_place(const TraceRecord& r);
+
+}  // namespace magic

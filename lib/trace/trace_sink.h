@@ -1,0 +1,46 @@
+// Trace points and the sink they write to. The pipeline calls trace_point() where a named tensor
+// is made; with no sink attached that is one relaxed atomic load and a branch (the record is not
+// even built: docs/benchmarks.md, "Trace points"). A sink copies what it keeps and never changes
+// the tensor or its graph, so attaching one changes no value a run computes.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+
+#include "lib/trace/trace_record.h"
+
+namespace magic {
+
+class TraceSink {
+ public:
+  virtual ~TraceSink() = default;
+  // May be called from more than one thread (pipelined REPLAY); a sink serializes itself.
+  virtual void write(const TraceRecord& record, const at::Tensor& tensor) = 0;
+};
+
+namespace trace_detail {
+extern std::atomic<TraceSink*> active_sink;
+}  // namespace trace_detail
+
+inline bool tracing() { return trace_detail::active_sink.load(std::memory_order_relaxed) != nullptr; }
+
+// `make_record()` builds the record only when a sink listens.
+template <typename MakeRecord>
+inline void trace_point(const at::Tensor& tensor, MakeRecord&& make_record) {
+  if (TraceSink* sink = trace_detail::active_sink.load(std::memory_order_acquire)) sink->write(make_record(), tensor);
+}
+
+// Attaches `sink` to the process for the scope's lifetime, then restores the one before.
+class ScopedTraceSink {
+ public:
+  explicit ScopedTraceSink(TraceSink* sink);
+  ~ScopedTraceSink();
+  ScopedTraceSink(const ScopedTraceSink&) = delete;
+  ScopedTraceSink& operator=(const ScopedTraceSink&) = delete;
+
+ private:
+  TraceSink* previous_;
+};
+
+}  // namespace magic
