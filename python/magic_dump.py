@@ -296,7 +296,8 @@ class Dump:
             raise ValueError(f"names: {names!r} is not a non-empty list of module names")
         missing = [n for n in names if n not in modules or n == ""]
         if missing:
-            raise ValueError(f"names: no submodule {missing[0]!r} in the model (it has {', '.join(n for n in modules if n)})")
+            known = ", ".join(n for n in modules if n)
+            raise ValueError(f"names: no submodule {missing[0]!r} in the model (it has {known})")
 
         def hook_for(module_name):
             def hook(_module, _inputs, output):
@@ -427,11 +428,11 @@ def _manifest(run, mesh, keys, ranks):
                 raise ValueError(f"records: record {i} ({a['name']!r} on rank 0, {b['name']!r} on rank {r['rank']}) "
                                  f"differs in {', '.join(differ)}")
     records = []
-    for i, (key, summary) in enumerate(zip(keys, first)):
+    for i, (key, s) in enumerate(zip(keys, first)):
         pieces = {tuple(r["coords"]): r["records"][i]["piece_shape"] for r in ranks}
-        full = _reassembled_shape(summary, mesh, pieces)
-        records.append({"key": key, **{f: summary[f] for f in same[:-1]}, "shape": full,
-                        "placements": summary["placements"]})
+        records.append({"key": key, "name": s["name"], "kind": s["kind"], "phase": s["phase"], "order": s["order"],
+                        "step": s["step"], "layer": s["layer"], "dtype": s["dtype"],
+                        "shape": _reassembled_shape(s, mesh, pieces), "placements": s["placements"]})
     return {"format": FORMAT, "version": VERSION, "run": run, "mesh": mesh,
             "ranks": [{"rank": r["rank"], "coords": r["coords"], "file": r["file"]} for r in ranks],
             "records": records}

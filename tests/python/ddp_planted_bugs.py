@@ -90,9 +90,10 @@ def main():
         records = reference_records(reference)
         bugs = {name: os.path.join(tmp, name + ".dump")
                 for name in ("loss-averaged-twice", "forgotten-parameter", "mean-of-micro-means")}
-        run_on_ranks(WORLD, [(ddp_step, {"folder": bugs["loss-averaged-twice"], "bug": "loss-averaged-twice"}),
-                             (hand_reduced_step, {"folder": bugs["forgotten-parameter"], "forget": FORGOTTEN_PARAMETER}),
-                             (accumulation_step, {"folder": bugs["mean-of-micro-means"], "bug": "mean-of-micro-means"})])
+        run_on_ranks(WORLD, [
+            (ddp_step, {"folder": bugs["loss-averaged-twice"], "bug": "loss-averaged-twice"}),
+            (hand_reduced_step, {"folder": bugs["forgotten-parameter"], "forget": FORGOTTEN_PARAMETER}),
+            (accumulation_step, {"folder": bugs["mean-of-micro-means"], "bug": "mean-of-micro-means"})])
         expected_by_oracle = {"loss-averaged-twice": gradients(records),
                               "mean-of-micro-means": [("loss", "loss")] + gradients(records)}
         for bug, folder in bugs.items():
