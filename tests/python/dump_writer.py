@@ -12,18 +12,22 @@ the tests' own reader (dump_reader.py), and refuses what it must with a ValueErr
                    records after close; a mesh that is not the world
   ranks (world 2)  a declared mesh dp=1 x cp=2 with zigzag and uneven shards reassembles exactly;
                    ranks that record differently all raise, and no manifest is written
+  magic-compare    (when given) reads what the writer writes: every dtype (exit 0), the declared
+                   mesh's dump against the same tensors written whole by one process (exit 0), and
+                   refuses a dump holding NaN, naming the record (exit 2)
 """
 
 import json
 import math
 import os
+import subprocess
 import sys
 
 import torch
 
 import paths  # noqa: F401  (python/ on sys.path)
 import magic_dump
-from compare_dumps import private_temporary_folder
+from compare_dumps import arguments, private_temporary_folder, run_magic_compare
 from dump_reader import read_dump, read_safetensors
 from magic_dump import Dump, partial, replicate, shard, zigzag
 from ranks import run_on_ranks
@@ -192,14 +196,50 @@ def write_declared_mesh(rank, world, folder, whole):
     assert dump.coords == [0, rank], dump.coords
     sequence = whole["sequence"]  # [2, 8]: chunks of 2 positions; cp r holds chunks r and 3 - r
     chunks = sequence.chunk(4, dim=1)
-    dump.record("sequence", torch.cat([chunks[rank], chunks[3 - rank]], dim=1), kind="activation",
-                placements=[replicate(), zigzag(1)])
     rows = [0, 1, 5][rank:rank + 2]  # uneven: 1 row, then 4
-    dump.record("rows", whole["rows"][rows[0]:rows[1]], kind="activation", placements=[replicate(), shard(0)])
-    dump.record("same", whole["same"], kind="parameter", phase="optimizer", order="forward",
-                placements=[replicate(), replicate()])
-    dump.record("average", whole["average"] * (2 * rank), kind="loss", placements=[replicate(), partial("avg")])
+    pieces = {"sequence": (torch.cat([chunks[rank], chunks[3 - rank]], dim=1), [replicate(), zigzag(1)]),
+              "rows": (whole["rows"][rows[0]:rows[1]], [replicate(), shard(0)]),
+              "same": (whole["same"], [replicate(), replicate()]),
+              "average": (whole["average"] * (2 * rank), [replicate(), partial("avg")])}
+    record_declared(dump, {name: piece for name, (piece, _) in pieces.items()},
+                    {name: placements for name, (_, placements) in pieces.items()})
     dump.close()
+
+
+def record_declared(dump, tensors, placements):
+    """The declared-mesh records, in one place so that the whole and the pieces match by identity."""
+    dump.record("sequence", tensors["sequence"], kind="activation", placements=placements["sequence"])
+    dump.record("rows", tensors["rows"], kind="activation", placements=placements["rows"])
+    dump.record("same", tensors["same"], kind="parameter", phase="optimizer", order="forward",
+                placements=placements["same"])
+    dump.record("average", tensors["average"], kind="loss", placements=placements["average"])
+
+
+def check_magic_compare_reads_the_writer(binary, tmp, folders, whole):
+    every = os.path.join(tmp, "every-dtype.dump")
+    dump = Dump(every)
+    for name, tensor in every_dtype().items():
+        dump.record(name, tensor, kind="other", phase="other", order="forward")
+    dump.close()
+    code, report, output = run_magic_compare(binary, every, every, tmp)
+    assert code == 0 and len(report["records"]) == len(every_dtype()), output
+
+    single = os.path.join(tmp, "whole.dump")
+    dump = Dump(single)
+    record_declared(dump, whole, {name: None for name in whole})
+    dump.close()
+    code, report, output = run_magic_compare(binary, folders["mesh.dump"], single, tmp)
+    assert code == 0 and len(report["records"]) == len(whole), output
+    print(output)
+
+    nan = os.path.join(tmp, "nan.dump")
+    dump = Dump(nan)
+    dump.record("finite", torch.ones(2), kind="activation")
+    dump.record("not-finite", torch.tensor([1.0, math.nan]), kind="activation")
+    dump.close()
+    done = subprocess.run([binary, nan, nan], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "not-finite" in done.stderr and "NaN" in done.stderr, done.stderr
+    print(done.stderr.strip())
 
 
 def record_differently(rank, world, folder):
@@ -222,6 +262,7 @@ def declared_tensors():
 
 
 def main():
+    args = arguments(__doc__.splitlines()[0])
     with private_temporary_folder() as tmp:
         check_safetensors(tmp)
         check_single_process_manifest(tmp)
@@ -239,6 +280,8 @@ def main():
             assert torch.equal(tensor, whole[name]), name
         _, uneven = read_dump(folders["placements.dump"])
         assert list(uneven.values())[0].shape == (3, 2)
+        if args.magic_compare:
+            check_magic_compare_reads_the_writer(args.magic_compare, tmp, folders, whole)
     print("PASS: magic_dump writes the format and refuses what it must")
     return 0
 
