@@ -1,0 +1,509 @@
+"""magic_dump: write what a PyTorch run computed as a magic-dump folder that magic-compare reads.
+
+The format is docs/dump-format.md, version 1: a folder with one safetensors file per rank
+(rank0.safetensors, ...) holding each rank's piece of every recorded tensor, and manifest.json,
+written last, that lists the ranks' mesh coordinates and every record (name, kind, phase, order,
+step, layer, dtype, full shape and placements) in the order the run made them.
+
+Use it in a single process or on every rank of torch.distributed:
+
+    from magic_dump import Dump, partial, shard
+
+    dump = Dump("ddp.dump", run="ddp-world2")               # rank and world from torch.distributed
+    dump.record("input_ids", input_ids, kind="input", placements=[shard(0)])
+    with dump.watch_activations(ddp_model, ["blocks.0", "blocks.1"]):  # each block's output
+        logits = ddp_model(input_ids)
+    loss = ...
+    dump.record("loss", loss, kind="loss", placements=[partial("avg")])
+    loss.backward()
+    dump.record_gradients(ddp_model)                         # every parameter's .grad
+    dump.close()                                             # rank files, then rank 0's manifest
+
+Placements say, per mesh dimension, how the ranks' pieces make up the whole tensor, as in
+PyTorch's DTensor: replicate(), shard(dim) (uneven sizes allowed), zigzag(dim) (a sequence split
+into 2n chunks, rank i holding chunks i and 2n-1-i) and partial("sum" | "avg") (terms still to be
+reduced). Without torch.distributed the mesh is [] and records take no placements; with it the
+mesh defaults to one dimension [{"name": "dp", "size": world}] with coordinates [rank], or the
+caller declares its own mesh (outermost dimension first) and this rank's coordinates.
+
+What is inferred and what must be said: for a DistributedDataParallel model on the default dp mesh,
+gradients after backward are the reduced gradient, replicated, and module outputs are batch
+shards, shard(0); in a single process gradients are the reduced gradient (there is nothing to
+reduce). Anything else (a hand-written reduction, another mesh) needs kind and placements stated,
+and a ValueError names the missing field instead of guessing.
+
+Records are kept in memory (copied, so a later in-place update does not change them) until
+close(); this is meant for the small configurations a check runs. NaN and infinity are written as
+they are: refusing them is the reader's job. Standard library and torch only: Debian's
+python3-torch has no safetensors package, so the files are written here.
+"""
+
+import ctypes
+import json
+import os
+import sys
+
+import torch
+
+FORMAT, VERSION = "magic-dump", 1
+
+KINDS = ("input", "activation", "logits", "loss", "gradient", "reduced_gradient", "update", "parameter",
+         "cotangent", "score", "other")
+PHASES = ("forward", "backward", "reduction", "optimizer", "replay", "query", "other")
+ORDERS = ("forward", "first", "hvp", "metagradient")
+
+# Phase and derivative order where a kind says them; other kinds must state both.
+_DEFAULT_PHASE_ORDER = {
+    "input": ("forward", "forward"),
+    "activation": ("forward", "forward"),
+    "logits": ("forward", "forward"),
+    "loss": ("forward", "forward"),
+    "gradient": ("backward", "first"),
+    "reduced_gradient": ("reduction", "first"),
+}
+
+_SAFETENSORS_DTYPES = {
+    torch.float64: "F64", torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16",
+    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+
+
+# ---- placements: the JSON objects of docs/dump-format.md -------------------------------------
+
+def replicate():
+    """Every rank along this mesh dimension holds the whole tensor (and they must agree)."""
+    return {"type": "replicate"}
+
+
+def shard(dim):
+    """The pieces are concatenated along tensor dimension `dim` in coordinate order; uneven sizes are
+    fine. A negative dim counts from the end of the recorded tensor's dimensions."""
+    return {"type": "shard", "dim": _checked_int(dim, "shard dim")}
+
+
+def zigzag(dim):
+    """Sequence dimension `dim` split into 2n equal chunks; coordinate i holds chunks i and 2n-1-i,
+    concatenated in that order (context parallelism's load balancing)."""
+    return {"type": "zigzag", "dim": _checked_int(dim, "zigzag dim")}
+
+
+def partial(reduce="sum"):
+    """Each piece is a full-shaped term still to be reduced: summed ("sum") or averaged ("avg")."""
+    if reduce not in ("sum", "avg"):
+        raise ValueError(f"partial reduce: {reduce!r} is not 'sum' or 'avg'")
+    return {"type": "partial", "reduce": reduce}
+
+
+def _checked_int(value, field):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{field}: {value!r} is not an integer")
+    return value
+
+
+def _checked_placement(placement, tensor_dims, field):
+    """A copy of `placement` with a negative dim resolved, or ValueError naming what is wrong."""
+    if not isinstance(placement, dict) or "type" not in placement:
+        raise ValueError(f"{field}: {placement!r} is not a placement (use replicate(), shard(dim), "
+                         f"zigzag(dim) or partial('sum'|'avg'))")
+    kind = placement["type"]
+    if kind == "replicate" and len(placement) == 1:
+        return {"type": "replicate"}
+    if kind in ("shard", "zigzag") and set(placement) == {"type", "dim"}:
+        dim = _checked_int(placement["dim"], f"{field} dim")
+        resolved = dim + tensor_dims if dim < 0 else dim
+        if not 0 <= resolved < tensor_dims:
+            raise ValueError(f"{field}: {kind} dim {dim} is outside a tensor of {tensor_dims} dimensions")
+        return {"type": kind, "dim": resolved}
+    if kind == "partial" and set(placement) == {"type", "reduce"}:
+        return partial(placement["reduce"])
+    raise ValueError(f"{field}: {placement!r} is not a placement of format version {VERSION} "
+                     f"(replicate, shard with dim, zigzag with dim, partial with reduce)")
+
+
+# ---- the dump ----------------------------------------------------------------------------------
+
+class _Record:
+    __slots__ = ("name", "kind", "phase", "order", "step", "layer", "placements", "concat_dim", "tensor")
+
+    def __init__(self, **fields):
+        for k, v in fields.items():
+            setattr(self, k, v)
+
+    def identity(self):
+        # What makes two records the same tensor (docs/dump-format.md); layer and key do not.
+        return (self.name, self.kind, self.phase, self.order, self.step)
+
+
+class Dump:
+    """A dump being written to `folder`; call the same record calls on every rank, then close().
+
+    `run` is a free label shown in reports. `mesh` (list of (name, size) pairs or of
+    {"name", "size"} dicts, outermost first) and `coords` (this rank's coordinates) declare a mesh
+    other than the default; `coords` defaults to the rank's row-major position in `mesh`.
+    `step` is the training step given to records that do not name one; set it as training goes.
+    """
+
+    def __init__(self, folder, run="", mesh=None, coords=None, step=0):
+        if not isinstance(run, str):
+            raise ValueError(f"run: {run!r} is not a string")
+        self.folder = os.fspath(folder)
+        self.run = run
+        self.step = step
+        self._distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        self.rank = torch.distributed.get_rank() if self._distributed else 0
+        self.world = torch.distributed.get_world_size() if self._distributed else 1
+        self.mesh, self.coords = self._checked_mesh(mesh, coords)
+        self._default_mesh = mesh is None
+        self._records = []
+        self._by_identity = {}
+        self._closed = False
+        os.makedirs(self.folder, exist_ok=True)
+        if self.rank == 0:
+            # A manifest left by an earlier run would make the folder read as complete while the new
+            # rank files are being written: remove it, close() writes the new one last.
+            try:
+                os.remove(os.path.join(self.folder, "manifest.json"))
+            except FileNotFoundError:
+                pass
+
+    def _checked_mesh(self, mesh, coords):
+        if mesh is None:
+            if coords is not None:
+                raise ValueError("coords: given without a mesh")
+            return ([{"name": "dp", "size": self.world}], [self.rank]) if self._distributed else ([], [])
+        dims = []
+        for entry in mesh:
+            name, size = (entry["name"], entry["size"]) if isinstance(entry, dict) else entry
+            if not isinstance(name, str) or not name or name in [d["name"] for d in dims]:
+                raise ValueError(f"mesh: dimension name {name!r} is empty, not a string or repeated")
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ValueError(f"mesh: size of {name!r} is {size!r}, not an integer >= 1")
+            dims.append({"name": name, "size": size})
+        product = 1
+        for d in dims:
+            product *= d["size"]
+        if product != self.world:
+            raise ValueError(f"mesh: sizes multiply to {product}, but there are {self.world} ranks")
+        if coords is None:
+            coords, rest = [], self.rank
+            for d in reversed(dims):
+                coords.insert(0, rest % d["size"])
+                rest //= d["size"]
+        coords = list(coords)
+        if len(coords) != len(dims) or any(isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < d["size"]
+                                           for c, d in zip(coords, dims)):
+            raise ValueError(f"coords: {coords!r} is not one coordinate per mesh dimension within its size "
+                             f"(mesh {[(d['name'], d['size']) for d in dims]})")
+        return dims, coords
+
+    def _mesh_text(self):
+        return ",".join(f"{d['name']}={d['size']}" for d in self.mesh) or "[] (single process)"
+
+    # ---- recording -----------------------------------------------------------------------------
+
+    def record(self, name, tensor, *, kind, phase=None, order=None, step=None, layer="", placements=None,
+               concat_dim=None):
+        """Record this rank's piece of tensor `name`.
+
+        `kind`: one of KINDS; `phase` and `order` default from the kind where it says them (input,
+        activation, logits, loss: forward; gradient: backward, first; reduced_gradient: reduction,
+        first). `placements`: one per mesh dimension; none on the single-process mesh [].
+        `concat_dim`: for micro-batches, record each one with the same name; the pieces of one step
+        are concatenated along this dimension into one record (without it, a second record of the
+        same name, kind, phase, order and step is an error).
+        """
+        if self._closed:
+            raise ValueError(f"record {name!r}: the dump of {self.folder} is already closed")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name: {name!r} is not a non-empty string")
+        if not isinstance(tensor, torch.Tensor):
+            raise ValueError(f"tensor of {name!r}: a {type(tensor).__name__}, not a torch.Tensor")
+        if tensor.dtype not in _SAFETENSORS_DTYPES:
+            raise ValueError(f"dtype of {name!r}: {tensor.dtype} has no safetensors code in format version "
+                             f"{VERSION} ({', '.join(_SAFETENSORS_DTYPES.values())})")
+        if kind not in KINDS:
+            raise ValueError(f"kind of {name!r}: {kind!r} is not one of {', '.join(KINDS)}")
+        default_phase, default_order = _DEFAULT_PHASE_ORDER.get(kind, (None, None))
+        phase = default_phase if phase is None else phase
+        order = default_order if order is None else order
+        if phase not in PHASES:
+            raise ValueError(f"phase of {name!r}: {phase!r} is not one of {', '.join(PHASES)}"
+                             + ("" if default_phase else f" (kind {kind!r} needs it stated)"))
+        if order not in ORDERS:
+            raise ValueError(f"order of {name!r}: {order!r} is not one of {', '.join(ORDERS)}"
+                             + ("" if default_order else f" (kind {kind!r} needs it stated)"))
+        step = self.step if step is None else step
+        if isinstance(step, bool) or not isinstance(step, int) or step < -1:
+            raise ValueError(f"step of {name!r}: {step!r} is not an integer >= -1")
+        if not isinstance(layer, str):
+            raise ValueError(f"layer of {name!r}: {layer!r} is not a string")
+        placements = self._checked_placements(name, tensor, placements)
+        if concat_dim is not None:
+            concat_dim = _checked_int(concat_dim, f"concat_dim of {name!r}")
+            if not -tensor.dim() <= concat_dim < tensor.dim():
+                raise ValueError(f"concat_dim of {name!r}: {concat_dim} is outside a tensor of "
+                                 f"{tensor.dim()} dimensions")
+
+        # A copy on the CPU: the caller's tensor may be updated in place later (an optimizer step,
+        # DDP's next reduction into .grad).
+        piece = tensor.detach().to("cpu", copy=True).contiguous()
+        record = _Record(name=name, kind=kind, phase=phase, order=order, step=step, layer=layer,
+                         placements=placements, concat_dim=concat_dim, tensor=piece)
+        earlier = self._by_identity.get(record.identity())
+        if earlier is None:
+            self._records.append(record)
+            self._by_identity[record.identity()] = record
+            return
+        if concat_dim is None or earlier.concat_dim != concat_dim:
+            raise ValueError(f"name {name!r}: recorded twice ({kind}, {phase}, {order}, step {step}) on rank "
+                             f"{self.rank}; give each micro-batch's record the same concat_dim to join them, "
+                             f"or set dump.step for a new step")
+        if earlier.placements != placements or earlier.layer != layer or earlier.tensor.dtype != piece.dtype:
+            raise ValueError(f"name {name!r}: a micro-batch's placements, layer or dtype differ from the "
+                             f"record it joins")
+        earlier.tensor = torch.cat([earlier.tensor, piece], dim=concat_dim)
+
+    def _checked_placements(self, name, tensor, placements):
+        if placements is None:
+            if self.mesh:
+                raise ValueError(f"placements of {name!r}: required on mesh {self._mesh_text()}, one per mesh "
+                                 f"dimension (e.g. [shard(0)] for a batch shard, [replicate()])")
+            return []
+        if not isinstance(placements, (list, tuple)) or len(placements) != len(self.mesh):
+            raise ValueError(f"placements of {name!r}: {placements!r} is not a list of one placement per mesh "
+                             f"dimension (mesh {self._mesh_text()})")
+        checked = [_checked_placement(p, tensor.dim(), f"placements of {name!r}") for p in placements]
+        for p in checked:
+            if p["type"] == "zigzag" and tensor.shape[p["dim"]] % 2:
+                raise ValueError(f"placements of {name!r}: a zigzag piece holds two equal chunks, but its "
+                                 f"dim {p['dim']} has odd size {tensor.shape[p['dim']]}")
+        return checked
+
+    def watch_activations(self, model, names, *, placements=None, concat_dim=None):
+        """Forward hooks recording each named submodule's output as an `activation` (name and layer:
+        the module's name) at the dump's current step; a tuple output records its first element.
+        A DistributedDataParallel model is unwrapped and its outputs are batch shards, [shard(0)],
+        on the default mesh. Returns a handle; `with` it, or call .remove(), to stop recording."""
+        model, ddp = _unwrapped(model)
+        if placements is None and self.mesh:
+            if not (ddp and self._default_mesh):
+                raise ValueError(f"placements of activations: required for a model that is not "
+                                 f"DistributedDataParallel on the default dp mesh (mesh {self._mesh_text()})")
+            placements = [shard(0)]
+        modules = dict(model.named_modules())
+        if isinstance(names, str) or not names:
+            raise ValueError(f"names: {names!r} is not a non-empty list of module names")
+        missing = [n for n in names if n not in modules or n == ""]
+        if missing:
+            known = ", ".join(n for n in modules if n)
+            raise ValueError(f"names: no submodule {missing[0]!r} in the model (it has {known})")
+
+        def hook_for(module_name):
+            def hook(_module, _inputs, output):
+                value = output[0] if isinstance(output, (tuple, list)) else output
+                self.record(module_name, value, kind="activation", layer=module_name, placements=placements,
+                            concat_dim=concat_dim)
+            return hook
+
+        return _Hooks([modules[n].register_forward_hook(hook_for(n)) for n in names])
+
+    def record_gradients(self, model, *, kind=None, phase=None, placements=None, step=None):
+        """Record every trainable parameter's .grad, named as the unwrapped model names it (no
+        `module.` prefix), layer the module that owns it. `kind` defaults to `reduced_gradient` for a
+        DistributedDataParallel model after backward (placements [replicate()] on the default mesh)
+        and for a single process; a plain model on several ranks must say kind ('gradient' before a
+        hand-written reduction, 'reduced_gradient' after it) and placements: a list, or a function
+        of the parameter's name returning one."""
+        model, ddp = _unwrapped(model)
+        if kind is None:
+            if not (ddp or not self._distributed):
+                raise ValueError("kind of gradients: required for a model that is not DistributedDataParallel "
+                                 "on several ranks ('gradient' before your reduction, 'reduced_gradient' after)")
+            kind = "reduced_gradient"
+        if placements is None and self.mesh:
+            if not (ddp and self._default_mesh and kind == "reduced_gradient"):
+                raise ValueError(f"placements of gradients: required unless the model is DistributedDataParallel "
+                                 f"on the default dp mesh and kind is 'reduced_gradient' (mesh {self._mesh_text()})")
+            placements = [replicate()]
+        for name, parameter in model.named_parameters():
+            if not parameter.requires_grad:
+                continue
+            if parameter.grad is None:
+                raise ValueError(f"gradient of {name!r}: .grad is None (call after backward; a parameter the "
+                                 f"loss does not use has no gradient)")
+            self.record(name, parameter.grad, kind=kind, phase=phase, order="first", step=step,
+                        layer=name.rpartition(".")[0],
+                        placements=placements(name) if callable(placements) else placements)
+
+    # ---- writing -------------------------------------------------------------------------------
+
+    def close(self):
+        """Write this rank's safetensors file, then (rank 0) manifest.json, each atomically. On
+        several ranks this is a collective: every rank calls it, and every rank returns once the
+        manifest exists, or every rank raises the same error."""
+        if self._closed:
+            raise ValueError(f"close: the dump of {self.folder} is already closed")
+        self._closed = True
+        file_name = f"rank{self.rank}.safetensors"
+        keys = [f"r{i:06d}" for i in range(len(self._records))]
+        error = None
+        try:
+            _write_atomically(os.path.join(self.folder, file_name),
+                              safetensors_bytes({k: r.tensor for k, r in zip(keys, self._records)}))
+        except OSError as e:  # reported to every rank below, so that none waits for the manifest
+            error = f"rank {self.rank} could not write {file_name}: {e}"
+        mine = {"rank": self.rank, "coords": self.coords, "file": file_name, "error": error,
+                "records": [_summary(r) for r in self._records]}
+        if self._distributed:
+            everyone = [None] * self.world
+            torch.distributed.all_gather_object(everyone, mine)
+        else:
+            everyone = [mine]
+        # Every rank builds (and checks) the manifest from the same gathered lists, so every rank
+        # raises the same error, or none does.
+        manifest = _manifest(self.run, self.mesh, keys, everyone)
+        if self.rank == 0:
+            _write_atomically(os.path.join(self.folder, "manifest.json"),
+                              (json.dumps(manifest, indent=1) + "\n").encode())
+        if self._distributed:
+            torch.distributed.barrier()  # nobody returns before the dump is complete
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, _exc, _tb):
+        if exc_type is None:  # a run that failed leaves no manifest: its dump reads as unfinished
+            self.close()
+
+
+class _Hooks:
+    def __init__(self, handles):
+        self._handles = handles
+
+    def remove(self):
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        self.remove()
+
+
+def _unwrapped(model):
+    ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
+    return (model.module if ddp else model), ddp
+
+
+# ---- manifest --------------------------------------------------------------------------------
+
+def _summary(record):
+    return {"name": record.name, "kind": record.kind, "phase": record.phase, "order": record.order,
+            "step": record.step, "layer": record.layer, "dtype": _SAFETENSORS_DTYPES[record.tensor.dtype],
+            "placements": record.placements, "piece_shape": list(record.tensor.shape)}
+
+
+def _manifest(run, mesh, keys, ranks):
+    failed = [r["error"] for r in ranks if r["error"]]
+    if failed:
+        raise RuntimeError("; ".join(failed))
+    ranks = sorted(ranks, key=lambda r: r["rank"])
+    seen = {}
+    for r in ranks:
+        if tuple(r["coords"]) in seen:
+            raise ValueError(f"coords: ranks {seen[tuple(r['coords'])]} and {r['rank']} both have {r['coords']}")
+        seen[tuple(r["coords"])] = r["rank"]
+    first = ranks[0]["records"]
+    same = ("name", "kind", "phase", "order", "step", "layer", "dtype", "placements")
+    for r in ranks[1:]:
+        if len(r["records"]) != len(first):
+            raise ValueError(f"records: rank {r['rank']} made {len(r['records'])} records, rank 0 made "
+                             f"{len(first)}; every rank must make the same records in the same order")
+        for i, (a, b) in enumerate(zip(first, r["records"])):
+            differ = [f for f in same if a[f] != b[f]]
+            if differ:
+                raise ValueError(f"records: record {i} ({a['name']!r} on rank 0, {b['name']!r} on rank {r['rank']}) "
+                                 f"differs in {', '.join(differ)}")
+    records = []
+    for i, (key, s) in enumerate(zip(keys, first)):
+        pieces = {tuple(r["coords"]): r["records"][i]["piece_shape"] for r in ranks}
+        records.append({"key": key, "name": s["name"], "kind": s["kind"], "phase": s["phase"], "order": s["order"],
+                        "step": s["step"], "layer": s["layer"], "dtype": s["dtype"],
+                        "shape": _reassembled_shape(s, mesh, pieces), "placements": s["placements"]})
+    return {"format": FORMAT, "version": VERSION, "run": run, "mesh": mesh,
+            "ranks": [{"rank": r["rank"], "coords": r["coords"], "file": r["file"]} for r in ranks],
+            "records": records}
+
+
+def _reassembled_shape(summary, mesh, pieces):
+    """The full shape the pieces make, combining mesh dimensions innermost first as a reader does;
+    ValueError naming the record when they do not tile it."""
+    name = summary["name"]
+    for d in reversed(range(len(mesh))):
+        placement = summary["placements"][d]
+        groups = {}
+        for coords, shape in pieces.items():
+            groups.setdefault(coords[:d] + coords[d + 1:], []).append((coords[d], shape))
+        combined = {}
+        for rest, members in groups.items():
+            shapes = [s for _, s in sorted(members)]
+            combined[rest] = _combined_shape(name, mesh[d]["name"], placement, shapes)
+        pieces = combined
+    (shape,) = pieces.values()
+    return shape
+
+
+def _combined_shape(name, dim_name, placement, shapes):
+    if placement["type"] in ("replicate", "partial", "zigzag"):
+        if any(s != shapes[0] for s in shapes):
+            raise ValueError(f"placements of {name!r}: {placement['type']} pieces along {dim_name} have different "
+                             f"shapes {shapes}")
+        if placement["type"] != "zigzag":
+            return shapes[0]
+    k = placement["dim"]
+    if any(len(s) != len(shapes[0]) or s[:k] + s[k + 1:] != shapes[0][:k] + shapes[0][k + 1:] for s in shapes):
+        raise ValueError(f"placements of {name!r}: pieces along {dim_name} differ outside dim {k}: {shapes}")
+    return shapes[0][:k] + [sum(s[k] for s in shapes)] + shapes[0][k + 1:]
+
+
+# ---- safetensors -------------------------------------------------------------------------------
+
+def safetensors_bytes(tensors):
+    """A safetensors file holding `tensors` (key -> tensor) in that order: 8-byte little-endian
+    header length, the JSON header padded with spaces to a multiple of 8, the raw data."""
+    if sys.byteorder != "little":  # the format is little-endian; raw memory is written as is
+        raise RuntimeError("safetensors: writing on a big-endian machine is not supported")
+    header, blobs, offset = {}, [], 0
+    for key, tensor in tensors.items():
+        data = _raw_bytes(tensor)
+        header[key] = {"dtype": _SAFETENSORS_DTYPES[tensor.dtype], "shape": list(tensor.shape),
+                       "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + b"".join(blobs)
+
+
+def _raw_bytes(tensor):
+    t = tensor.detach().cpu().contiguous()
+    size = t.numel() * t.element_size()
+    # The tensor's own memory, dtype-agnostic (bfloat16 included, which numpy lacks).
+    return ctypes.string_at(t.data_ptr(), size) if size else b""
+
+
+def _write_atomically(path, data):
+    temporary = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(temporary, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise

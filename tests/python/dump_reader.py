@@ -1,0 +1,120 @@
+"""The tests' own reader of a magic-dump folder (docs/dump-format.md, version 1), written from the
+document and independent of python/magic_dump.py: it parses the safetensors files byte by byte,
+checks what the format requires of them, and reassembles every record to its full tensor by its
+placements. It is the oracle for the writer; magic-compare is the reader under test elsewhere.
+"""
+
+import json
+import os
+import struct
+
+import torch
+
+DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
+          "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+          "BOOL": torch.bool}
+IDENTITY = ("name", "kind", "phase", "order", "step")
+
+
+def read_safetensors(path):
+    """{key: tensor} in header order; AssertionError naming the file when a byte is out of place."""
+    with open(path, "rb") as f:
+        data = f.read()
+    assert len(data) >= 8, f"{path}: shorter than the 8-byte header length"
+    (header_len,) = struct.unpack("<Q", data[:8])
+    assert 8 + header_len <= len(data), f"{path}: header length {header_len} runs past the end"
+    assert header_len % 8 == 0, f"{path}: header of {header_len} bytes is not padded to 8"
+    text = data[8:8 + header_len].decode("utf-8")
+    json_text = text.rstrip(" ")
+    assert len(text) - len(json_text) < 8, f"{path}: {len(text) - len(json_text)} bytes of padding"
+    header = json.loads(json_text)
+    body = data[8 + header_len:]
+    tensors, next_offset = {}, 0
+    for key, entry in header.items():
+        assert key != "__metadata__", f"{path}: a dump's file holds records only"
+        assert set(entry) == {"dtype", "shape", "data_offsets"}, f"{path}: {key} has fields {sorted(entry)}"
+        dtype = DTYPES[entry["dtype"]]
+        begin, end = entry["data_offsets"]
+        # The writer lays tensors out in order without holes, as the safetensors format requires.
+        assert begin == next_offset and begin <= end <= len(body), f"{path}: {key} offsets {begin}..{end}"
+        numel = 1
+        for n in entry["shape"]:
+            numel *= n
+        item_size = torch.empty((), dtype=dtype).element_size()
+        assert end - begin == numel * item_size, f"{path}: {key} holds {end - begin} bytes for shape {entry['shape']}"
+        raw = bytearray(body[begin:end])
+        flat = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+        tensors[key] = flat.reshape(entry["shape"])
+        next_offset = end
+    assert next_offset == len(body), f"{path}: {len(body) - next_offset} bytes after the last tensor"
+    return tensors
+
+
+def read_dump(folder):
+    """(manifest, {identity: full tensor}) with identities in record order."""
+    with open(os.path.join(folder, "manifest.json")) as f:
+        manifest = json.load(f)
+    assert manifest["format"] == "magic-dump" and manifest["version"] == 1, manifest.get("version")
+    mesh = manifest["mesh"]
+    files = {tuple(r["coords"]): read_safetensors(os.path.join(folder, r["file"])) for r in manifest["ranks"]}
+    world = 1
+    for d in mesh:
+        world *= d["size"]
+    assert len(files) == len(manifest["ranks"]) == world, "ranks and mesh disagree"
+    full = {}
+    for record in manifest["records"]:
+        pieces = {}
+        for coords, tensors in files.items():
+            assert set(tensors) == {r["key"] for r in manifest["records"]}, "a file holds other keys"
+            piece = tensors[record["key"]]
+            assert piece.dtype == DTYPES[record["dtype"]], f"{record['name']}: piece dtype {piece.dtype}"
+            pieces[coords] = piece
+        try:
+            tensor = reassemble(pieces, mesh, record["placements"])
+        except AssertionError as e:
+            raise AssertionError(f"{folder}: record {record['key']} ({record['name']} {record['kind']}): {e}") from e
+        assert list(tensor.shape) == record["shape"], f"{record['name']}: {list(tensor.shape)} != {record['shape']}"
+        identity = tuple(record[f] for f in IDENTITY)
+        assert identity not in full, f"{identity} twice"
+        full[identity] = tensor
+    return manifest, full
+
+
+def reassemble(pieces, mesh, placements):
+    """Combine {coords: piece} from the innermost mesh dimension outwards."""
+    for d in reversed(range(len(mesh))):
+        groups = {}
+        for coords, piece in pieces.items():
+            groups.setdefault(coords[:d] + coords[d + 1:], []).append((coords[d], piece))
+        pieces = {rest: combine([p for _, p in sorted(members, key=lambda m: m[0])], placements[d])
+                  for rest, members in groups.items()}
+    (tensor,) = pieces.values()
+    return tensor
+
+
+def combine(pieces, placement):
+    kind = placement["type"]
+    if kind == "replicate":
+        for p in pieces[1:]:
+            assert torch.equal(p, pieces[0]), "replicas differ"
+        return pieces[0]
+    if kind == "shard":
+        return torch.cat(pieces, dim=placement["dim"])
+    if kind == "zigzag":
+        dim, n = placement["dim"], len(pieces)
+        chunks = [None] * (2 * n)
+        for i, p in enumerate(pieces):
+            chunks[i], chunks[2 * n - 1 - i] = p.chunk(2, dim=dim)
+        return torch.cat(chunks, dim=dim)
+    if kind == "partial":
+        total = torch.stack(pieces).sum(dim=0)
+        return total / len(pieces) if placement["reduce"] == "avg" else total
+    raise AssertionError(f"unknown placement {placement}")
+
+
+def worst_relative_error(actual, expected):
+    """max |actual - expected| / max |expected| (the whole tensor's scale, so tiny entries do not
+    dominate); 0 for two zero tensors."""
+    scale = expected.abs().max().item() if expected.numel() else 0.0
+    diff = (actual - expected).abs().max().item() if expected.numel() else 0.0
+    return diff / scale if scale else diff

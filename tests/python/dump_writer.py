@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""ctest python.dump_writer: python/magic_dump.py writes what docs/dump-format.md says, checked by
+the tests' own reader (dump_reader.py), and refuses what it must with a ValueError naming the field.
+
+  safetensors      every dtype of the format (0-d, empty and non-contiguous tensors among them)
+                   parses back byte for byte: header length, JSON header padded with spaces to 8,
+                   offsets without holes, the raw little-endian data
+  manifest         a single process: every field of every record, in the order made, keys r000000...,
+                   mesh [], NaN written as it is, no temporary file left, a stale manifest removed
+  micro-batches    records with concat_dim join into one
+  refusals         unknown kind, phase, order, placement; bad step, dims, dtype; duplicate records;
+                   records after close; a mesh that is not the world
+  ranks (world 2)  a declared mesh dp=1 x cp=2 with zigzag and uneven shards reassembles exactly;
+                   ranks that record differently all raise, and no manifest is written
+  magic-compare    (when given) reads what the writer writes: every dtype (exit 0), the declared
+                   mesh's dump against the same tensors written whole by one process (exit 0), and
+                   refuses a dump holding NaN, naming the record (exit 2)
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import torch
+
+import paths  # noqa: F401  (python/ on sys.path)
+import magic_dump
+from compare_dumps import arguments, private_temporary_folder, run_magic_compare
+from dump_reader import read_dump, read_safetensors
+from magic_dump import Dump, partial, replicate, shard, zigzag
+from ranks import run_on_ranks
+
+
+def every_dtype():
+    generator = torch.Generator().manual_seed(3)
+    floats = torch.randn(3, 5, generator=generator, dtype=torch.float64)
+    return {
+        "f64": floats,
+        "f32": floats.float().t(),  # not contiguous
+        "bf16": floats.bfloat16(),
+        "f16": floats.half()[:, 1:4],  # not contiguous
+        "i64": torch.arange(-3, 4),
+        "i32": torch.tensor([[-7, 2**31 - 1]], dtype=torch.int32),
+        "i16": torch.tensor([-32768, 5], dtype=torch.int16),
+        "i8": torch.tensor([-128, 127], dtype=torch.int8),
+        "u8": torch.tensor([0, 255], dtype=torch.uint8),
+        "bool": torch.tensor([True, False, True]),
+        "scalar": torch.tensor(2.5, dtype=torch.float64),
+        "empty": torch.zeros(0, 4),
+    }
+
+
+def check_safetensors(tmp):
+    tensors = every_dtype()
+    path = os.path.join(tmp, "all.safetensors")
+    with open(path, "wb") as f:
+        f.write(magic_dump.safetensors_bytes(tensors))
+    with open(path, "rb") as f:
+        raw = f.read()
+    header_len = int.from_bytes(raw[:8], "little")
+    assert header_len % 8 == 0 and raw[8:9] == b"{", raw[:16]
+    back = read_safetensors(path)  # checks offsets, sizes and padding
+    assert list(back) == list(tensors), list(back)
+    for key, tensor in tensors.items():
+        assert back[key].dtype == tensor.dtype and back[key].shape == tensor.shape, key
+        assert torch.equal(back[key], tensor), key
+    # The bytes are the values' little-endian encoding, independent of torch: check one by struct.
+    entry = json.loads(raw[8:8 + header_len])["i32"]
+    begin = 8 + header_len + entry["data_offsets"][0]
+    assert raw[begin:begin + 8] == (-7).to_bytes(4, "little", signed=True) + (2**31 - 1).to_bytes(4, "little")
+    os.remove(path)
+
+
+def check_single_process_manifest(tmp):
+    folder = os.path.join(tmp, "single.dump")
+    os.makedirs(folder)
+    with open(os.path.join(folder, "manifest.json"), "w") as f:
+        f.write("{}")  # an earlier run's manifest
+    dump = Dump(folder, run="unit")
+    assert not os.path.exists(os.path.join(folder, "manifest.json")), "a stale manifest survived opening"
+    values = torch.tensor([1.0, math.nan, 3.0], dtype=torch.float64)
+    dump.record("ids", torch.arange(6).view(2, 3), kind="input")
+    dump.record("hidden", torch.ones(2, 3, dtype=torch.float32), kind="activation", layer="blocks.0")
+    dump.record("w", values, kind="update", phase="optimizer", order="first", step=4)
+    dump.record("scores", torch.zeros(5, dtype=torch.float64), kind="score", phase="replay", order="metagradient",
+                step=-1)
+    dump.close()
+    assert sorted(os.listdir(folder)) == ["manifest.json", "rank0.safetensors"], os.listdir(folder)
+    with open(os.path.join(folder, "manifest.json")) as f:
+        manifest = json.load(f)
+    assert list(manifest) == ["format", "version", "run", "mesh", "ranks", "records"], list(manifest)
+    assert (manifest["format"], manifest["version"], manifest["run"], manifest["mesh"]) == ("magic-dump", 1, "unit", [])
+    assert manifest["ranks"] == [{"rank": 0, "coords": [], "file": "rank0.safetensors"}], manifest["ranks"]
+    expected = [
+        ("r000000", "ids", "input", "forward", "forward", 0, "", "I64", [2, 3]),
+        ("r000001", "hidden", "activation", "forward", "forward", 0, "blocks.0", "F32", [2, 3]),
+        ("r000002", "w", "update", "optimizer", "first", 4, "", "F64", [3]),
+        ("r000003", "scores", "score", "replay", "metagradient", -1, "", "F64", [5]),
+    ]
+    fields = ["key", "name", "kind", "phase", "order", "step", "layer", "dtype", "shape", "placements"]
+    for record, want in zip(manifest["records"], expected, strict=True):
+        assert list(record) == fields, list(record)
+        assert tuple(record[f] for f in fields[:-1]) == want and record["placements"] == [], record
+    _, full = read_dump(folder)
+    written = full[("w", "update", "optimizer", "first", 4)]
+    assert torch.equal(written.isnan(), values.isnan()) and written[0] == 1.0, written  # NaN kept as is
+
+
+def check_micro_batches(tmp):
+    folder = os.path.join(tmp, "micro.dump")
+    dump = Dump(folder)
+    first, second = torch.ones(2, 3), torch.full((1, 3), 2.0)
+    dump.record("logits", first, kind="logits", concat_dim=0)
+    dump.record("logits", second, kind="logits", concat_dim=0)
+    dump.close()
+    _, full = read_dump(folder)
+    assert torch.equal(full[("logits", "logits", "forward", "forward", 0)], torch.cat([first, second])), full
+
+
+def refusals(tmp):
+    """(what, a call that must raise ValueError, a word the message must contain)."""
+    t = torch.zeros(4, 3)
+
+    def fresh():
+        return Dump(os.path.join(tmp, "refused.dump"))
+
+    def twice():
+        d = fresh()
+        d.record("x", t, kind="activation")
+        d.record("x", t, kind="activation")
+
+    def after_close():
+        d = fresh()
+        d.close()
+        d.record("x", t, kind="activation")
+
+    return [
+        ("unknown kind", lambda: fresh().record("x", t, kind="weights"), "kind"),
+        ("unknown phase", lambda: fresh().record("x", t, kind="other", phase="warmup", order="first"), "phase"),
+        ("kind without a default phase", lambda: fresh().record("x", t, kind="update"), "phase"),
+        ("unknown order", lambda: fresh().record("x", t, kind="activation", order="second"), "order"),
+        ("step below -1", lambda: fresh().record("x", t, kind="activation", step=-2), "step"),
+        ("step not an integer", lambda: fresh().record("x", t, kind="activation", step=1.0), "step"),
+        ("empty name", lambda: fresh().record("", t, kind="activation"), "name"),
+        ("not a tensor", lambda: fresh().record("x", [1.0], kind="activation"), "tensor"),
+        ("dtype without a code", lambda: fresh().record("x", t.to(torch.complex128), kind="activation"), "dtype"),
+        ("placements on a single process", lambda: fresh().record("x", t, kind="activation",
+                                                                  placements=[shard(0)]), "placements"),
+        ("partial max", lambda: partial("max"), "partial"),
+        ("shard dim not an integer", lambda: shard("0"), "shard dim"),
+        ("same record twice", twice, "recorded twice"),
+        ("record after close", after_close, "closed"),
+        ("mesh larger than the world", lambda: Dump(os.path.join(tmp, "m.dump"), mesh=[("dp", 2)]), "mesh"),
+        ("mesh names repeated", lambda: Dump(os.path.join(tmp, "m.dump"), mesh=[("dp", 1), ("dp", 1)]), "mesh"),
+        ("coords outside the mesh", lambda: Dump(os.path.join(tmp, "m.dump"), mesh=[("dp", 1)], coords=[1]), "coords"),
+        ("watching a module that is not there",
+         lambda: fresh().watch_activations(torch.nn.Sequential(torch.nn.Linear(2, 2)), ["1"]), "names"),
+    ]
+
+
+def check_refusals(tmp):
+    for what, call, field in refusals(tmp):
+        try:
+            call()
+        except ValueError as e:
+            assert field in str(e), f"{what}: the message does not name {field!r}: {e}"
+            continue
+        raise AssertionError(f"{what}: no ValueError")
+
+
+def check_placement_refusals_on_a_mesh(rank, world, folder):
+    """On a 1-D mesh: placements are required, checked against the tensor, and a dim resolves."""
+    dump = Dump(folder)
+    for call, field in [(lambda: dump.record("x", torch.zeros(4), kind="activation"), "placements"),
+                        (lambda: dump.record("x", torch.zeros(4), kind="activation", placements=[shard(1)]), "dim"),
+                        (lambda: dump.record("x", torch.zeros(3), kind="activation", placements=[zigzag(0)]), "odd"),
+                        (lambda: dump.record("x", torch.zeros(4), kind="activation",
+                                             placements=[{"type": "shard"}]), "placement"),
+                        (lambda: dump.record_gradients(torch.nn.Linear(2, 2)), "kind")]:
+        try:
+            call()
+        except ValueError as e:
+            assert field in str(e), f"{field}: {e}"
+            continue
+        raise AssertionError(f"rank {rank}: no ValueError naming {field}")
+    dump.record("x", torch.zeros(rank + 1, 2), kind="activation", placements=[shard(-2)])  # uneven, dim -2 = 0
+    dump.close()
+
+
+def write_declared_mesh(rank, world, folder, whole):
+    """Mesh dp=1 x cp=2 (coords row-major: rank r is cp r): a zigzag sequence, an uneven shard, a
+    replica and a partial average, each reassembling to the same `whole` tensors."""
+    dump = Dump(folder, run="declared-mesh", mesh=[("dp", 1), ("cp", 2)])
+    assert dump.coords == [0, rank], dump.coords
+    sequence = whole["sequence"]  # [2, 8]: chunks of 2 positions; cp r holds chunks r and 3 - r
+    chunks = sequence.chunk(4, dim=1)
+    rows = [0, 1, 5][rank:rank + 2]  # uneven: 1 row, then 4
+    pieces = {"sequence": (torch.cat([chunks[rank], chunks[3 - rank]], dim=1), [replicate(), zigzag(1)]),
+              "rows": (whole["rows"][rows[0]:rows[1]], [replicate(), shard(0)]),
+              "same": (whole["same"], [replicate(), replicate()]),
+              "average": (whole["average"] * (2 * rank), [replicate(), partial("avg")])}
+    record_declared(dump, {name: piece for name, (piece, _) in pieces.items()},
+                    {name: placements for name, (_, placements) in pieces.items()})
+    dump.close()
+
+
+def record_declared(dump, tensors, placements):
+    """The declared-mesh records, in one place so that the whole and the pieces match by identity."""
+    dump.record("sequence", tensors["sequence"], kind="activation", placements=placements["sequence"])
+    dump.record("rows", tensors["rows"], kind="activation", placements=placements["rows"])
+    dump.record("same", tensors["same"], kind="parameter", phase="optimizer", order="forward",
+                placements=placements["same"])
+    dump.record("average", tensors["average"], kind="loss", placements=placements["average"])
+
+
+def check_magic_compare_reads_the_writer(binary, tmp, folders, whole):
+    every = os.path.join(tmp, "every-dtype.dump")
+    dump = Dump(every)
+    for name, tensor in every_dtype().items():
+        dump.record(name, tensor, kind="other", phase="other", order="forward")
+    dump.close()
+    code, report, output = run_magic_compare(binary, every, every, tmp)
+    assert code == 0 and len(report["records"]) == len(every_dtype()), output
+
+    single = os.path.join(tmp, "whole.dump")
+    dump = Dump(single)
+    record_declared(dump, whole, {name: None for name in whole})
+    dump.close()
+    code, report, output = run_magic_compare(binary, folders["mesh.dump"], single, tmp)
+    assert code == 0 and len(report["records"]) == len(whole), output
+    print(output)
+
+    nan = os.path.join(tmp, "nan.dump")
+    dump = Dump(nan)
+    dump.record("finite", torch.ones(2), kind="activation")
+    dump.record("not-finite", torch.tensor([1.0, math.nan]), kind="activation")
+    dump.close()
+    done = subprocess.run([binary, nan, nan], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "not-finite" in done.stderr and "NaN" in done.stderr, done.stderr
+    print(done.stderr.strip())
+
+
+def record_differently(rank, world, folder):
+    """Rank 1 records a different name: every rank must raise, none may hang, no manifest."""
+    dump = Dump(folder)
+    dump.record("x" if rank == 0 else "y", torch.zeros(2), kind="activation", placements=[replicate()])
+    try:
+        dump.close()
+    except ValueError as e:
+        assert "differs in name" in str(e), e
+    else:
+        raise AssertionError(f"rank {rank}: close() accepted records that differ between ranks")
+    assert not os.path.exists(os.path.join(folder, "manifest.json"))
+
+
+def declared_tensors():
+    generator = torch.Generator().manual_seed(11)
+    return {name: torch.randn(*shape, generator=generator, dtype=torch.float64)
+            for name, shape in (("sequence", (2, 8)), ("rows", (5, 3)), ("same", (4,)), ("average", (3,)))}
+
+
+def main():
+    args = arguments(__doc__.splitlines()[0])
+    with private_temporary_folder() as tmp:
+        check_safetensors(tmp)
+        check_single_process_manifest(tmp)
+        check_micro_batches(tmp)
+        check_refusals(tmp)
+        whole = declared_tensors()
+        folders = {name: os.path.join(tmp, name) for name in ("placements.dump", "mesh.dump", "differ.dump")}
+        run_on_ranks(2, [(check_placement_refusals_on_a_mesh, {"folder": folders["placements.dump"]}),
+                         (write_declared_mesh, {"folder": folders["mesh.dump"], "whole": whole}),
+                         (record_differently, {"folder": folders["differ.dump"]})])
+        manifest, full = read_dump(folders["mesh.dump"])
+        assert manifest["mesh"] == [{"name": "dp", "size": 1}, {"name": "cp", "size": 2}], manifest["mesh"]
+        assert [r["coords"] for r in manifest["ranks"]] == [[0, 0], [0, 1]], manifest["ranks"]
+        for (name, *_), tensor in full.items():
+            assert torch.equal(tensor, whole[name]), name
+        _, uneven = read_dump(folders["placements.dump"])
+        assert list(uneven.values())[0].shape == (3, 2)
+        if args.magic_compare:
+            check_magic_compare_reads_the_writer(args.magic_compare, tmp, folders, whole)
+    print("PASS: magic_dump writes the format and refuses what it must")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
