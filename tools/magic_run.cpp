@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <iostream>
 #include <optional>
 
@@ -18,6 +19,7 @@
 #include "lib/distributed/runtime/rank_program.h"
 #include "lib/io/output_path.h"
 #include "lib/io/score_file.h"
+#include "lib/trace/dump_sink.h"
 #include "lib/train/attribution.h"
 #include "lib/train/attribution_html.h"
 #include "lib/train/attribution_text.h"
@@ -67,6 +69,7 @@ struct Flags {
   std::optional<LdsOptions> lds;  // --validate lds
   ResumeMode resume = ResumeMode::kFresh;
   bool keep_checkpoints = false;
+  std::string dump_dir;  // --dump: the run's trace records (docs/dump-format.md)
 };
 
 // Parses and checks every flag and the output directory before anything is loaded or trained.
@@ -98,6 +101,8 @@ Flags parse(int argc, char** argv, int& early_exit) {
   app.add_flag("--resume", resume,
                "continue an interrupted run of this config from its checkpoints in training.spill_dir");
   app.add_flag("--restart", restart, "discard an interrupted run's checkpoints and begin again");
+  app.add_option("--dump", f.dump_dir,
+                 "write the run's trace records to this new folder, for magic-compare (docs/dump-format.md)");
   app.add_flag("--keep-checkpoints", f.keep_checkpoints,
                "keep the run's checkpoints in training.spill_dir when it ends (removed by default)");
   app.add_option("--topology", topology, "run distributed on this mesh layout: dp=N[,cp=C][,fsdp=F]");
@@ -146,6 +151,14 @@ Flags parse(int argc, char** argv, int& early_exit) {
     program.validate();  // --launch is checked even where one process runs
   }
   if (!f.out_dir.empty()) require_writable_directory(f.out_dir, "--out");
+  if (!f.dump_dir.empty()) {
+    // Distributed dumps need each record's placement on the mesh, which the mesh's trace points do not give yet.
+    if (f.program) throw InputError("--dump: single-process runs only (without --topology) in this version");
+    if (std::filesystem::exists(f.dump_dir) && !std::filesystem::is_empty(f.dump_dir)) {
+      throw InputError(str_cat("--dump ", f.dump_dir, ": exists and is not empty (a dump goes to a new folder)"));
+    }
+    require_writable_directory(f.dump_dir, "--dump");
+  }
   return f;
 }
 
@@ -350,7 +363,17 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
               << (runtime ? ", on " + f.program->topology.str() : std::string()) << "; estimated peak memory "
               << memory.str() << (runtime ? " per rank" : "") << std::endl;
   }
-  return settling(lease, f, [&] { return attribute_with(f, config, runtime, std::move(problem), options); });
+  // Trace records are kept while the run goes (lib/trace) and written once it has finished.
+  std::optional<DumpSink> sink;
+  std::optional<ScopedTraceSink> listening;
+  if (!f.dump_dir.empty()) listening.emplace(&sink.emplace());
+  const int rc = settling(lease, f, [&] { return attribute_with(f, config, runtime, std::move(problem), options); });
+  if (sink && rc == kExitOk) {
+    listening.reset();
+    write_single_process_dump(f.dump_dir, f.config_path, sink->entries());
+    std::cout << "dump: " << sink->entries().size() << " records in " << f.dump_dir << "\n";
+  }
+  return rc;
 }
 
 int run_main(int argc, char** argv);

@@ -6,6 +6,8 @@
 #include "lib/core/seed.h"
 #include "lib/core/strings.h"
 #include "lib/model/kernel_fallback.h"
+#include "lib/trace/trace_context.h"
+#include "lib/trace/trace_sink.h"
 
 namespace magic {
 namespace {
@@ -122,6 +124,7 @@ at::Tensor gpt_forward(const GptConfig& c, const TensorTree& p, const at::Tensor
   for (int64_t l = 0; l < c.n_layers; ++l) {
     x = x + causal_self_attention(c, layer_norm(x, p, block(l, "ln1")), p, l, layout);
     x = x + mlp(layer_norm(x, p, block(l, "ln2")), p, l);
+    if (tracing()) trace_activation(x, str_cat("blocks.", l), "activation", str_cat("blocks.", l));
   }
   x = layer_norm(x, p, "ln_f");
   return kernels::matmul(x, p.at("head.weight").t());

@@ -19,8 +19,9 @@ class DumpSink : public TraceSink {
     at::Tensor tensor;  // a detached CPU copy
   };
 
-  // Copies `tensor` (detached, so the run's graph is untouched). A second record of the same
-  // tensor (record_identity) is a misplaced trace point: std::invalid_argument.
+  // Copies `tensor` (detached, so the run's graph is untouched). A record made again (the same
+  // record_identity: REPLAY recomputing a training step from a checkpoint) is kept once, as first
+  // made.
   void write(const TraceRecord& record, const at::Tensor& tensor) override;
   std::vector<Entry> entries() const;
 

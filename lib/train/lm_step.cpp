@@ -6,6 +6,8 @@
 #include "lib/core/strings.h"
 #include "lib/data/tokenizer.h"
 #include "lib/optim/clip.h"
+#include "lib/trace/trace_context.h"
+#include "lib/trace/trace_sink.h"
 
 namespace magic {
 LmStep::LmStep(GptConfig model, std::shared_ptr<const TokenDataset> data, const DataStream& stream, Reduction reduction,
@@ -50,14 +52,33 @@ at::Tensor LmStep::loss(const TensorTree& params, int64_t t, const at::Tensor& w
   const Batch& batch = batches_.at(t);
   const SequenceLayout layout = parallelism_->sequence(batch.input_ids.size(1));
   const LocalColumns local = local_columns(layout, batch.input_ids, batch.labels, gather_weights(w, batch.rows));
+  if (tracing()) trace_activation(local.input_ids, "input_ids", "input", "");
   at::Tensor logits = gpt_forward(model_, precision_->compute_params(*parallelism_, params), local.input_ids, layout);
+  if (tracing()) trace_activation(logits, "logits", "logits", "head");
   at::Tensor losses = position_losses(precision_->to_master(logits), local.targets);
   at::Tensor mask = local.targets.ne(kIgnoreLabel).to(losses.scalar_type());
   const double denominator =
       reduction_ == Reduction::kMean ? parallelism_->mean_denominator(mask.sum().item<double>()) : 1.0;
   at::Tensor row_labels = label_mask(batch.labels, losses.scalar_type()).sum(1);
-  return reduce_aligned_loss(losses, mask, local.weights, reduction_, denominator, row_labels);
+  at::Tensor loss = reduce_aligned_loss(losses, mask, local.weights, reduction_, denominator, row_labels);
+  if (tracing() && trace_context().active) {
+    trace_point(loss, [&] { return TraceRecord{"loss", "loss", "forward", "forward", t, "", {}}; });
+  }
+  return loss;
 }
+
+namespace {
+
+// One record per parameter of a step's gradient or update (lib/trace): what the optimizer was
+// given and what it did, in the order of the parameters.
+void trace_tree(const TensorTree& tree, const char* kind, const char* phase, int64_t t) {
+  if (!tracing() || !trace_context().active) return;
+  for (const auto& e : tree) {
+    trace_point(e.tensor, [&] { return TraceRecord{e.name, kind, phase, "first", t, "", {}}; });
+  }
+}
+
+}  // namespace
 
 TensorTree LmStep::gradient(const TrainState& state, int64_t t, const at::Tensor& w, bool create_graph) const {
   return gradient_and_loss(state, t, w, create_graph).first;
@@ -70,11 +91,16 @@ std::pair<TensorTree, at::Tensor> LmStep::gradient_and_loss(const TrainState& st
   at::Tensor local_loss = precision_->scale_loss(unscaled);
   auto grads = torch::autograd::grad({local_loss}, params.tensors(), {}, /*retain_graph=*/create_graph,
                                      /*create_graph=*/create_graph, /*allow_unused=*/true);
-  TensorTree reduced = precision_->reduce(*parallelism_, with_values(params, grads));
-  return {precision_->unscale(parallelism_->apply_convention(reduced)), unscaled.detach()};
+  const TensorTree local = with_values(params, grads);
+  trace_tree(local, "gradient", "backward", t);
+  TensorTree reduced = precision_->unscale(parallelism_->apply_convention(precision_->reduce(*parallelism_, local)));
+  trace_tree(reduced, "reduced_gradient", "reduction", t);
+  return {reduced, unscaled.detach()};
 }
 
 StepOutput LmStep::step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const {
+  // Training's steps are traced (lib/trace); REPLAY's traced recomputations of them are not.
+  const ScopedTraceContext context(TraceContext{!traced && tracing(), t, "forward", {}});
   // Untraced steps still need leaves to differentiate the loss; traced ones use the caller's.
   const TensorTree params = traced ? s.params : s.params.requires_grad();
   auto [gradient_of_step, step_loss] =
@@ -86,9 +112,18 @@ StepOutput LmStep::step(const TrainState& s, int64_t t, const at::Tensor& w, boo
   if (clip_norm_) {
     coefficient = clip_coefficient(*clip_norm_, parallelism_->global_norm(grads));
     grads = grads.map([&](const at::Tensor& g) { return g * coefficient; });
+    if (tracing() && trace_context().active) {
+      trace_point(coefficient, [&] { return TraceRecord{"clip_coefficient", "other", "optimizer", "first", t, "", {}}; });
+    }
   }
   grads = parallelism_->optimizer_input(grads);
   OptimizerUpdate update = optimizer_->update(traced ? params : params.detach(), grads, s.opt);
+  if (tracing() && trace_context().active) {
+    trace_tree(update.params.map_named([&](const std::string& name, const at::Tensor& p) {
+      return p.detach() - params.at(name).detach();
+    }),
+               "update", "optimizer", t);
+  }
   StepOutput out{TrainState{precision_->store(update.params), update.state, s.persistent}, grads, coefficient,
                  step_loss};
   if (!traced) {

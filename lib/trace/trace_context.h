@@ -1,0 +1,42 @@
+// Where the running code stands in the run, for trace points that cannot know it themselves: the
+// model's blocks are called by the training step, the query and REPLAY alike. The step that calls
+// them sets the context for its thread; trace points that read it record only while it is active.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "lib/trace/trace_record.h"
+
+namespace magic {
+
+struct TraceContext {
+  bool active = false;
+  int64_t step = -1;
+  std::string order = "forward";
+  // The placements of this rank's [rows, columns, ...] activations; empty in a single process.
+  std::vector<Placement> activation_placements;
+};
+
+const TraceContext& trace_context();
+
+// Sets this thread's context for the scope's lifetime, then restores the one before.
+class ScopedTraceContext {
+ public:
+  explicit ScopedTraceContext(TraceContext context);
+  ~ScopedTraceContext();
+  ScopedTraceContext(const ScopedTraceContext&) = delete;
+  ScopedTraceContext& operator=(const ScopedTraceContext&) = delete;
+
+ private:
+  TraceContext previous_;
+};
+
+// A forward record of the context's step ("blocks.1", "logits"), placed as its activations are;
+// nothing unless a sink listens and the context is active.
+void trace_activation(const at::Tensor& value, const std::string& name, const std::string& kind,
+                      const std::string& layer);
+
+}  // namespace magic
