@@ -18,6 +18,8 @@
 #include <iostream>
 
 #include "bench/bench_flags.h"
+#include "lib/core/allocator.h"
+#include "lib/core/caching_cpu_allocator.h"
 #include "lib/core/strings.h"
 #include "lib/model/gpt.h"
 #include "lib/trace/dump_sink.h"
@@ -50,6 +52,8 @@ int main(int argc, char** argv) {
   const auto flags = bench::parse_flags(argc, argv, {{"repeats", "7"}}, "trace_cost [--repeats 7]");
   const int repeats = std::max(1, std::atoi(flags.at("repeats").c_str()));
   at::set_num_threads(1);
+  keep_freed_memory_in_process();  // the allocator magic-run runs with (lib/core/allocator.h)
+  install_caching_cpu_allocator();
   const at::Tensor small = at::ones({4}, at::kDouble);
 
   const int64_t iterations = 20'000'000;

@@ -134,4 +134,16 @@ CheckReport run_check_in_threads(const checks::CheckRequest& request) {
   return report;
 }
 
+std::string rewrite_safetensors_header(const std::string& file, const std::function<void(nlohmann::json&)>& edit) {
+  uint64_t length = 0;
+  std::memcpy(&length, file.data(), 8);
+  nlohmann::json header = nlohmann::json::parse(file.substr(8, length));
+  edit(header);
+  const std::string text = header.dump();
+  const uint64_t new_length = text.size();
+  std::string out(8, '\0');
+  std::memcpy(out.data(), &new_length, 8);
+  return out + text + file.substr(8 + length);
+}
+
 }  // namespace magic::testing

@@ -52,6 +52,10 @@ CommandOutcome run_command(const std::string& command_line, std::chrono::seconds
 
 std::string read_file(const std::string& path);
 
+// The bytes of a safetensors file with its JSON header rewritten by `edit` and its length prefix
+// kept consistent: for damaging a file in exactly one field.
+std::string rewrite_safetensors_header(const std::string& file, const std::function<void(nlohmann::json&)>& edit);
+
 // The message of the InputError `fn` throws, or "" if it throws none.
 std::string input_error_of(const std::function<void()>& fn);
 

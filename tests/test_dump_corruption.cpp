@@ -105,19 +105,6 @@ void mutate_json(nlohmann::json& node, std::mt19937_64& rng) {
   }
 }
 
-// A safetensors file with its header rewritten by `edit` (the length prefix kept consistent).
-Bytes rewrite_header(const Bytes& file, const std::function<void(nlohmann::json&)>& edit) {
-  uint64_t length = 0;
-  std::memcpy(&length, file.data(), 8);
-  nlohmann::json header = nlohmann::json::parse(file.substr(8, length));
-  edit(header);
-  const std::string text = header.dump();
-  const uint64_t new_length = text.size();
-  Bytes out(8, '\0');
-  std::memcpy(out.data(), &new_length, 8);
-  return out + text + file.substr(8 + length);
-}
-
 struct Case {
   std::string kind;
   std::map<std::string, Bytes> files;
@@ -160,11 +147,11 @@ Case damage(const std::map<std::string, Bytes>& base, std::mt19937_64& rng) {
       break;
     case 6:
       c.kind = "header field";
-      data = rewrite_header(data, [&](nlohmann::json& h) { mutate_json(h, rng); });
+      data = testing::rewrite_safetensors_header(data, [&](nlohmann::json& h) { mutate_json(h, rng); });
       break;
     case 7: {
       c.kind = "offsets";
-      data = rewrite_header(data, [&](nlohmann::json& h) {
+      data = testing::rewrite_safetensors_header(data, [&](nlohmann::json& h) {
         std::vector<std::string> keys;
         for (auto& item : h.items()) keys.push_back(item.key());
         auto& entry = h[keys[rng() % keys.size()]];

@@ -102,18 +102,6 @@ void write_bytes(const fs::path& p, const std::string& bytes) {
   std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
 }
 
-std::string edit_header(const std::string& file, const std::function<void(nlohmann::json&)>& edit) {
-  uint64_t length = 0;
-  std::memcpy(&length, file.data(), 8);
-  nlohmann::json h = nlohmann::json::parse(file.substr(8, length));
-  edit(h);
-  const std::string text = h.dump();
-  const uint64_t n = text.size();
-  std::string out(8, '\0');
-  std::memcpy(out.data(), &n, 8);
-  return out + text + file.substr(8 + length);
-}
-
 void edit_manifest(const fs::path& dump, const std::function<void(nlohmann::json&)>& edit) {
   nlohmann::json m = nlohmann::json::parse(testing::read_file((dump / "manifest.json").string()));
   edit(m);
@@ -141,7 +129,7 @@ TEST(MagicCompareCli, EachDamagedDumpExitsTwoWithOneLineNamingTheProblem) {
       {"overlapping offsets", "overlap",
        [](const fs::path& d) {
          const std::string f = testing::read_file((d / "rank0.safetensors").string());
-         write_bytes(d / "rank0.safetensors", edit_header(f, [](nlohmann::json& h) {
+         write_bytes(d / "rank0.safetensors", testing::rewrite_safetensors_header(f, [](nlohmann::json& h) {
                        h["r000002"]["data_offsets"] = h["r000001"]["data_offsets"];
                      }));
        }},

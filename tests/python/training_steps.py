@@ -86,15 +86,9 @@ def ddp_step(rank, world, folder, bug=None):
     dump.close()
 
 
-def hand_reduced_step(rank, world, folder, forget=None):
-    """A hand-written data parallel: each rank's loss is its token sum over the global label count
-    (a partial sum of the reference loss), and an all-reduce sums every gradient.
-
-    forget=FORGOTTEN_PARAMETER: that parameter is left out of the reduction, so each rank keeps its
-    own part of its gradient while the dump still declares it reduced and replicated."""
-    model = make_model()
-    input_ids, labels = (rows_of(rank, world, t) for t in make_batch())
-    dump = Dump(folder, run=f"hand-reduced-world{world}" + ("-forgets-a-parameter" if forget else ""))
+def sharded_forward_backward(dump, model, input_ids, labels):
+    """This rank's rows forward and backward, recorded, under the honest global normalizer:
+    the steps that reduce gradients by hand share it."""
     dump.record("input_ids", input_ids, kind="input", placements=BATCH_SHARD)
     dump.record("labels", labels, kind="input", placements=BATCH_SHARD)
     with dump.watch_activations(model, BLOCK_NAMES, placements=BATCH_SHARD):
@@ -104,6 +98,18 @@ def hand_reduced_step(rank, world, folder, forget=None):
     loss = loss_sum / global_label_count(count)
     dump.record("loss", loss, kind="loss", placements=[partial("sum")])
     loss.backward()
+
+
+def hand_reduced_step(rank, world, folder, forget=None):
+    """A hand-written data parallel: each rank's loss is its token sum over the global label count
+    (a partial sum of the reference loss), and an all-reduce sums every gradient.
+
+    forget=FORGOTTEN_PARAMETER: that parameter is left out of the reduction, so each rank keeps its
+    own part of its gradient while the dump still declares it reduced and replicated."""
+    model = make_model()
+    input_ids, labels = (rows_of(rank, world, t) for t in make_batch())
+    dump = Dump(folder, run=f"hand-reduced-world{world}" + ("-forgets-a-parameter" if forget else ""))
+    sharded_forward_backward(dump, model, input_ids, labels)
     for name, parameter in model.named_parameters():
         if name != forget:
             dist.all_reduce(parameter.grad)
@@ -166,15 +172,7 @@ def reduce_scatter_step(rank, world, folder):
     model = make_model()
     input_ids, labels = (rows_of(rank, world, t) for t in make_batch())
     dump = Dump(folder, run=f"reduce-scatter-world{world}")
-    dump.record("input_ids", input_ids, kind="input", placements=BATCH_SHARD)
-    dump.record("labels", labels, kind="input", placements=BATCH_SHARD)
-    with dump.watch_activations(model, BLOCK_NAMES, placements=BATCH_SHARD):
-        logits = model(input_ids)
-    dump.record("logits", logits, kind="logits", placements=BATCH_SHARD)
-    loss_sum, count = token_loss_sum(logits, labels)
-    loss = loss_sum / global_label_count(count)
-    dump.record("loss", loss, kind="loss", placements=[partial("sum")])
-    loss.backward()
+    sharded_forward_backward(dump, model, input_ids, labels)
 
     grads = {name: p.grad for name, p in model.named_parameters()}
     bounds = {name: uneven_rows(g.shape[0], world) for name, g in grads.items()}
