@@ -1,6 +1,7 @@
 // magic-run: real MAGIC attribution on real data. Trains the configured model with checkpoints,
 // evaluates the query loss, backpropagates through training with REPLAY, writes per-example (or
-// per-token, per-query) scores and prints the most helpful and most harmful examples.
+// per-token, per-query) scores and prints the most helpful and most harmful examples. With
+// --export-plan it also writes the run's plan, for another implementation to replay (plan_export.h).
 #include <ATen/Parallel.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
