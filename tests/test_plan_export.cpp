@@ -35,8 +35,9 @@ std::string temp_path(const std::string& name) {
 }
 
 // The tiny test run with `edit` applied, written as a config file.
-std::string config_with(const std::string& name, const testing::TinyRun& run,
-                        const std::function<void(nlohmann::json&)>& edit = [](nlohmann::json&) {}) {
+std::string config_with(
+    const std::string& name, const testing::TinyRun& run,
+    const std::function<void(nlohmann::json&)>& edit = [](nlohmann::json&) {}) {
   nlohmann::json j = testing::tiny_run_json(run);
   j["data"]["train"] = testing::source_path("fixtures/text/proverbs.jsonl");
   j["data"]["queries"] = testing::source_path("fixtures/text/queries.jsonl");
@@ -91,9 +92,11 @@ TEST(PlanExport, IncompatibleFlagsAndRunsAreRefused) {
            {"--config " + config + " --export-plan " + plan + " --out " + plan + "/scores",
             "name two separate directories"},
            {"--config " + config + " --export-plan " + plan + "/inner --out " + plan, "name two separate directories"},
-           {"--config " + config + " --export-plan " + file, "--export-plan " + file + ": is a file; expected a directory"},
+           {"--config " + config + " --export-plan " + file,
+            "--export-plan " + file + ": is a file; expected a directory"},
            {"--config " + config + " --export-plan ''", "--export-plan: expected a directory name"},
-           {"--config " + config + " --export-plan /proc/magic-plan", "--export-plan /proc/magic-plan: cannot create it"},
+           {"--config " + config + " --export-plan /proc/magic-plan",
+            "--export-plan /proc/magic-plan: cannot create it"},
            {"--config " + config_with("bf16", {}, [](nlohmann::json& j) { j["dtype"] = "bf16"; }) + " --export-plan " +
                 plan,
             "runs the mixed-precision policy 'bf16', which a plan cannot state"}}) {
@@ -158,8 +161,8 @@ void expect_files_as_described(const std::string& dir, const nlohmann::json& pla
   }
   std::sort(listed.begin(), listed.end());
   EXPECT_EQ(entries(dir), listed);
-  EXPECT_EQ(listed, (std::vector<std::string>{"batches.safetensors", "init.safetensors", "plan.json",
-                                              "queries.safetensors"}));
+  EXPECT_EQ(listed,
+            (std::vector<std::string>{"batches.safetensors", "init.safetensors", "plan.json", "queries.safetensors"}));
 }
 
 // The plan of a run is that run: the batches in the order DataStream gives, each row the
@@ -203,7 +206,7 @@ void expect_plan_of_run(const testing::TinyRun& run, bool per_query) {
       EXPECT_EQ(targets[s][b][T - 1].item<int64_t>(), kIgnoreLabel);
     }
     const at::Tensor valid = targets[s].ne(kIgnoreLabel).to(at::kDouble);
-    const at::Tensor expected = config.reduction == Reduction::kMean ? valid.sum().expand({B})
+    const at::Tensor expected = config.reduction == Reduction::kMean         ? valid.sum().expand({B})
                                 : config.reduction == Reduction::kSumOfMeans ? valid.sum(1).clamp_min(1.0)
                                                                              : at::ones({B}, at::kDouble);
     EXPECT_TRUE(batches.at("row_divisor")[s].equal(expected)) << "step " << s;

@@ -53,11 +53,14 @@ void write_folder_atomically(const std::string& path, const std::string& flag,
   refuse_a_full_folder(target, path, flag);
   std::error_code ec;
   fs::create_directories(target.parent_path(), ec);
-  if (ec) throw InputError(str_cat(flag, " ", path, ": cannot create ", target.parent_path().string(), " (", ec.message(), ")"));
+  if (ec)
+    throw InputError(
+        str_cat(flag, " ", path, ": cannot create ", target.parent_path().string(), " (", ec.message(), ")"));
   // A hidden sibling on the same file system, so that the rename is one atomic step.
   std::string pattern = (target.parent_path() / ("." + target.filename().string() + ".partial-XXXXXX")).string();
   if (mkdtemp(pattern.data()) == nullptr) {
-    throw InputError(str_cat(flag, " ", path, ": cannot make a temporary folder beside it (", std::strerror(errno), ")"));
+    throw InputError(
+        str_cat(flag, " ", path, ": cannot make a temporary folder beside it (", std::strerror(errno), ")"));
   }
   const fs::path temp = pattern;
   try {

@@ -20,7 +20,7 @@ constexpr const char* kPlanFormat = "magic-plan";
 constexpr int kPlanVersion = 1;
 
 struct PlanOptions {
-  bool per_query = false;  // scores [Q, N(, T)]: one REPLAY per query
+  bool per_query = false;   // scores [Q, N(, T)]: one REPLAY per query
   std::string config_path;  // shown in plan.json, for a reader to find the run's config
 };
 

@@ -260,7 +260,8 @@ def query_loss(plan, params, queries, which=None):
     D = plan["queries"]["documents"]
     doc = queries["document"]
     per_doc = torch.zeros(D, dtype=losses.dtype).index_add(0, doc, losses.sum(1))
-    counts = torch.zeros(D, dtype=losses.dtype).index_add(0, doc, (queries["targets"] != ignore).sum(1).to(losses.dtype))
+    valid = (queries["targets"] != ignore).sum(1).to(losses.dtype)
+    counts = torch.zeros(D, dtype=losses.dtype).index_add(0, doc, valid)
     means = per_doc / counts
     return means.mean() if which is None else means[which]
 
@@ -441,12 +442,12 @@ def check_config(args, config, per_query, failures):
         diff = run([args.score_diff, mine, theirs, "--tolerance", str(TOLERANCE)])
         o = plan["optimizer"]
         clipping = f"clipping fired at steps {facts['clipped']}" if o["clip"] else "no clipping"
-        print(f"{name}: {plan['data']['examples']} examples, {facts['steps']} steps of {plan['training']['batch_size']}, "
-              f"{o['name']}, {plan['loss']['reduction']}, {plan['loss']['weights']}, scores {plan['scores']['shape']}; "
-              f"{clipping}")
-        print(f"  oracle vs magic-run: relative error {err:.3e} (tolerance {TOLERANCE:g}); magic-run {run_seconds:.1f} s, "
-              f"oracle {oracle_seconds:.1f} s (training {facts['train_seconds']:.1f} s, REPLAY "
-              f"{facts['replay_seconds']:.1f} s)")
+        print(f"{name}: {plan['data']['examples']} examples, {facts['steps']} steps of "
+              f"{plan['training']['batch_size']}, {o['name']}, {plan['loss']['reduction']}, "
+              f"{plan['loss']['weights']}, scores {plan['scores']['shape']}; {clipping}")
+        print(f"  oracle vs magic-run: relative error {err:.3e} (tolerance {TOLERANCE:g}); "
+              f"magic-run {run_seconds:.1f} s, oracle {oracle_seconds:.1f} s "
+              f"(training {facts['train_seconds']:.1f} s, REPLAY {facts['replay_seconds']:.1f} s)")
         print("  magic-score-diff: " + diff.stdout.strip().replace("\n", "; "))
         if not err <= TOLERANCE:
             failures.append(f"{name}: the oracle's scores are {err:.3e} from magic-run's, above {TOLERANCE:g}")
