@@ -105,7 +105,11 @@ TEST(Readme, EveryJsonExampleParsesAndEveryConfigExampleLoads) {
       ++blocks;
       nlohmann::json j;
       ASSERT_NO_THROW(j = nlohmann::json::parse(text)) << text;
-      if (!(j.is_object() && j.contains("model") && j.contains("data") && j.contains("training"))) continue;
+      // A document that names its format (a plan's plan.json, a dump's manifest) is not a run config.
+      if (!(j.is_object() && j.contains("model") && j.contains("data") && j.contains("training")) ||
+          j.contains("format")) {
+        continue;
+      }
       ++configs;
       // Data paths are relative to the config's folder: the examples are written for fixtures/runs.
       EXPECT_NO_THROW(RunConfig::from_json(j, "example", source + "/fixtures/runs")) << text;

@@ -1,6 +1,7 @@
 // magic-run: real MAGIC attribution on real data. Trains the configured model with checkpoints,
 // evaluates the query loss, backpropagates through training with REPLAY, writes per-example (or
-// per-token, per-query) scores and prints the most helpful and most harmful examples.
+// per-token, per-query) scores and prints the most helpful and most harmful examples. With
+// --export-plan it also writes the run's plan, for another implementation to replay (plan_export.h).
 #include <ATen/Parallel.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
@@ -17,6 +18,7 @@
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/progress.h"
 #include "lib/distributed/runtime/rank_program.h"
+#include "lib/io/atomic_folder.h"
 #include "lib/io/output_path.h"
 #include "lib/io/score_file.h"
 #include "lib/trace/dump_sink.h"
@@ -27,6 +29,7 @@
 #include "lib/train/finite_guard.h"
 #include "lib/train/lds.h"
 #include "lib/train/memory_estimate.h"
+#include "lib/train/plan_export.h"
 #include "lib/train/run_config.h"
 #include "lib/train/run_folder.h"
 
@@ -61,6 +64,7 @@ void print_queries(const LmProblem& problem, const std::string& path) {
 
 struct Flags {
   std::string config_path, out_dir;
+  std::string plan_dir;  // --export-plan: the run's plan for another implementation (docs/plan-format.md)
   int64_t top = 5;
   bool per_query = false;
   std::optional<int64_t> query_index;
@@ -71,6 +75,34 @@ struct Flags {
   bool keep_checkpoints = false;
   std::string dump_dir;  // --dump: the run's trace records (docs/dump-format.md)
 };
+
+// Whether one of the two paths is the other or lies inside it.
+bool nested(const std::string& a, const std::string& b) {
+  const auto normal = [](const std::string& p) {
+    std::filesystem::path n = std::filesystem::absolute(p).lexically_normal();
+    return n.filename().empty() ? n.parent_path() : n;
+  };
+  const std::filesystem::path x = normal(a), y = normal(b);
+  const auto within = [](const std::filesystem::path& inner, const std::filesystem::path& outer) {
+    const auto r = inner.lexically_relative(outer);
+    return !r.empty() && *r.begin() != "..";
+  };
+  return within(x, y) || within(y, x);
+}
+
+// --export-plan describes a single-process run into a folder of its own (plan_export.h).
+void check_plan_flags(const Flags& f) {
+  if (f.program) {
+    throw InputError(
+        "--export-plan: a plan describes the single-process run; drop --topology (a distributed run's scores equal "
+        "the single-process run's to summation order: docs/magic-run.md)");
+  }
+  if (!f.out_dir.empty() && nested(f.plan_dir, f.out_dir)) {
+    throw InputError(str_cat("--export-plan ", f.plan_dir, " and --out ", f.out_dir,
+                             ": name two separate directories (the plan's folder holds only the plan)"));
+  }
+  require_new_folder(f.plan_dir, "--export-plan");
+}
 
 // Parses and checks every flag and the output directory before anything is loaded or trained.
 Flags parse(int argc, char** argv, int& early_exit) {
@@ -91,6 +123,9 @@ Flags parse(int argc, char** argv, int& early_exit) {
   app.add_flag("--per-query", f.per_query, "one REPLAY per query: scores [queries, examples]");
   app.add_option("--query", f.query_index, "rank examples for this query index (with --per-query)");
   app.add_flag("--html", f.html, "also write a self-contained report.html into --out");
+  app.add_option("--export-plan", f.plan_dir,
+                 "also write the run's plan (initial weights, batches, optimizer settings, queries) into this new "
+                 "or empty directory, for another implementation to replay (docs/plan-format.md)");
   std::string validate;
   LdsOptions lds;
   app.add_option("--validate", validate,
@@ -159,6 +194,7 @@ Flags parse(int argc, char** argv, int& early_exit) {
     }
     require_writable_directory(f.dump_dir, "--dump");
   }
+  if (app.count("--export-plan") > 0) check_plan_flags(f);
   return f;
 }
 
@@ -318,6 +354,7 @@ int attribute_with(const Flags& f, const RunConfig& config, const dist::Runtime*
 // The whole run on one process or one rank (`runtime` set).
 int attribute(const Flags& f, const dist::Runtime* runtime) {
   const RunConfig config = RunConfig::load(f.config_path);
+  if (!f.plan_dir.empty()) require_plan_expressible(config, "--export-plan");
   const bool speaks = runtime == nullptr || runtime->rank() == 0;
   // One process splits its threads between REPLAY's products and its recomputation; a rank's
   // steps run collectives, which one thread must issue in order (replay_mode.h).
@@ -367,7 +404,17 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
   std::optional<DumpSink> sink;
   std::optional<ScopedTraceSink> listening;
   if (!f.dump_dir.empty()) listening.emplace(&sink.emplace());
-  const int rc = settling(lease, f, [&] { return attribute_with(f, config, runtime, std::move(problem), options); });
+  const int rc = settling(lease, f, [&] {
+    // The plan is read off the problem just built (the batches the step will consume), before
+    // training, so another implementation can start on it while this run trains. Written once the
+    // run's folder is settled: a run refused for its folder has written no plan either, and a
+    // plan that cannot be written leaves that folder as an interrupted run with no work would.
+    if (!f.plan_dir.empty()) {
+      export_plan(f.plan_dir, config, problem, PlanOptions{f.per_query, f.config_path});
+      std::cout << "wrote the run's plan to " << f.plan_dir << " (docs/plan-format.md)" << std::endl;
+    }
+    return attribute_with(f, config, runtime, std::move(problem), options);
+  });
   if (sink && rc == kExitOk) {
     listening.reset();
     write_single_process_dump(f.dump_dir, f.config_path, sink->entries());

@@ -17,7 +17,7 @@ std::string block(int64_t layer, const char* name) {
 }
 
 at::Tensor layer_norm(const at::Tensor& x, const TensorTree& p, const std::string& prefix) {
-  return kernels::layer_norm(x, p.at(prefix + ".weight"), p.at(prefix + ".bias"), 1e-5);
+  return kernels::layer_norm(x, p.at(prefix + ".weight"), p.at(prefix + ".bias"), kLayerNormEps);
 }
 
 at::Tensor causal_self_attention(const GptConfig& c, const at::Tensor& x, const TensorTree& p, int64_t layer,
@@ -30,8 +30,7 @@ at::Tensor causal_self_attention(const GptConfig& c, const at::Tensor& x, const 
   // The scale goes on q (T x D per head) rather than on the T x T scores, and the causal mask is
   // added (-inf where key j comes after query i in the true order, else 0) rather than filled in:
   // the same values, and REPLAY's double backward then has two fewer T x T passes per layer.
-  const double scale = c.attention_scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(D)) : c.attention_scale;
-  at::Tensor scores = kernels::matmul(q * scale, k.transpose(-2, -1));
+  at::Tensor scores = kernels::matmul(q * attention_scale_of(c), k.transpose(-2, -1));
   at::Tensor future = layout.key_positions.unsqueeze(0) > layout.positions.unsqueeze(1);
   scores = scores + at::where(future, -std::numeric_limits<double>::infinity(), 0.0).to(scores.scalar_type());
   at::Tensor y = kernels::matmul(kernels::softmax(scores, -1), v).transpose(1, 2).reshape({B, T, c.d_model});
@@ -56,6 +55,11 @@ GptConfig GptConfig::from_json(const JsonFields& f) {
   f.finish();
   c.validate(f.where());
   return c;
+}
+
+double attention_scale_of(const GptConfig& c) {
+  const double head_dim = static_cast<double>(c.d_model / c.n_heads);
+  return c.attention_scale == 0.0 ? 1.0 / std::sqrt(head_dim) : c.attention_scale;
 }
 
 void GptConfig::validate(const std::string& where) const {

@@ -13,6 +13,10 @@
 
 namespace magic {
 
+// Every LayerNorm of the model (blocks and final) uses this epsilon; named so that the exported
+// plan (lib/train/plan_export.h) states the value the forward uses, not a copy of it.
+constexpr double kLayerNormEps = 1e-5;
+
 struct GptConfig {
   int64_t vocab = 257;
   int64_t d_model = 32;
@@ -27,6 +31,9 @@ struct GptConfig {
   static GptConfig from_json(const JsonFields& fields);
   void validate(const std::string& where) const;
 };
+
+// The factor attention logits are q·k times: `attention_scale`, or 1/sqrt(d_model / n_heads) when it is 0.
+double attention_scale_of(const GptConfig& config);
 
 // GPT-2 style init from one seed: N(0, 0.02) weights, output projections scaled by
 // 1/sqrt(2 n_layers), zero biases, unit LayerNorm gains.

@@ -12,7 +12,7 @@ TensorTree clip_by_global_norm(const TensorTree& grads, double max_norm, const a
 }
 
 at::Tensor clip_coefficient(double max_norm, const at::Tensor& global_norm) {
-  return (max_norm / (global_norm + 1e-6)).clamp_max(1.0);
+  return (max_norm / (global_norm + kClipNormEpsilon)).clamp_max(1.0);
 }
 
 }  // namespace magic

@@ -8,6 +8,10 @@
 
 namespace magic {
 
+// Added to ||g|| in the coefficient's denominator; named so that the exported plan
+// (lib/train/plan_export.h) states the value clipping uses.
+constexpr double kClipNormEpsilon = 1e-6;
+
 TensorTree clip_by_global_norm(const TensorTree& grads, double max_norm);
 // The same with ||g|| given: sharded gradients hold a piece of g, their norm spans every piece.
 TensorTree clip_by_global_norm(const TensorTree& grads, double max_norm, const at::Tensor& global_norm);
