@@ -3,6 +3,7 @@
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -144,6 +145,17 @@ std::string rewrite_safetensors_header(const std::string& file, const std::funct
   std::string out(8, '\0');
   std::memcpy(out.data(), &new_length, 8);
   return out + text + file.substr(8 + length);
+}
+
+std::string write_tiny_run_config(const std::string& name, const TinyRun& run,
+                                  const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = tiny_run_json(run);
+  j["data"]["train"] = source_path("fixtures/text/proverbs.jsonl");
+  j["data"]["queries"] = source_path("fixtures/text/queries.jsonl");
+  edit(j);
+  const std::string path = ::testing::TempDir() + "/" + name + ".json";
+  std::ofstream(path) << j.dump(2);
+  return path;
 }
 
 }  // namespace magic::testing

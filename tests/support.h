@@ -32,6 +32,10 @@ struct TinyRun {
 };
 
 nlohmann::json tiny_run_json(const TinyRun& run);
+// The tiny run's config with absolute data paths and `edit` applied, written to
+// <TempDir>/<name>.json for the command-line tools; returns its path.
+std::string write_tiny_run_config(const std::string& name, const TinyRun& run,
+                                  const std::function<void(nlohmann::json&)>& edit = [](nlohmann::json&) {});
 RunConfig tiny_run_config(const TinyRun& run);
 LmProblem tiny_lm_problem(const TinyRun& run);
 

@@ -22,13 +22,7 @@ Outcome run_magic_run(const std::string& args) {
 
 // Writes a config derived from the tiny test run with `edit` applied.
 std::string config_with(const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
-  nlohmann::json j = testing::tiny_run_json({});
-  j["data"]["train"] = testing::source_path("fixtures/text/proverbs.jsonl");
-  j["data"]["queries"] = testing::source_path("fixtures/text/queries.jsonl");
-  edit(j);
-  const std::string path = ::testing::TempDir() + "/" + name + ".json";
-  std::ofstream(path) << j.dump(2);
-  return path;
+  return testing::write_tiny_run_config(name, {}, edit);
 }
 
 void expect_bad_input(const std::string& args, const std::string& fragment) {

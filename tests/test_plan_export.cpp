@@ -38,13 +38,7 @@ std::string temp_path(const std::string& name) {
 std::string config_with(
     const std::string& name, const testing::TinyRun& run,
     const std::function<void(nlohmann::json&)>& edit = [](nlohmann::json&) {}) {
-  nlohmann::json j = testing::tiny_run_json(run);
-  j["data"]["train"] = testing::source_path("fixtures/text/proverbs.jsonl");
-  j["data"]["queries"] = testing::source_path("fixtures/text/queries.jsonl");
-  edit(j);
-  const std::string path = ::testing::TempDir() + "/" + name + ".json";
-  std::ofstream(path) << j.dump(2);
-  return path;
+  return testing::write_tiny_run_config(name, run, edit);
 }
 
 // Entries of `dir` (names), so a test can say nothing else appeared beside a folder.

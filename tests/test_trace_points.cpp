@@ -17,13 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string tiny_config(const std::string& name, double lr) {
-  nlohmann::json j = testing::tiny_run_json({});
-  j["data"]["train"] = testing::source_path("fixtures/text/proverbs.jsonl");
-  j["data"]["queries"] = testing::source_path("fixtures/text/queries.jsonl");
-  j["optimizer"]["lr"] = lr;
-  const std::string path = ::testing::TempDir() + "/" + name + ".json";
-  std::ofstream(path) << j.dump(2);
-  return path;
+  return testing::write_tiny_run_config(name, {}, [&](nlohmann::json& j) { j["optimizer"]["lr"] = lr; });
 }
 
 testing::CommandOutcome magic_run(const std::string& args) {
