@@ -247,6 +247,7 @@ TEST(DumpComparison, MissingExtraAndReshapedRecordsFail) {
   EXPECT_NE(c.rows[2].row.diagnosis.text.find("not in the reference"), std::string::npos);
   EXPECT_EQ(c.first_divergence, std::optional<size_t>(0));
   EXPECT_EQ(c.first_divergence_line().find("it is the first record") != std::string::npos, true);
+  EXPECT_EQ(record_place(record("loss", "loss", "forward", 0)), "step 0, forward, loss");
 }
 
 TEST(DumpComparison, ScoreFilesJoinOnExampleIds) {

@@ -40,7 +40,8 @@ std::string record_identity(const TraceRecord& r) {
 }
 
 std::string record_place(const TraceRecord& r) {
-  std::string what = r.name + " " + r.kind;
+  // "loss", not "loss loss": a record named after its kind says it once.
+  std::string what = r.name == r.kind ? r.name : r.name + " " + r.kind;
   if (r.order == "hvp" || r.order == "metagradient") what += " (" + r.order + ")";
   return r.step >= 0 ? str_cat("step ", r.step, ", ", r.phase, ", ", what) : str_cat(r.phase, ", ", what);
 }
