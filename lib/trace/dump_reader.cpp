@@ -1,6 +1,7 @@
 #include "lib/trace/dump_reader.h"
 
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <sstream>
 
@@ -40,6 +41,8 @@ LoadedDump read_dump(const std::string& folder) {
   dump.manifest = parse_dump_manifest(read_text(manifest_path), manifest_path.string());
   const DumpManifest& m = dump.manifest;
 
+  std::set<std::string> keys;  // a set: a demo's dump holds thousands of records per file
+  for (const auto& d : m.records) keys.insert(d.key);
   std::vector<SafetensorsFile> files;
   for (const auto& rank : m.ranks) {
     const fs::path file = root / rank.file;
@@ -48,9 +51,9 @@ LoadedDump read_dump(const std::string& folder) {
     }
     files.push_back(load_safetensors(file.string()));
     for (const auto& entry : files.back().tensors) {
-      bool known = false;
-      for (const auto& d : m.records) known = known || d.key == entry.name;
-      if (!known) throw InputError(str_cat(file.string(), ": tensor '", entry.name, "' is in no manifest record"));
+      if (!keys.count(entry.name)) {
+        throw InputError(str_cat(file.string(), ": tensor '", entry.name, "' is in no manifest record"));
+      }
     }
   }
   const auto coords = dump.coords();
