@@ -1,5 +1,6 @@
 #include "checks/lm_pipelines.h"
 
+#include "checks/first_divergence.h"
 #include "checks/hessian_vector_product.h"
 #include "checks/phase_progress.h"
 #include "checks/planted_pipeline.h"
@@ -174,10 +175,26 @@ void append_trained_outputs(PipelineOutputs& out, const SumLengths& n, const Ten
   out.push_back({"scores", "per_token", scores, 0.0, false, n.parameters});
 }
 
+// REPLAY's records as the distributed REPLAY makes them (lib/train/replay_backward.cpp), in its
+// order: ∂Q/∂θ_N, then from the last step down λ_t = ∂Q/∂θ_t and the step's dQ/dw; the scores.
+void record_replay(const TensorTree& query_gradient, const ReplayProducts& replay, const at::Tensor& scores) {
+  for (const auto& e : query_gradient) {
+    trace_point(e.tensor, [&] { return TraceRecord{e.name, "gradient", "query", "first", -1, "", {}}; });
+  }
+  for (int64_t t = static_cast<int64_t>(replay.params.size()) - 1; t >= 0; --t) {
+    for (const auto& e : replay.params[t]) {
+      trace_point(e.tensor, [&] { return TraceRecord{e.name, "cotangent", "replay", "metagradient", t, "", {}}; });
+    }
+    trace_point(replay.dw[t], [&] { return TraceRecord{"scores", "score", "replay", "metagradient", t, "", {}}; });
+  }
+  trace_point(scores, [&] { return TraceRecord{"scores", "score", "replay", "metagradient", -1, "", {}}; });
+}
+
 }  // namespace
 
 PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Runtime& runtime,
-                                   const std::string& mutation, const ReferenceRun& reference) {
+                                   const std::string& mutation, const ReferenceRun& reference,
+                                   const std::string& trace_folder) {
   const std::vector<TrainState>& teacher = reference.states;
   const RunConfig config = lm_check_config(settings);
   const dist::MeshParts parts = lm_mesh_parts(runtime, settings.topology, config.model);
@@ -190,6 +207,9 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
   const auto step = planted_step(mutation, *problem.step, problem.optimizer);
   const auto query = planted_query(mutation, *problem.query, settings.topology.dp());
   const bool probe = has_reduction_rows(settings);
+  // From here on (the workload's clip norm, computed above, is no record of this run).
+  std::optional<TraceRecorder> recorder;
+  if (!trace_folder.empty()) recorder.emplace();
   // c of the reduction probe: the gradient the step returns is Σ_r partial_r / S (/ R under AVG).
   const double c =
       1.0 / config.precision.loss_scale / (settings.convention == dist::Convention::kAvg ? runtime.world_size() : 1);
@@ -245,25 +265,37 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
     const int64_t last = problem.step->num_steps() - 1;
     std::optional<NamedTensor> states;
     if (settings.needs_replay()) states = replay_state_output(*parts.groups.world, watch.difference());
-    append_trained_outputs(
-        out, n, parallel->unshard(result.query_gradient),
-        parallel->unshard(hessian_vector_product(*step, problem.initial, 0, problem.weights, v)),
-        parallel->unshard(hessian_vector_product(*step, result.final_state, last, problem.weights, v)), states,
-        settings.wants(Level::kReplay) ? &replay_products : nullptr, parallel->unshard(result.final_state.params),
-        result.scores);
+    const TensorTree hvp_initial = hessian_vector_product(*step, problem.initial, 0, problem.weights, v);
+    const TensorTree hvp_final = hessian_vector_product(*step, result.final_state, last, problem.weights, v);
+    record_hvp(hvp_initial, 0, step->trace_layout().parameters);
+    record_hvp(hvp_final, last, step->trace_layout().parameters);
+    append_trained_outputs(out, n, parallel->unshard(result.query_gradient), parallel->unshard(hvp_initial),
+                           parallel->unshard(hvp_final), states,
+                           settings.wants(Level::kReplay) ? &replay_products : nullptr,
+                           parallel->unshard(result.final_state.params), result.scores);
   }
   if (probe) append_reduction_outputs(out, step_grads, step_sums);
+  if (recorder) write_rank_trace(trace_folder, recorder->sink(), parts.groups, settings.convention);
   return out;
 }
 
 ReferenceRun run_reference_lm(const CheckSettings& settings) {
   const RunConfig config = lm_check_config(settings);
   const LmProblem problem = build_lm_problem(config);  // data, init and order only
-  reference::UnrolledLmSetup setup{
-      problem.model,    problem.train,     &problem.query->queries(),  *problem.stream,
-      config.reduction, problem.optimizer, config.optimizer.clip_norm, problem.initial.params,
-      config.precision, {}};
+  reference::UnrolledLmSetup setup{problem.model,
+                                   problem.train,
+                                   &problem.query->queries(),
+                                   *problem.stream,
+                                   config.reduction,
+                                   problem.optimizer,
+                                   config.optimizer.clip_norm,
+                                   problem.initial.params,
+                                   config.precision,
+                                   {}};
   const std::string label = str_cat("reference (", config.precision.str(), ")");
+  // The reference's records (first_divergence.h), from here on: config and clip norm are made.
+  std::optional<TraceRecorder> recorder;
+  if (first_divergence_unavailable(settings).empty()) recorder.emplace();
   PhaseProgress training(label + ": training", problem.stream->num_steps());
   setup.after_step = [&training](int64_t t) { training.update(t + 1); };
   auto unrolled = reference::unrolled_lm_scores(setup, problem.weights);
@@ -296,15 +328,22 @@ ReferenceRun run_reference_lm(const CheckSettings& settings) {
     products.update(static_cast<int64_t>(t) + 1);
   }
   products.finish();
-  append_trained_outputs(run.outputs, n, reference::lm_query_gradient(setup, unrolled.final_params),
-                         reference::lm_batch_hvp(setup, problem.initial.params, problem.weights, 0, v),
-                         reference::lm_batch_hvp(setup, unrolled.final_params, problem.weights, last, v),
+  const TensorTree query_gradient = reference::lm_query_gradient(setup, unrolled.final_params);
+  const TensorTree hvp_initial = reference::lm_batch_hvp(setup, problem.initial.params, problem.weights, 0, v);
+  const TensorTree hvp_final = reference::lm_batch_hvp(setup, unrolled.final_params, problem.weights, last, v);
+  if (recorder) {
+    record_replay(query_gradient, replay, unrolled.scores);
+    record_hvp(hvp_initial, 0, {});
+    record_hvp(hvp_final, last, {});
+  }
+  append_trained_outputs(run.outputs, n, query_gradient, hvp_initial, hvp_final,
                          replay_state_reference(settings.topology.world_size()), &replay, unrolled.final_params,
                          unrolled.scores);
   for (size_t t = 0; t < unrolled.step_params.size(); ++t) {
     run.states.push_back(TrainState{unrolled.step_params[t], unrolled.step_opt[t], {}});
     run.cotangents.push_back(TrainState{unrolled.step_param_cotangents[t], unrolled.step_opt_cotangents[t], {}});
   }
+  if (recorder) run.trace = recorder->sink().entries();
   return run;
 }
 

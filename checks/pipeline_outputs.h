@@ -10,6 +10,7 @@
 #include "lib/compare/check_row.h"
 #include "lib/compare/reduction_row.h"
 #include "lib/step/train_state.h"
+#include "lib/trace/dump_sink.h"
 
 namespace magic::checks {
 
@@ -56,6 +57,9 @@ struct ReferenceRun {
   std::vector<TensorTree> gradient_cotangents;
   // g_t, the unclipped gradient there: the clip coefficient's cotangent is μ_t·g_t.
   std::vector<TensorTree> gradients;
+  // The run's trace records in its order, for the first divergence (first_divergence.h); empty
+  // where the settings have none.
+  std::vector<DumpSink::Entry> trace;
 };
 
 // One row per reference tensor of a wanted level, against the distributed tensor of the same

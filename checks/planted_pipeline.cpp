@@ -25,6 +25,7 @@ class ForwardingStep : public StepFunction {
   }
   double cotangent_scale() const override { return inner_.cotangent_scale(); }
   bool runs_collectives() const override { return inner_.runs_collectives(); }
+  TraceLayout trace_layout() const override { return inner_.trace_layout(); }
   TrainState restore(const TrainState& saved, int64_t step) const override { return inner_.restore(saved, step); }
 
  private:

@@ -80,6 +80,7 @@ class TappedParallelism : public Parallelism {
   at::Tensor assemble_weight_gradient(const at::Tensor& local) const override {
     return inner_->assemble_weight_gradient(local);
   }
+  TraceLayout trace_layout() const override { return inner_->trace_layout(); }
 
  private:
   std::shared_ptr<const Parallelism> inner_;

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <optional>
 
+#include "checks/first_divergence.h"
 #include "checks/lm_pipelines.h"
 #include "checks/mutations.h"
 #include "checks/spd_pipelines.h"
@@ -16,10 +18,30 @@
 namespace magic::checks {
 namespace {
 
+// `whole_records`: rank 0's records of a workload that holds them whole (three-pool).
 PipelineOutputs run_distributed(const CheckSettings& s, const dist::Runtime& runtime, const std::string& mutation,
-                                const ReferenceRun& reference) {
-  return s.resolved_workload() == "lm" ? run_distributed_lm(s, runtime, mutation, reference)
-                                       : run_distributed_spd(s, runtime, mutation, reference.states);
+                                const ReferenceRun& reference, const std::string& trace_folder,
+                                std::vector<DumpSink::Entry>& whole_records) {
+  if (s.resolved_workload() == "lm") return run_distributed_lm(s, runtime, mutation, reference, trace_folder);
+  return run_distributed_spd(s, runtime, mutation, reference.states,
+                             reference.trace.empty() ? nullptr : &whole_records);
+}
+
+// Where run `index` of this check writes its trace records ("" when none are kept).
+std::string run_trace_folder(const CheckRequest& request, const ReferenceRun& reference, size_t index) {
+  if (request.trace_folder.empty() || reference.trace.empty()) return "";
+  return (std::filesystem::path(request.trace_folder) / str_cat("run", index)).string();
+}
+
+// The first divergence of run `index`, or why there is none to name.
+std::string divergence_of(const CheckRequest& request, const ReferenceRun& reference, size_t index,
+                          const CheckSettings& s, const std::vector<DumpSink::Entry>& whole_records) {
+  if (std::string why = first_divergence_unavailable(s); !why.empty())
+    return "first divergence: not traced (" + why + ")";
+  if (s.resolved_workload() != "lm") return first_divergence(whole_records, reference.trace, s);
+  const std::string folder = run_trace_folder(request, reference, index);
+  if (folder.empty()) return "first divergence: not traced (the ranks run as threads, or under another launcher)";
+  return first_divergence(folder, reference.trace, s);
 }
 
 // Why the AVG convention failed, with the shard label counts of each step at which they differ
@@ -120,9 +142,13 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime)
   const PipelineOutputs* golden_outputs = references->golden ? &references->golden->outputs : nullptr;
   dist::set_phase("distributed pipeline");
   std::vector<PipelineOutputs> runs;
-  if (request.mode != CheckMode::kMutate) {
-    runs.push_back(run_distributed(s, runtime, "", reference));
-  }
+  std::vector<std::vector<DumpSink::Entry>> whole_records;  // by run, three-pool only
+  const auto run = [&](const CheckSettings& settings, const std::string& mutation) {
+    whole_records.emplace_back();
+    runs.push_back(run_distributed(settings, runtime, mutation, reference,
+                                   run_trace_folder(request, reference, runs.size()), whole_records.back()));
+  };
+  if (request.mode != CheckMode::kMutate) run(s, "");
   // A --bite mutation is judged by its first failing level: its run computes the levels up to
   // its expected one only (a grad-level bug needs no training run and no REPLAY).
   const auto mutation_settings = [&](const Mutation& m) {
@@ -130,7 +156,7 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime)
     if (request.mode == CheckMode::kBite) gated.levels = s.levels_through(m.expected_level);
     return gated;
   };
-  for (const auto& m : mutations) runs.push_back(run_distributed(mutation_settings(m), runtime, m.name, reference));
+  for (const auto& m : mutations) run(mutation_settings(m), m.name);
 
   CheckReport report = report_header(request);
   if (runtime.rank() != 0) return report;
@@ -140,6 +166,7 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime)
   if (s.resolved_workload() == "lm" && s.convention == dist::Convention::kAvg && !report.rows_pass()) {
     if (std::string note = avg_convention_note(s); !note.empty()) report.notes.push_back(note);
   }
+  if (!report.rows_pass()) report.first_divergence = divergence_of(request, reference, 0, s, whole_records.front());
   if (request.mode == CheckMode::kMutate) {
     report.bite.push_back(judge_mutation(mutations.front(), s.topology, report.rows, s.precision));
   }
@@ -155,6 +182,9 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime)
     BiteOutcome outcome = judge_mutation(
         mutations[i], s.topology, compare_outputs(runs[i + 1], reference.outputs, gated, golden_outputs), s.precision);
     if (outcome.observed_level.empty()) outcome.observed_diagnosis = "through " + mutations[i].expected_level;
+    if (!outcome.observed_level.empty()) {
+      outcome.first_divergence = divergence_of(request, reference, i + 1, gated, whole_records[i + 1]);
+    }
     report.bite.push_back(std::move(outcome));
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -36,6 +36,9 @@ struct CheckRequest {
   // run_references(settings), computed once by a launcher whose ranks share its memory (forked or
   // threads); null: each rank computes it.
   std::shared_ptr<const ReferenceRuns> references;
+  // A folder every rank can write, for the first divergence of a failing run (first_divergence.h);
+  // "": none is named.
+  std::string trace_folder;
 };
 
 // Why the clean run's rows at `level` cannot judge a bug there ("" when they can): every row of

@@ -1,5 +1,6 @@
 #include "checks/spd_pipelines.h"
 
+#include "checks/first_divergence.h"
 #include "checks/hessian_vector_product.h"
 #include "checks/phase_progress.h"
 #include "checks/planted_pipeline.h"
@@ -157,7 +158,7 @@ SpdProblem unclipped_spd_problem(const CheckSettings& s) {
 }
 
 reference::UnrolledSpdSetup reference_setup(const CheckSettings& s, const SpdProblem& p) {
-  return {p.config,          p.data,        *p.stream,  p.optimizer, p.clip_norm, p.initial_params,
+  return {p.config,          p.data,        *p.stream,   p.optimizer, p.clip_norm, p.initial_params,
           p.initial_sources, p.source_seed, s.precision, {}};
 }
 
@@ -247,8 +248,48 @@ SpdProblem spd_problem(const CheckSettings& s) {
   return p;
 }
 
+// One side's records for the first divergence (first_divergence.h): the three-pool workload
+// assembles its tensors before comparing them, so its records are whole and name no rank.
+struct SpdRecords {
+  std::vector<std::map<std::string, TensorTree>> step_grads;  // by term, "total" the whole gradient
+  std::vector<at::Tensor> coefficients;
+  std::vector<TensorTree> updates, clip_vjps;
+  std::vector<at::Tensor> weight_products;
+  TensorTree query_gradient, hvp_initial, hvp_final;  // the products at steps 0 and `last`
+  int64_t last = 0;
+  at::Tensor scores;
+
+  // In the run's order: each step's term gradients, its gradient, clip and update; REPLAY's
+  // products from the last step down; the query gradient and the scores.
+  std::vector<DumpSink::Entry> entries() const {
+    WholeRecords out;
+    for (size_t i = 0; i < step_grads.size(); ++i) {
+      const auto t = static_cast<int64_t>(i);
+      for (const auto& [term, tree] : step_grads[i]) {
+        if (term != "total") out.add_tree(tree, "gradient", "backward", "first", t, "[" + term + "]");
+      }
+      out.add_tree(step_grads[i].at("total"), "gradient", "backward", "first", t, "");
+      if (i < coefficients.size())
+        out.add({"clip_coefficient", "other", "optimizer", "first", t, "", {}}, coefficients[i]);
+      if (i < updates.size()) out.add_tree(updates[i], "update", "optimizer", "first", t, "");
+    }
+    for (int64_t t = static_cast<int64_t>(weight_products.size()) - 1; t >= 0; --t) {
+      if (static_cast<size_t>(t) < clip_vjps.size()) {
+        out.add_tree(clip_vjps[t], "other", "replay", "metagradient", t, "[clip product]");
+      }
+      out.add({"weight_product", "other", "replay", "metagradient", t, "", {}}, weight_products[t]);
+    }
+    out.add_tree(query_gradient, "gradient", "query", "first", -1, "");
+    out.add_tree(hvp_initial, "gradient", "backward", "hvp", 0, "");
+    out.add_tree(hvp_final, "gradient", "backward", "hvp", last, "");
+    if (scores.defined()) out.add({"scores", "score", "replay", "metagradient", -1, "", {}}, scores);
+    return out.entries;
+  }
+};
+
 PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::Runtime& runtime,
-                                    const std::string& mutation, const std::vector<TrainState>& teacher) {
+                                    const std::string& mutation, const std::vector<TrainState>& teacher,
+                                    std::vector<DumpSink::Entry>* records) {
   const SpdProblem p = spd_problem(settings);
   const dist::ThreePoolLayout layout(settings.topology, p.config.n_sites);
   layout.check_batch(settings.global_batch(), "--batch");
@@ -291,8 +332,13 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
     optimizer_steps.add(one.next.params, p.initial_params);
   }
   StepGradRows grads;
+  SpdRecords whole;
   const std::vector<TensorTree> full_grads = step_grads.full_trees(leader, world);
-  for (size_t i = 0; i < full_grads.size(); ++i) grads.add(step_terms[i], full_grads[i]);
+  for (size_t i = 0; i < full_grads.size(); ++i) {
+    grads.add(step_terms[i], full_grads[i]);
+    if (step_terms[i] == "total") whole.step_grads.emplace_back();
+    whole.step_grads.back()[step_terms[i]] = full_grads[i];
+  }
   const SumLengths n = sum_lengths(settings, p);
   PipelineOutputs out = spd_grad_outputs(n, grads);
   if (settings.wants(Level::kOptimizer)) {
@@ -303,9 +349,15 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
       steps.updates.push_back(add(full[2 * t + 1], scale(teacher[t].params, -1.0)));
     }
     append_optimizer_outputs(out, n, steps);
+    whole.coefficients = coefficients;
+    whole.updates = steps.updates;
   }
   at::Tensor clip_vjp_row, dw_row;
-  if (!clip_vjps.shares.empty()) clip_vjp_row = steps_flat(clip_vjps.full_trees(leader, world));
+  if (!clip_vjps.shares.empty()) {
+    whole.clip_vjps = clip_vjps.full_trees(leader, world);
+    clip_vjp_row = steps_flat(whole.clip_vjps);
+  }
+  whole.weight_products = weight_products;
   if (!weight_products.empty()) dw_row = at::cat(weight_products);
   // Levels past grad need the training run (and REPLAY for the scores); a --bite mutation run
   // whose expected level is grad skips them (CheckSettings::levels_through).
@@ -334,8 +386,14 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
     const std::vector<TensorTree> full = outputs.full_trees(leader, world);
     append_trained_outputs(out, n, full[0], full[1], full[2], states, replay_product_rows(n, clip_vjp_row, dw_row),
                            full[3], full[4], result.scores);
+    whole.query_gradient = full[0];
+    whole.hvp_initial = full[1];
+    whole.hvp_final = full[2];
+    whole.last = last;
+    whole.scores = result.scores;
   }
   spd.finish();
+  if (records != nullptr && runtime.rank() == 0) *records = whole.entries();
   return out;
 }
 
@@ -350,6 +408,8 @@ ReferenceRun run_reference_spd(const CheckSettings& settings) {
   training.finish();
   setup.after_step = nullptr;
   StepGradRows grads;
+  SpdRecords whole;
+  whole.step_grads = unrolled.step_grads;
   for (const auto& step : unrolled.step_grads) {
     for (const auto& [term, tree] : step) grads.add(term, tree);
   }
@@ -372,6 +432,8 @@ ReferenceRun run_reference_spd(const CheckSettings& settings) {
     }
     if (!clip_steps.empty()) clip_vjp_row = steps_flat(clip_steps);
     dw_row = at::cat(dw_steps);
+    whole.clip_vjps = clip_steps;
+    whole.weight_products = dw_steps;
   }
   ReferenceRun run;
   run.outputs = spd_grad_outputs(n, grads);
@@ -383,10 +445,16 @@ ReferenceRun run_reference_spd(const CheckSettings& settings) {
       steps.updates.push_back(add(next, scale(unrolled.step_params[t], -1.0)));
     }
     append_optimizer_outputs(run.outputs, n, steps);
+    whole.coefficients = unrolled.step_clip_coefficients;
+    whole.updates = steps.updates;
   }
-  append_trained_outputs(run.outputs, n, reference::spd_query_gradient(setup, unrolled.final_params),
-                         reference::spd_batch_hvp(setup, p.initial_params, p.initial_sources, w, 0, v),
-                         reference::spd_batch_hvp(setup, unrolled.final_params, unrolled.final_sources, w, last, v),
+  whole.query_gradient = reference::spd_query_gradient(setup, unrolled.final_params);
+  whole.hvp_initial = reference::spd_batch_hvp(setup, p.initial_params, p.initial_sources, w, 0, v);
+  whole.hvp_final = reference::spd_batch_hvp(setup, unrolled.final_params, unrolled.final_sources, w, last, v);
+  whole.last = last;
+  whole.scores = unrolled.scores;
+  run.trace = whole.entries();
+  append_trained_outputs(run.outputs, n, whole.query_gradient, whole.hvp_initial, whole.hvp_final,
                          replay_state_reference(settings.topology.world_size()),
                          replay_product_rows(n, clip_vjp_row, dw_row), unrolled.final_params, unrolled.final_sources,
                          unrolled.scores);

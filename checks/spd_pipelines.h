@@ -36,8 +36,10 @@ SpdProblem spd_problem(const CheckSettings& settings);
 
 // Every rank calls it; the grad level is evaluated at `teacher` (the reference's states).
 // `mutation` names the planted variant of the three-pool conventions ("" for none).
+// `records`: on rank 0, the run's records for the first divergence, whole (first_divergence.h).
 PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::Runtime& runtime,
-                                    const std::string& mutation, const std::vector<TrainState>& teacher);
+                                    const std::string& mutation, const std::vector<TrainState>& teacher,
+                                    std::vector<DumpSink::Entry>* records = nullptr);
 ReferenceRun run_reference_spd(const CheckSettings& settings);
 
 }  // namespace magic::checks

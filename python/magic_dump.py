@@ -82,10 +82,16 @@ def shard(dim):
     return {"type": "shard", "dim": _checked_int(dim, "shard dim")}
 
 
-def zigzag(dim):
+def zigzag(dim, length=None):
     """Sequence dimension `dim` split into 2n equal chunks; coordinate i holds chunks i and 2n-1-i,
-    concatenated in that order (context parallelism's load balancing)."""
-    return {"type": "zigzag", "dim": _checked_int(dim, "zigzag dim")}
+    concatenated in that order (context parallelism's load balancing). `length`: the sequence's
+    true length when it was padded at its end to a multiple of 2n before the split."""
+    placement = {"type": "zigzag", "dim": _checked_int(dim, "zigzag dim")}
+    if length is not None:
+        if _checked_int(length, "zigzag length") < 1:
+            raise ValueError(f"zigzag length: {length!r} is not a positive length")
+        placement["length"] = length
+    return placement
 
 
 def partial(reduce="sum"):
@@ -109,11 +115,14 @@ def _checked_placement(placement, tensor_dims, field):
     kind = placement["type"]
     if kind == "replicate" and len(placement) == 1:
         return {"type": "replicate"}
-    if kind in ("shard", "zigzag") and set(placement) == {"type", "dim"}:
+    if kind in ("shard", "zigzag") and (set(placement) == {"type", "dim"} or
+                                        (kind == "zigzag" and set(placement) == {"type", "dim", "length"})):
         dim = _checked_int(placement["dim"], f"{field} dim")
         resolved = dim + tensor_dims if dim < 0 else dim
         if not 0 <= resolved < tensor_dims:
             raise ValueError(f"{field}: {kind} dim {dim} is outside a tensor of {tensor_dims} dimensions")
+        if "length" in placement:
+            return zigzag(resolved, placement["length"])
         return {"type": kind, "dim": resolved}
     if kind == "partial" and set(placement) == {"type", "reduce"}:
         return partial(placement["reduce"])
@@ -326,7 +335,8 @@ class Dump:
                 raise ValueError(f"placements of gradients: required unless the model is DistributedDataParallel "
                                  f"on the default dp mesh and kind is 'reduced_gradient' (mesh {self._mesh_text()})")
             placements = [replicate()]
-        for name, parameter in model.named_parameters():
+        # In the order backward makes them, the last layer's first (docs/dump-format.md, "records").
+        for name, parameter in reversed(list(model.named_parameters())):
             if not parameter.requires_grad:
                 continue
             if parameter.grad is None:
@@ -466,7 +476,13 @@ def _combined_shape(name, dim_name, placement, shapes):
     k = placement["dim"]
     if any(len(s) != len(shapes[0]) or s[:k] + s[k + 1:] != shapes[0][:k] + shapes[0][k + 1:] for s in shapes):
         raise ValueError(f"placements of {name!r}: pieces along {dim_name} differ outside dim {k}: {shapes}")
-    return shapes[0][:k] + [sum(s[k] for s in shapes)] + shapes[0][k + 1:]
+    total = sum(s[k] for s in shapes)
+    if placement.get("length") is not None:
+        if placement["length"] > total:
+            raise ValueError(f"placements of {name!r}: zigzag length {placement['length']} along {dim_name} is "
+                             f"more than the {total} positions its chunk pairs make")
+        total = placement["length"]
+    return shapes[0][:k] + [total] + shapes[0][k + 1:]
 
 
 # ---- safetensors -------------------------------------------------------------------------------

@@ -2,6 +2,9 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include "lib/trace/trace_context.h"
+#include "lib/trace/trace_sink.h"
+
 namespace magic::reference {
 namespace {
 
@@ -18,7 +21,22 @@ TensorTree in_compute_dtype(const UnrolledLmSetup& setup, const TensorTree& para
 }
 
 at::Tensor logits_in_master(const UnrolledLmSetup& setup, const TensorTree& params, const at::Tensor& ids) {
-  return gpt_forward(setup.model, in_compute_dtype(setup, params), ids).to(setup.precision.master);
+  at::Tensor logits = gpt_forward(setup.model, in_compute_dtype(setup, params), ids);
+  trace_activation(logits, "logits", "logits", "head");  // recorded in a training step only
+  return logits.to(setup.precision.master);
+}
+
+// The training run's records of step t (lib/trace), named as the distributed step names its own;
+// the reference has no reduction, so its gradient before and after one is the same tensor.
+// Gradients go last parameter first, as backward makes them; updates in parameter order.
+void record_tree(const TensorTree& tree, const char* kind, const char* phase, int64_t t) {
+  if (!tracing()) return;
+  const std::vector<std::string> names = tree.names();
+  const bool backward = std::string(phase) != "optimizer";
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[backward ? names.size() - 1 - i : i];
+    trace_point(tree.at(name), [&] { return TraceRecord{name, kind, phase, "first", t, "", {}}; });
+  }
 }
 
 // ∂loss/∂xs as the policy computes it: the backward of S·loss, divided by S.
@@ -40,6 +58,7 @@ at::Tensor plain_batch_loss(const UnrolledLmSetup& setup, const TensorTree& para
   at::Tensor labels = rows_with_padding(data.labels, rows, at::full({T}, kIgnoreLabel, at::kLong));
   std::vector<int64_t> zero_shape(w.sizes().begin() + 1, w.sizes().end());
   at::Tensor weights = rows_with_padding(w, rows, at::zeros(zero_shape, w.options()));
+  trace_activation(ids, "input_ids", "input", "");
 
   at::Tensor losses = next_token_losses(logits_in_master(setup, params, ids), labels);
   at::Tensor targets = labels.narrow(1, 1, T - 1);
@@ -47,15 +66,23 @@ at::Tensor plain_batch_loss(const UnrolledLmSetup& setup, const TensorTree& para
   at::Tensor token_weights =
       weights.dim() == 1 ? weights.unsqueeze(1).expand({-1, T - 1}) : weights.narrow(1, 1, T - 1);
   at::Tensor weighted = token_weights * losses * valid;
+  at::Tensor loss;
   switch (setup.reduction) {
     case Reduction::kMean:
-      return weighted.sum() / valid.sum();
+      loss = weighted.sum() / valid.sum();
+      break;
     case Reduction::kSumOfMeans:
-      return (weighted.sum(1) / valid.sum(1).clamp_min(1.0)).sum();
+      loss = (weighted.sum(1) / valid.sum(1).clamp_min(1.0)).sum();
+      break;
     case Reduction::kSum:
-      return weighted.sum();
+      loss = weighted.sum();
+      break;
   }
-  throw std::logic_error("bad reduction");
+  if (!loss.defined()) throw std::logic_error("bad reduction");
+  if (tracing() && trace_context().active) {
+    trace_point(loss, [&] { return TraceRecord{"loss", "loss", "forward", "forward", t, "", {}}; });
+  }
+  return loss;
 }
 
 // c = min(1, max_norm / (||g|| + 1e-6)) over every parameter's gradient, written out here rather
@@ -159,7 +186,16 @@ UnrolledLmResult unrolled_lm_scores(const UnrolledLmSetup& setup, const at::Tens
   UnrolledLmResult result;
   std::vector<TensorTree> later_params, later_opt;  // θ_{t+1}, o_{t+1} in the graph
   for (int64_t t = 0; t < setup.stream.num_steps(); ++t) {
+    const ScopedTraceContext context(TraceContext{tracing(), t, "forward", {}});
     const PlainStep step = plain_step(setup, params, opt_state, w, t);
+    record_tree(step.grads, "gradient", "backward", t);
+    record_tree(step.grads, "reduced_gradient", "reduction", t);
+    if (step.coefficient.defined() && tracing()) {
+      trace_point(step.coefficient,
+                  [&] { return TraceRecord{"clip_coefficient", "other", "optimizer", "first", t, "", {}}; });
+    }
+    if (tracing())
+      record_tree(add(step.update.params.detach(), scale(params.detach(), -1.0)), "update", "optimizer", t);
     result.step_params.push_back(params.detach());
     result.step_opt.push_back(opt_state.detach());
     result.step_grads.push_back(step.grads.detach());

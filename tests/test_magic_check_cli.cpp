@@ -119,9 +119,22 @@ TEST(MagicCheckCli, AvgConventionFailsOnUnevenShardsAndSumPasses) {
 }
 
 TEST(MagicCheckCli, MutateRunsOneBugAndFailsWithItsFactor) {
-  auto o = magic_check("--topology dp=2 --mutate extra-divide-scores --checks replay");
+  const std::string json = temp_path("mutate.json");
+  auto o = magic_check("--topology dp=2 --mutate extra-divide-scores --checks replay --json " + json);
   EXPECT_EQ(o.exit_code, 1) << o.output;
   EXPECT_NE(o.output.find("1/dp"), std::string::npos) << o.output;
+  // The report's first divergence: the scores as assembled, every record before them agreeing.
+  const auto report = nlohmann::json::parse(testing::read_file(json));
+  const std::string line = report["first_divergence"].get<std::string>();
+  EXPECT_NE(line.find("first divergence: replay, scores score (metagradient), 1/dp; every earlier record agrees to "),
+            std::string::npos)
+      << line;
+  EXPECT_NE(o.output.find(line), std::string::npos) << o.output;
+  // Ranks as threads share one process, so no trace: the line says why instead of guessing.
+  auto threads = magic_check("--launch threads --topology dp=2 --steps 2 --mutate extra-divide-scores --checks replay");
+  EXPECT_EQ(threads.exit_code, 1) << threads.output;
+  EXPECT_NE(threads.output.find("first divergence: not traced (the ranks run as threads"), std::string::npos)
+      << threads.output;
 }
 
 TEST(MagicCheckCli, ThreePoolTenRanksPassAtFp64Precision) {
@@ -178,6 +191,78 @@ TEST(MagicCheckCli, ThreePoolBiteOnDistinctSizesNamesExactlyTheExpectedFactor) {
   EXPECT_NE(bite["avg-weight-gradient"]["observed"]["diagnosis"].get<std::string>().find("1/world"), std::string::npos)
       << bite["avg-weight-gradient"].dump();
   EXPECT_NE(o.output.find("BITE PASS: 11 of 11 applicable mutations caught"), std::string::npos) << o.output;
+
+  // Where each difference began (docs/magic-check.md, "First divergence"): at step 0 in the
+  // gradient term the pool's reduction feeds, with the pool's factor; clipping and REPLAY's planted
+  // bugs at their own phase. Whole tensors: the pools are assembled before they are recorded.
+  const std::map<std::string, std::vector<std::string>> begins = {
+      {"avg-ci-reduce", {"step 0, backward, ci.", "[importance] gradient, 1/n_ci"}},
+      {"prescale-ci", {"step 0, backward, ci.", "gradient, x n_ci"}},
+      {"faith-on-all-ranks", {"step 0, backward, ", "[faithfulness] gradient, x n_per_block"}},
+      {"avg-block-reduce", {"step 0, backward, ", "[faithfulness] gradient, 1/n_per_block"}},
+      {"global-sum-allreduce-backward", {"step 0, backward, ci.", "[importance] gradient, x n_ci"}},
+      {"detached-global-residual", {"step 0, backward, ", "gradient (hvp)"}},
+      {"ppgd-broadcast-all-ranks", {"step 0, backward, ", "[ppgd] gradient, x n_ppgd"}},
+      {"clip-norm-every-replica", {", optimizer, clip_coefficient"}},
+      {"clip-cotangent-every-replica", {", replay, ", "[clip product] (metagradient)"}},
+      {"avg-weight-gradient", {", replay, weight_product (metagradient), 1/world"}},
+      {"replay-restore-fresh-optimizer", {"first divergence: ", "replay, "}},
+  };
+  for (const auto& [mutation, parts] : begins) {
+    ASSERT_TRUE(bite.count(mutation)) << mutation;
+    const std::string line = bite[mutation]["first_divergence"].is_string()
+                                 ? bite[mutation]["first_divergence"].get<std::string>()
+                                 : "(none)";
+    EXPECT_EQ(line.rfind("first divergence: ", 0), 0u) << mutation << ": " << line;
+    for (const auto& part : parts) EXPECT_NE(line.find(part), std::string::npos) << mutation << ": " << line;
+  }
+}
+
+// The mesh layout's first divergence names where each planted bug lives: the loss for a wrong
+// normalizer, the input or the first block for a wrong sequence split, the first gradient backward
+// makes for a wrong reduction (the replicas that disagree, or the factor), the clip coefficient,
+// the update, the query gradient, REPLAY's cotangent and the assembled scores. Sizes all differ.
+TEST(MagicCheckCli, MeshBiteNamesWhereEachMutationsDifferenceBegins) {
+  const std::string json = temp_path("mesh_bite.json"), tmp = temp_path("mesh_bite_tmp");
+  std::filesystem::remove_all(tmp);
+  std::filesystem::create_directories(tmp);
+  auto o = magic_check("--topology dp=4,cp=3,fsdp=2 --bite --json " + json, "TMPDIR=" + tmp);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const std::map<std::string, std::vector<std::string>> begins = {
+      {"avg-on-uneven-shards", {"step 0, forward, loss, "}},
+      {"missing-reduce", {"step 0, backward, head.weight gradient", "replicas differ: cp "}},
+      {"detached-collective", {"step 0, backward, head.weight gradient", "replicas differ: cp "}},
+      {"extra-divide-scores", {"replay, scores score (metagradient), 1/dp;"}},
+      {"cp-dp-only-normalizer", {"step 0, forward, loss, x cp;"}},
+      {"cp-kv-grad-not-summed", {"step 0, backward, blocks.0.attn.qkv."}},
+      {"cp-contiguous-chunks", {"step 0, forward, input_ids input", "it is the first record"}},
+      {"cp-local-positions", {"step 0, forward, blocks.0 activation"}},
+      {"fsdp-avg-and-divide", {"step 0, backward, head.weight gradient, 1/fsdp;"}},
+      {"hsdp-missing-replica-reduce", {"step 0, backward, head.weight gradient", "replica 1 differs from replica 0"}},
+      {"clip-local-norm", {", optimizer, clip_coefficient, "}},
+      {"clip-shard-norm-not-reduced", {", optimizer, clip_coefficient, "}},
+      {"clip-norm-detached", {", replay, ", "cotangent (metagradient)"}},
+      {"optimizer-input-scaled", {", optimizer, ", " update"}},
+      {"query-grad-scaled", {"first divergence: query, ", " gradient", "x dp"}},
+      {"replay-restore-fresh-optimizer", {", replay, ", "cotangent (metagradient)"}},
+  };
+  auto report = nlohmann::json::parse(testing::read_file(json));
+  std::set<std::string> seen;
+  for (const auto& b : report["bite"]) {
+    const std::string mutation = b["mutation"].get<std::string>();
+    seen.insert(mutation);
+    const std::string line = b["first_divergence"].is_string() ? b["first_divergence"].get<std::string>() : "(none)";
+    if (!begins.count(mutation)) continue;
+    EXPECT_EQ(line.rfind("first divergence: ", 0), 0u) << mutation << ": " << line;
+    for (const auto& part : begins.at(mutation)) {
+      EXPECT_NE(line.find(part), std::string::npos) << mutation << ": " << line;
+    }
+  }
+  for (const auto& [mutation, parts] : begins) EXPECT_TRUE(seen.count(mutation)) << mutation;
+  EXPECT_NE(o.output.find("where each mutation's difference began:"), std::string::npos) << o.output;
+  // The ranks' records went to a folder under TMPDIR that the run removed.
+  EXPECT_TRUE(std::filesystem::is_empty(tmp)) << tmp;
+  std::filesystem::remove_all(tmp);
 }
 
 TEST(MagicCheckCli, BiteSaysWhichMutationsItSkippedAndWhy) {

@@ -26,15 +26,16 @@ CheckReport sample_report() {
   r.rows.push_back(make_check_row("grad", "head.weight", ref, ref, 1e-9, factors));
   r.rows.push_back(make_check_row("hvp", "theta_<0> & \"N\"", ref * 4, ref, 1e-9, factors));
   r.bite_mode = true;
-  r.bite.push_back({"extra-divide-scores", "scores / dp", "scores", "1/dp", "scores", "1/dp", "1/dp", true});
-  r.bite.push_back({"missing-reduce", "no reduce", "grad", "", "", "", "through grad", false});
+  r.bite.push_back({"extra-divide-scores", "scores / dp", "scores", "1/dp", "scores", "1/dp", "1/dp", true, true,
+                    "first divergence: replay, scores score (metagradient), 1/dp"});
+  r.bite.push_back({"missing-reduce", "no reduce", "grad", "", "", "", "through grad", false, true, ""});
   return r;
 }
 
 TEST(Report, JsonHasTheDocumentedSchema) {
   auto j = report_json(sample_report());
   for (const char* key : {"tool", "topology", "world_size", "workload", "dtype", "convention", "backend", "steps",
-                          "seed", "mutation", "passed", "seconds", "checks", "notes", "bite"}) {
+                          "seed", "mutation", "passed", "seconds", "checks", "notes", "first_divergence", "bite"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j["topology"], "dp=4");
@@ -49,6 +50,10 @@ TEST(Report, JsonHasTheDocumentedSchema) {
   EXPECT_EQ(j["checks"][1]["scale"], 4.0);
   EXPECT_EQ(j["bite"][1]["caught"], false);
   EXPECT_EQ(j["bite"][0]["expected"]["factor"], "1/dp");
+  // A run with nothing to name says null; a mutation's line is carried as written.
+  EXPECT_TRUE(j["first_divergence"].is_null());
+  EXPECT_TRUE(j["bite"][1]["first_divergence"].is_null());
+  EXPECT_EQ(j["bite"][0]["first_divergence"], "first divergence: replay, scores score (metagradient), 1/dp");
 }
 
 TEST(Report, JunitIsWellFormedAndMatchesTheRows) {

@@ -64,11 +64,19 @@ TEST(TracePoints, ADumpChangesNoScoreAndHoldsEveryStepsRecords) {
   EXPECT_EQ(count["cotangent/replay/metagradient"], params);
   EXPECT_EQ(count["score/replay/metagradient"], 1);
   EXPECT_EQ(last_step, 5);  // the tiny run's 6 steps
-  // REPLAY's per-step score contributions add up to the scores magic-run wrote.
+  // REPLAY's per-step score contributions add up to the scores magic-run wrote, which are
+  // recorded too (step -1), as assembled.
   at::Tensor sum = at::zeros_like(y);
+  int assembled = 0;
   for (const auto& t : d.tensors) {
-    if (t.record.record.kind == "score") sum += t.whole;
+    if (t.record.record.kind != "score") continue;
+    if (t.record.record.step >= 0) sum += t.whole;
+    if (t.record.record.step < 0) {
+      ++assembled;
+      EXPECT_TRUE(at::equal(t.whole, y));
+    }
   }
+  EXPECT_EQ(assembled, 1);
   EXPECT_LE(testing::relative_error(sum, y), 1e-12);
 }
 

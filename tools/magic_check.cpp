@@ -1,10 +1,14 @@
 // magic-check: runs the MAGIC pipeline distributed on a given layout and as a single-process
 // reference, compares gradients, Hessian-vector products, final parameters and scores, and says
 // which tensor is off and by which factor. --bite plants known bugs and proves each is caught.
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -213,9 +217,31 @@ std::string failure_text(const std::string& launcher_messages) {
   return join(lines, "\n");
 }
 
+// The folder the forked ranks write their trace records to (checks/first_divergence.h), made by
+// the launcher under TMPDIR and removed with everything in it when the run ends.
+class TraceFolder {
+ public:
+  TraceFolder() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/magic-check-trace-XXXXXX";
+    if (mkdtemp(pattern.data()) != nullptr) path_ = pattern;  // none: no first divergence, said so in the report
+  }
+  ~TraceFolder() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  TraceFolder(const TraceFolder&) = delete;
+  TraceFolder& operator=(const TraceFolder&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 // main(); also entered by each spawned rank forked from the launcher (RankProgram::entry), with
-// the references the launcher computed before forking.
-int check_main(int argc, char** argv, std::shared_ptr<const checks::ReferenceRuns> inherited_references) {
+// the references the launcher computed before forking and its trace folder.
+int check_main(int argc, char** argv, std::shared_ptr<const checks::ReferenceRuns> inherited_references,
+               const std::string& inherited_trace_folder) {
   const std::string who = dist::running_as_rank() ? str_cat("magic-check: rank ", std::getenv("RANK")) : "magic-check";
   std::unique_ptr<Command> parsed;  // set once the flags are known good: from then on every exit writes reports
   // One line for the user (the launcher relays a rank's last such line); a backtrace goes to the
@@ -241,7 +267,7 @@ int check_main(int argc, char** argv, std::shared_ptr<const checks::ReferenceRun
     }
     // A forked rank enters here while this frame, in its copy of the launcher's memory, is live.
     command.program.entry = [&command](int rank_argc, char** rank_argv) {
-      return check_main(rank_argc, rank_argv, command.request.references);
+      return check_main(rank_argc, rank_argv, command.request.references, command.request.trace_folder);
     };
     std::string launcher_messages;
     command.program.launcher_messages = &launcher_messages;
@@ -250,6 +276,12 @@ int check_main(int argc, char** argv, std::shared_ptr<const checks::ReferenceRun
     if (!command.request.references && dist::ranks_share_memory(command.program)) {
       const StopSignalScope stop_on_signal;  // minutes on a long check: SIGINT/SIGTERM end it with exit 2
       command.request.references = checks::references_for_ranks(command.request.settings);
+    }
+    // Forked ranks share this folder by inheritance; threads and other launchers name no first divergence.
+    std::optional<TraceFolder> trace_folder;
+    command.request.trace_folder = inherited_trace_folder;
+    if (!dist::running_as_rank() && command.program.launch == "spawn" && command.request.references) {
+      command.request.trace_folder = trace_folder.emplace().path();
     }
     const int code = dist::run_rank_program(command.program, argc, argv,
                                             [&](const dist::Runtime& runtime) { return run_rank(command, runtime); });
@@ -271,6 +303,6 @@ int check_main(int argc, char** argv, std::shared_ptr<const checks::ReferenceRun
 }  // namespace
 
 int main(int argc, char** argv) {
-  magic::keep_freed_memory_in_process();                                    // lib/core/allocator.h
-  magic::exit_without_static_destructors(check_main(argc, argv, nullptr));  // lib/core/process_exit.h
+  magic::keep_freed_memory_in_process();                                        // lib/core/allocator.h
+  magic::exit_without_static_destructors(check_main(argc, argv, nullptr, ""));  // lib/core/process_exit.h
 }

@@ -27,8 +27,8 @@ struct Flags {
 };
 
 bool is_score_input(const std::string& path) {
-  if (fs::is_directory(path)) return !fs::exists(fs::path(path) / "manifest.json") &&
-                                     fs::exists(fs::path(path) / "scores.safetensors");
+  if (fs::is_directory(path))
+    return !fs::exists(fs::path(path) / "manifest.json") && fs::exists(fs::path(path) / "scores.safetensors");
   return fs::path(path).extension() == ".safetensors";
 }
 
@@ -44,7 +44,8 @@ void compare(const Flags& flags, CompareReport& report) {
                              scores_a ? flags.reference : flags.candidate,
                              " is not: compare two dumps or two score files"));
   }
-  const CompareOptions options{flags.tolerance};
+  CompareOptions options;
+  options.tolerance = flags.tolerance;
   if (scores_a) {
     const ScoreDump a = read_score_dump(flags.candidate), b = read_score_dump(flags.reference);
     report.candidate_layout = report.reference_layout = "scores";
@@ -115,4 +116,6 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { magic::exit_without_static_destructors(run(argc, argv)); }
+int main(int argc, char** argv) {
+  magic::exit_without_static_destructors(run(argc, argv));
+}

@@ -114,8 +114,8 @@ void print_report(const CheckReport& r, std::ostream& out) {
       // A reduction row: err(D,R) is the reduced gradient against the exact sum of its terms.
       out << pad(row.level, 13) << pad(row.tensor, tensor_width) << pad(fixed6(row.stats.scale), 11)
           << pad(fixed6(row.stats.cosine), 11) << pad("-", 10) << pad("-", 10) << pad("-", 10)
-          << pad(sci(row.reduction->worst), 10) << pad(sci(row.reduction->bound), 10)
-          << verdict_and_diagnosis(row) << "\n";
+          << pad(sci(row.reduction->worst), 10) << pad(sci(row.reduction->bound), 10) << verdict_and_diagnosis(row)
+          << "\n";
       continue;
     }
     if (three_runs && row.precision) {
@@ -123,8 +123,7 @@ void print_report(const CheckReport& r, std::ostream& out) {
       out << pad(row.level, 13) << pad(row.tensor, tensor_width) << pad(fixed6(row.stats.scale), 11)
           << pad(fixed6(row.stats.cosine), 11) << pad(sci(e.candidate_golden), 10) << pad(sci(e.reference_golden), 10)
           << pad(e.values_judged ? sci(e.allowed_golden) : "-", 10) << pad(sci(row.stats.worst_rel_err), 10)
-          << pad(e.bound ? sci(*e.bound) : "-", 10) << verdict_and_diagnosis(row)
-          << "\n";
+          << pad(e.bound ? sci(*e.bound) : "-", 10) << verdict_and_diagnosis(row) << "\n";
       continue;
     }
     out << pad(row.level, 13) << pad(row.tensor, tensor_width) << pad(fixed6(row.stats.scale), 11)
@@ -143,6 +142,7 @@ void print_report(const CheckReport& r, std::ostream& out) {
           << ": worst relative error <= " << format_sci(r.rows.front().tolerance, 0) << ")\n";
     }
   }
+  if (!r.first_divergence.empty()) out << r.first_divergence << "\n";
   for (const auto& note : r.notes) out << "note: " << note << "\n";
   if (r.bite_mode) {
     out << "\nbite: does every check still catch the bugs it exists for?\n"
@@ -166,6 +166,13 @@ void print_report(const CheckReport& r, std::ostream& out) {
     if (!blurred.empty()) {
       out << "note: on this layout some sizes are equal, so these factors cannot be told apart: " << join(blurred, "; ")
           << ". Judge factors on a layout whose sizes all differ.\n";
+    }
+    bool heading = false;
+    for (const auto& b : r.bite) {
+      if (b.first_divergence.empty()) continue;
+      if (!heading) out << "where each mutation's difference began:\n";
+      heading = true;
+      out << "  " << pad(b.mutation, 33) << b.first_divergence << "\n";
     }
   }
   out << "(" << format_fixed(r.seconds, 1) << " s)\n";
@@ -216,7 +223,8 @@ nlohmann::ordered_json report_json(const CheckReport& r) {
                     {"observed",
                      {{"level", b.observed_level}, {"factor", b.observed_factor}, {"diagnosis", b.observed_diagnosis}}},
                     {"caught", b.caught},
-                    {"factor_distinct", b.factor_distinct}});
+                    {"factor_distinct", b.factor_distinct},
+                    {"first_divergence", b.first_divergence.empty() ? json(nullptr) : json(b.first_divergence)}});
   }
   json skipped = json::array();
   for (const auto& k : r.bite_skipped) skipped.push_back({{"mutation", k.mutation}, {"reason", k.reason}});
@@ -235,6 +243,7 @@ nlohmann::ordered_json report_json(const CheckReport& r) {
               {"seconds", r.seconds},
               {"checks", checks},
               {"notes", r.notes},
+              {"first_divergence", r.first_divergence.empty() ? json(nullptr) : json(r.first_divergence)},
               {"bite", r.bite_mode ? bite : json(nullptr)},
               {"bite_skipped", r.bite_mode ? skipped : json(nullptr)},
               {"failure", r.failure.empty() ? json(nullptr) : json(r.failure)}};

@@ -23,6 +23,8 @@ struct BiteOutcome {
   // False when the observed scale is also the value of another named size ("x n_per_block =
   // x n_ppgd"): the catch does not prove which factor it was.
   bool factor_distinct = true;
+  // Where the mutated run first differed from the reference ("first divergence: ..."), or "".
+  std::string first_divergence;
 };
 
 // A mutation of the topology's family that --bite did not run, and why.
@@ -40,6 +42,8 @@ struct CheckReport {
   std::string mutation;  // planted in `rows` ("" for a clean run)
   std::vector<CheckRow> rows;
   std::vector<std::string> notes;  // run-level explanations printed under the table
+  // Where a failing run first differed from the reference ("first divergence: step 0, ..."), or "".
+  std::string first_divergence;
   bool bite_mode = false;
   std::vector<BiteOutcome> bite;
   std::vector<BiteSkip> bite_skipped;

@@ -11,6 +11,7 @@
 
 #include "lib/core/tensor_tree.h"
 #include "lib/model/sequence_layout.h"
+#include "lib/trace/trace_layout.h"
 
 namespace magic {
 
@@ -56,6 +57,8 @@ class Parallelism {
   virtual at::Tensor assemble_weight_gradient(const at::Tensor& local) const = 0;
   // Whether any of the above talks to other ranks.
   virtual bool runs_collectives() const { return true; }
+  // How this rank's traced tensors make up the whole (lib/trace); empty in a single process.
+  virtual TraceLayout trace_layout() const { return {}; }
 };
 
 class SingleProcess : public Parallelism {

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "lib/step/train_state.h"
+#include "lib/trace/trace_layout.h"
 
 namespace magic {
 
@@ -34,6 +35,8 @@ class StepFunction {
   virtual StepOutput step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const = 0;
   // REPLAY's dQ/dw on this rank -> the full dQ/dw (data-parallel steps sum across ranks).
   virtual at::Tensor assemble_weight_gradient(const at::Tensor& local) const { return local; }
+  // How this rank's traced tensors make up the whole (lib/trace): REPLAY's records are placed by it.
+  virtual TraceLayout trace_layout() const { return {}; }
   // The reduced (unclipped) gradient of step t's training loss with respect to state.params,
   // which must require grad, at the state's persistent values; with create_graph it can be
   // differentiated again.

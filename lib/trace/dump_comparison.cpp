@@ -72,7 +72,8 @@ std::string off_pieces(const DumpTensor& candidate, const std::vector<MeshDim>& 
       if (p.type != Placement::Type::kShard && p.type != Placement::Type::kZigzag) continue;
       if (mesh[m].size > 1) who.push_back(str_cat(mesh[m].name, " rank ", coords[k][m]));
       const std::string span = index_ranges(covers[k], p.dim);
-      ranges.push_back((p.type == Placement::Type::kZigzag ? "positions " : str_cat("dim ", p.dim, " indices ")) + span);
+      ranges.push_back((p.type == Placement::Type::kZigzag ? "positions " : str_cat("dim ", p.dim, " indices ")) +
+                       span);
     }
     const std::string text = str_cat(join(who, ", "), " (", join(ranges, "; "), ")");
     if (!who.empty() && seen.insert(text).second) off.push_back(text);
@@ -106,7 +107,8 @@ std::string DumpComparison::first_divergence_line() const {
 }
 
 DumpComparison compare_dumps(const LoadedDump& candidate, const LoadedDump& reference, const CompareOptions& options) {
-  const std::vector<NamedFactor> factors = factors_of(candidate, reference);
+  const std::vector<NamedFactor> factors =
+      options.factor_sizes ? candidate_factors(*options.factor_sizes) : factors_of(candidate, reference);
   std::map<std::string, const DumpTensor*> by_identity;
   for (const auto& t : candidate.tensors) by_identity[record_identity(t.record.record)] = &t;
   std::set<std::string> matched;
@@ -115,16 +117,19 @@ DumpComparison compare_dumps(const LoadedDump& candidate, const LoadedDump& refe
     const std::string id = record_identity(ref.record.record);
     RecordRow row{ref.record.record, {}, ""};
     const auto it = by_identity.find(id);
-    const double tolerance = tolerance_for(ref.record, it == by_identity.end() ? ref.record : it->second->record, options);
+    const double tolerance =
+        tolerance_for(ref.record, it == by_identity.end() ? ref.record : it->second->record, options);
     if (it == by_identity.end()) {
+      if (options.common_only) continue;
       row.row = make_unmatched_row(ref.record.record.phase, ref.record.record.name, tolerance,
                                    str_cat("missing from ", candidate.path));
     } else {
       matched.insert(id);
       const DumpTensor& cand = *it->second;
       if (!cand.whole.sizes().equals(ref.whole.sizes())) {
-        row.row = make_unmatched_row(ref.record.record.phase, ref.record.record.name, tolerance,
-                                     str_cat("shape ", cand.whole.sizes(), " but the reference's is ", ref.whole.sizes()));
+        row.row =
+            make_unmatched_row(ref.record.record.phase, ref.record.record.name, tolerance,
+                               str_cat("shape ", cand.whole.sizes(), " but the reference's is ", ref.whole.sizes()));
       } else {
         row.row = make_check_row(ref.record.record.phase, ref.record.record.name, cand.whole.to(at::kDouble),
                                  ref.whole.to(at::kDouble), tolerance, factors);
@@ -133,15 +138,16 @@ DumpComparison compare_dumps(const LoadedDump& candidate, const LoadedDump& refe
         }
         if (!cand.replicas_differ.empty() && cand.replica_spread > tolerance) {
           row.row.passed = false;
-          row.row.diagnosis.text =
-              row.row.diagnosis.text.empty() ? cand.replicas_differ : row.row.diagnosis.text + "; " + cand.replicas_differ;
+          row.row.diagnosis.text = row.row.diagnosis.text.empty()
+                                       ? cand.replicas_differ
+                                       : row.row.diagnosis.text + "; " + cand.replicas_differ;
         }
       }
     }
     out.rows.push_back(std::move(row));
   }
   for (const auto& cand : candidate.tensors) {
-    if (matched.count(record_identity(cand.record.record))) continue;
+    if (options.common_only || matched.count(record_identity(cand.record.record))) continue;
     RecordRow row{cand.record.record, {}, ""};
     row.row = make_unmatched_row(cand.record.record.phase, cand.record.record.name,
                                  tolerance_for(cand.record, cand.record, options),

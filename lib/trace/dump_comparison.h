@@ -37,6 +37,10 @@ struct DumpComparison {
 
 struct CompareOptions {
   std::optional<double> tolerance;  // instead of the dtype's (comparison.h)
+  // The sizes a factor is named from, instead of the meshes' (magic-check names its topology's).
+  std::optional<std::vector<std::pair<std::string, int64_t>>> factor_sizes;
+  // Leave out records only one side made instead of failing them.
+  bool common_only = false;
 };
 
 DumpComparison compare_dumps(const LoadedDump& candidate, const LoadedDump& reference, const CompareOptions& options);

@@ -55,6 +55,7 @@ Placement parse_placement(const JsonFields& f) {
   } else if (type != "replicate") {
     const int64_t dim = integer_in(f, "dim", 0, 63);
     p = type == "shard" ? Placement::shard(dim) : Placement::zigzag(dim);
+    if (type == "zigzag" && f.has("length")) p.length = integer_in(f, "length", 1, kMaxSize);
   }
   f.finish();
   return p;
@@ -67,6 +68,7 @@ nlohmann::ordered_json placement_json(const Placement& p) {
     case Placement::Type::kShard:
       return {{"type", "shard"}, {"dim", p.dim}};
     case Placement::Type::kZigzag:
+      if (p.length > 0) return {{"type", "zigzag"}, {"dim", p.dim}, {"length", p.length}};
       return {{"type", "zigzag"}, {"dim", p.dim}};
     case Placement::Type::kPartial:
       return {{"type", "partial"}, {"reduce", p.reduce == Placement::Reduce::kSum ? "sum" : "avg"}};
@@ -126,8 +128,8 @@ DumpManifest parse_dump_manifest(const std::string& text, const std::string& pat
 
   const json& ranks = array_of(root, "ranks");
   if (static_cast<int64_t>(ranks.size()) != world) {
-    root.fail("ranks", str_cat("the mesh ", mesh_text(m.mesh), " has ", world, " ranks but ", ranks.size(),
-                               " are listed"));
+    root.fail("ranks",
+              str_cat("the mesh ", mesh_text(m.mesh), " has ", world, " ranks but ", ranks.size(), " are listed"));
   }
   m.ranks.resize(world);
   std::vector<bool> seen(world, false);

@@ -1,8 +1,8 @@
 #include "lib/trace/dump_reader.h"
 
 #include <filesystem>
-#include <set>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "lib/core/error.h"
@@ -86,6 +86,21 @@ LoadedDump read_dump(const std::string& folder) {
       throw InputError(str_cat(manifest_path.string(), ": ", where, ": the pieces make shape ", t.whole.sizes(),
                                " but the manifest says ", c10::IntArrayRef(d.shape)));
     }
+    dump.tensors.push_back(std::move(t));
+  }
+  return dump;
+}
+
+LoadedDump dump_in_memory(const std::vector<DumpSink::Entry>& entries, const std::string& label) {
+  LoadedDump dump;
+  dump.path = label;
+  dump.manifest.run = label;
+  dump.manifest.ranks.push_back({0, {}, ""});
+  for (const auto& e : entries) {
+    DumpTensor t;
+    t.record = {"", e.record, e.tensor.scalar_type(), e.tensor.sizes().vec()};
+    t.whole = e.tensor;
+    t.pieces = {e.tensor};
     dump.tensors.push_back(std::move(t));
   }
   return dump;

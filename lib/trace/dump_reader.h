@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lib/trace/dump_manifest.h"
+#include "lib/trace/dump_sink.h"
 
 namespace magic {
 
@@ -30,5 +31,9 @@ struct LoadedDump {
 };
 
 LoadedDump read_dump(const std::string& folder);
+
+// A single process's records as a dump held in memory, without files (a check's reference);
+// `label` stands for its path in messages.
+LoadedDump dump_in_memory(const std::vector<DumpSink::Entry>& entries, const std::string& label);
 
 }  // namespace magic

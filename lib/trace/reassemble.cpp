@@ -8,7 +8,9 @@
 namespace magic {
 namespace {
 
-std::string shape_text(const at::Tensor& t) { return str_cat(t.sizes()); }
+std::string shape_text(const at::Tensor& t) {
+  return str_cat(t.sizes());
+}
 
 // Pieces along one mesh dimension, in coordinate order, combined as `p` says. `masks`: the
 // pieces are boolean covers, replicas are or-ed and a partial sum has none (undefined).
@@ -26,8 +28,8 @@ at::Tensor combine(const Placement& p, const std::vector<at::Tensor>& parts, con
   auto require_dim = [&](int64_t k) {
     for (size_t i = 0; i < parts.size(); ++i) {
       if (k >= parts[i].dim()) {
-        throw InputError(str_cat(placement_text(p), " along ", dim.name, " but ", dim.name, " ", i, "'s piece has shape ",
-                                 shape_text(parts[i])));
+        throw InputError(str_cat(placement_text(p), " along ", dim.name, " but ", dim.name, " ", i,
+                                 "'s piece has shape ", shape_text(parts[i])));
       }
       for (int64_t d = 0; d < first.dim(); ++d) {
         if (d != k && (parts[i].dim() != first.dim() || parts[i].size(d) != first.size(d))) {
@@ -66,9 +68,9 @@ at::Tensor combine(const Placement& p, const std::vector<at::Tensor>& parts, con
       const int64_t local = first.size(p.dim);
       for (size_t i = 0; i < parts.size(); ++i) {
         if (parts[i].size(p.dim) != local || local % 2 != 0) {
-          throw InputError(str_cat("zigzag(", p.dim, ") along ", dim.name, " needs pieces of one even size in dimension ",
-                                   p.dim, ", got ", shape_text(first), " (", dim.name, " 0) and ",
-                                   shape_text(parts[i]), " (", dim.name, " ", i, ")"));
+          throw InputError(str_cat("zigzag(", p.dim, ") along ", dim.name,
+                                   " needs pieces of one even size in dimension ", p.dim, ", got ", shape_text(first),
+                                   " (", dim.name, " 0) and ", shape_text(parts[i]), " (", dim.name, " ", i, ")"));
         }
       }
       // Coordinate i holds chunks i and 2n-1-i: the first halves in order, then the second halves reversed.
@@ -77,7 +79,13 @@ at::Tensor combine(const Placement& p, const std::vector<at::Tensor>& parts, con
         chunks[i] = parts[i].narrow(p.dim, 0, local / 2);
         chunks[2 * parts.size() - 1 - i] = parts[i].narrow(p.dim, local / 2, local / 2);
       }
-      return at::cat(chunks, p.dim);
+      at::Tensor sequence = at::cat(chunks, p.dim);
+      if (p.length == 0) return sequence;
+      if (p.length > sequence.size(p.dim)) {
+        throw InputError(str_cat(placement_text(p), " along ", dim.name, ": the chunk pairs make ",
+                                 sequence.size(p.dim), " positions, fewer than the length"));
+      }
+      return sequence.narrow(p.dim, 0, p.length);
     }
     case Placement::Type::kPartial: {
       same_shapes("partial sums");

@@ -11,7 +11,7 @@ std::string placement_text(const Placement& p) {
     case Placement::Type::kShard:
       return str_cat("shard(", p.dim, ")");
     case Placement::Type::kZigzag:
-      return str_cat("zigzag(", p.dim, ")");
+      return p.length > 0 ? str_cat("zigzag(", p.dim, ", length ", p.length, ")") : str_cat("zigzag(", p.dim, ")");
     case Placement::Type::kPartial:
       return p.reduce == Placement::Reduce::kSum ? "partial(sum)" : "partial(avg)";
   }
@@ -19,8 +19,9 @@ std::string placement_text(const Placement& p) {
 }
 
 const std::vector<std::string>& trace_kinds() {
-  static const std::vector<std::string> kinds = {"input",  "activation", "logits",    "loss",  "gradient", "reduced_gradient",
-                                                 "update", "parameter",  "cotangent", "score", "other"};
+  static const std::vector<std::string> kinds = {
+      "input",  "activation", "logits",    "loss",  "gradient", "reduced_gradient",
+      "update", "parameter",  "cotangent", "score", "other"};
   return kinds;
 }
 
@@ -41,7 +42,7 @@ std::string record_identity(const TraceRecord& r) {
 
 std::string record_place(const TraceRecord& r) {
   // "loss", not "loss loss": a record named after its kind says it once.
-  std::string what = r.name == r.kind ? r.name : r.name + " " + r.kind;
+  std::string what = r.name == r.kind || r.kind == "other" ? r.name : r.name + " " + r.kind;
   if (r.order == "hvp" || r.order == "metagradient") what += " (" + r.order + ")";
   return r.step >= 0 ? str_cat("step ", r.step, ", ", r.phase, ", ", what) : str_cat(r.phase, ", ", what);
 }

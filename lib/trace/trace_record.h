@@ -15,16 +15,19 @@ struct Placement {
   enum class Type { kReplicate, kShard, kZigzag, kPartial };
   enum class Reduce { kSum, kAvg };
   Type type = Type::kReplicate;
-  int64_t dim = 0;              // kShard, kZigzag: the tensor dimension split
+  int64_t dim = 0;               // kShard, kZigzag: the tensor dimension split
   Reduce reduce = Reduce::kSum;  // kPartial: what the pieces still need
+  // kZigzag: the whole's length along dim, when the chunk pairs were cut from a sequence padded to
+  // a multiple of 2n (the padding, at the end, is dropped); 0: the pairs make the whole.
+  int64_t length = 0;
 
   static Placement replicate() { return {}; }
-  static Placement shard(int64_t dim) { return {Type::kShard, dim, Reduce::kSum}; }
-  static Placement zigzag(int64_t dim) { return {Type::kZigzag, dim, Reduce::kSum}; }
-  static Placement partial(Reduce reduce) { return {Type::kPartial, 0, reduce}; }
+  static Placement shard(int64_t dim) { return {Type::kShard, dim, Reduce::kSum, 0}; }
+  static Placement zigzag(int64_t dim, int64_t length = 0) { return {Type::kZigzag, dim, Reduce::kSum, length}; }
+  static Placement partial(Reduce reduce) { return {Type::kPartial, 0, reduce, 0}; }
 };
 
-// "replicate", "shard(0)", "zigzag(1)", "partial(sum)".
+// "replicate", "shard(0)", "zigzag(1)", "zigzag(1, length 16)", "partial(sum)".
 std::string placement_text(const Placement& p);
 
 struct MeshDim {
@@ -33,12 +36,12 @@ struct MeshDim {
 };
 
 struct TraceRecord {
-  std::string name;   // "blocks.1.attn.qkv.weight", "hidden", "loss"
-  std::string kind;   // one of trace_kinds()
-  std::string phase;  // one of trace_phases()
-  std::string order;  // one of trace_orders()
-  int64_t step = -1;  // -1: no training step (the query, the final scores)
-  std::string layer;  // "blocks.1", or ""
+  std::string name;                   // "blocks.1.attn.qkv.weight", "hidden", "loss"
+  std::string kind;                   // one of trace_kinds()
+  std::string phase;                  // one of trace_phases()
+  std::string order;                  // one of trace_orders()
+  int64_t step = -1;                  // -1: no training step (the query, the final scores)
+  std::string layer;                  // "blocks.1", or ""
   std::vector<Placement> placements;  // one per mesh dimension; empty in a single process
 };
 

@@ -2,6 +2,8 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
+
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "lib/data/tokenizer.h"
@@ -19,7 +21,8 @@ LmStep::LmStep(GptConfig model, std::shared_ptr<const TokenDataset> data, const 
       optimizer_(std::move(optimizer)),
       clip_norm_(clip_norm),
       parallelism_(std::move(parallelism)),
-      precision_(std::move(precision)) {
+      precision_(std::move(precision)),
+      trace_layout_(parallelism_->trace_layout()) {
   for (int64_t t = 0; t < stream.num_steps(); ++t) {
     batches_.push_back(make_batch(*data_, parallelism_->local_share(stream.rows(t))));
   }
@@ -52,6 +55,13 @@ at::Tensor LmStep::loss(const TensorTree& params, int64_t t, const at::Tensor& w
   const Batch& batch = batches_.at(t);
   const SequenceLayout layout = parallelism_->sequence(batch.input_ids.size(1));
   const LocalColumns local = local_columns(layout, batch.input_ids, batch.labels, gather_weights(w, batch.rows));
+  // The model's activation records are placed as this rank's rows and columns of the sequence.
+  std::optional<ScopedTraceContext> placed;
+  if (tracing() && trace_context().active) {
+    TraceContext context = trace_context();
+    context.activation_placements = trace_layout_.activations(batch.input_ids.size(1));
+    placed.emplace(std::move(context));
+  }
   if (tracing()) trace_activation(local.input_ids, "input_ids", "input", "");
   at::Tensor logits = gpt_forward(model_, precision_->compute_params(*parallelism_, params), local.input_ids, layout);
   if (tracing()) trace_activation(logits, "logits", "logits", "head");
@@ -62,7 +72,7 @@ at::Tensor LmStep::loss(const TensorTree& params, int64_t t, const at::Tensor& w
   at::Tensor row_labels = label_mask(batch.labels, losses.scalar_type()).sum(1);
   at::Tensor loss = reduce_aligned_loss(losses, mask, local.weights, reduction_, denominator, row_labels);
   if (tracing() && trace_context().active) {
-    trace_point(loss, [&] { return TraceRecord{"loss", "loss", "forward", "forward", t, "", {}}; });
+    trace_point(loss, [&] { return TraceRecord{"loss", "loss", "forward", "forward", t, "", trace_layout_.loss}; });
   }
   return loss;
 }
@@ -70,11 +80,16 @@ at::Tensor LmStep::loss(const TensorTree& params, int64_t t, const at::Tensor& w
 namespace {
 
 // One record per parameter of a step's gradient or update (lib/trace): what the optimizer was
-// given and what it did, in the order of the parameters.
-void trace_tree(const TensorTree& tree, const char* kind, const char* phase, int64_t t) {
+// given and what it did. Updates in the order of the parameters; gradients in the order backward
+// makes them, the last layer's first (docs/dump-format.md, "records").
+void trace_tree(const TensorTree& tree, const char* kind, const char* phase, int64_t t,
+                const std::vector<Placement>& placements) {
   if (!tracing() || !trace_context().active) return;
-  for (const auto& e : tree) {
-    trace_point(e.tensor, [&] { return TraceRecord{e.name, kind, phase, "first", t, "", {}}; });
+  std::vector<const TensorTree::Entry*> entries;
+  for (const auto& e : tree) entries.push_back(&e);
+  if (std::string(phase) != "optimizer") std::reverse(entries.begin(), entries.end());
+  for (const auto* e : entries) {
+    trace_point(e->tensor, [&] { return TraceRecord{e->name, kind, phase, "first", t, "", placements}; });
   }
 }
 
@@ -87,14 +102,20 @@ TensorTree LmStep::gradient(const TrainState& state, int64_t t, const at::Tensor
 std::pair<TensorTree, at::Tensor> LmStep::gradient_and_loss(const TrainState& state, int64_t t, const at::Tensor& w,
                                                             bool create_graph) const {
   const TensorTree& params = state.params;
+  // A gradient asked for on its own (a check's gradient at a given state) is a training step's
+  // first-order records too; one that will be differentiated again is not.
+  std::optional<ScopedTraceContext> context;
+  if (tracing() && !trace_context().active && !create_graph) context.emplace(TraceContext{true, t, "forward", {}});
   const at::Tensor unscaled = loss(params, t, w);
   at::Tensor local_loss = precision_->scale_loss(unscaled);
   auto grads = torch::autograd::grad({local_loss}, params.tensors(), {}, /*retain_graph=*/create_graph,
                                      /*create_graph=*/create_graph, /*allow_unused=*/true);
   const TensorTree local = with_values(params, grads);
-  trace_tree(local, "gradient", "backward", t);
+  if (trace_layout_.mesh.empty() || trace_layout_.backward_gradient) {
+    trace_tree(local, "gradient", "backward", t, trace_layout_.backward_gradient.value_or(std::vector<Placement>{}));
+  }
   TensorTree reduced = precision_->unscale(parallelism_->apply_convention(precision_->reduce(*parallelism_, local)));
-  trace_tree(reduced, "reduced_gradient", "reduction", t);
+  trace_tree(reduced, "reduced_gradient", "reduction", t, trace_layout_.parameters);
   return {reduced, unscaled.detach()};
 }
 
@@ -113,16 +134,17 @@ StepOutput LmStep::step(const TrainState& s, int64_t t, const at::Tensor& w, boo
     coefficient = clip_coefficient(*clip_norm_, parallelism_->global_norm(grads));
     grads = grads.map([&](const at::Tensor& g) { return g * coefficient; });
     if (tracing() && trace_context().active) {
-      trace_point(coefficient, [&] { return TraceRecord{"clip_coefficient", "other", "optimizer", "first", t, "", {}}; });
+      trace_point(coefficient, [&] {
+        return TraceRecord{"clip_coefficient", "other", "optimizer", "first", t, "", trace_layout_.replicated()};
+      });
     }
   }
   grads = parallelism_->optimizer_input(grads);
   OptimizerUpdate update = optimizer_->update(traced ? params : params.detach(), grads, s.opt);
   if (tracing() && trace_context().active) {
-    trace_tree(update.params.map_named([&](const std::string& name, const at::Tensor& p) {
-      return p.detach() - params.at(name).detach();
-    }),
-               "update", "optimizer", t);
+    trace_tree(update.params.map_named(
+                   [&](const std::string& name, const at::Tensor& p) { return p.detach() - params.at(name).detach(); }),
+               "update", "optimizer", t, trace_layout_.parameters);
   }
   StepOutput out{TrainState{precision_->store(update.params), update.state, s.persistent}, grads, coefficient,
                  step_loss};

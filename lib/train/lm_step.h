@@ -34,6 +34,7 @@ class LmStep : public StepFunction {
   at::Tensor assemble_weight_gradient(const at::Tensor& local) const override;
   double cotangent_scale() const override { return precision_->policy().loss_scale; }
   bool runs_collectives() const override { return parallelism_->runs_collectives(); }
+  TraceLayout trace_layout() const override { return trace_layout_; }
 
   TensorTree gradient(const TrainState& state, int64_t t, const at::Tensor& w, bool create_graph) const override;
   // Step t's training loss (global value).
@@ -54,6 +55,7 @@ class LmStep : public StepFunction {
   std::optional<double> clip_norm_;
   std::shared_ptr<const Parallelism> parallelism_;
   std::shared_ptr<const MixedPrecision> precision_;
+  TraceLayout trace_layout_;  // parallelism_'s
 };
 
 // Q(θ) = mean over query documents of each document's mean next-token loss (unweighted) over all

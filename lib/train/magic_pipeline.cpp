@@ -4,6 +4,7 @@
 
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/progress.h"
+#include "lib/trace/trace_sink.h"
 #include "lib/train/finite_guard.h"
 #include "lib/train/replay_backward.h"
 #include "lib/train/replay_journal.h"
@@ -77,6 +78,12 @@ MagicResult run_magic(const StepFunction& step, const QueryFunction& query, cons
   {
     dist::PhaseScope phase("query gradient");
     result.query_gradient = query.gradient(result.final_state.params);
+    if (tracing()) {  // ∂Q/∂θ_N, recorded here too for a run that stops before REPLAY
+      const std::vector<Placement> placements = step.trace_layout().parameters;
+      for (const auto& e : result.query_gradient) {
+        trace_point(e.tensor, [&] { return TraceRecord{e.name, "gradient", "query", "first", -1, "", placements}; });
+      }
+    }
     if (options.stop_on_non_finite) require_finite(result.query_gradient.with_prefix("dQ/d"), "query gradient");
   }
 
@@ -118,6 +125,12 @@ MagicResult run_magic(const StepFunction& step, const QueryFunction& query, cons
     result.scores = at::stack(rows);
   } else {
     result.scores = step.assemble_weight_gradient(replay_query(0, [&] { return result.query_gradient; }));
+    // The scores as assembled from every rank's REPLAY: the same on every rank.
+    if (tracing()) {
+      trace_point(result.scores, [&] {
+        return TraceRecord{"scores", "score", "replay", "metagradient", -1, "", step.trace_layout().replicated()};
+      });
+    }
   }
   result.replay_seconds = seconds_since(start);
   if (options.stop_on_non_finite) require_finite(result.scores, "scores", "after REPLAY");

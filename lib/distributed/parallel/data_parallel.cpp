@@ -24,6 +24,34 @@ std::pair<int64_t, int64_t> shard_range(int64_t total, int rank, int size) {
   return {begin, begin + base + (rank < extra ? 1 : 0)};
 }
 
+TraceLayout mesh_trace_layout(const MeshLayout& layout, int rank, Convention convention) {
+  TraceLayout out;
+  const int64_t dp_index = layout.dp_index(rank);
+  std::vector<Placement> dp_parameters;  // over the mesh dimensions that split the dp index
+  if (layout.fsdp() > 1) {
+    out.mesh = {{"replica", layout.dp() / layout.fsdp()}, {"fsdp", layout.fsdp()}};
+    out.coords = {dp_index / layout.fsdp(), dp_index % layout.fsdp()};
+    dp_parameters = {Placement::replicate(), Placement::shard(0)};
+  } else {
+    out.mesh = {{"dp", layout.dp()}};
+    out.coords = {dp_index};
+    dp_parameters = {Placement::replicate()};
+  }
+  out.rows_and_columns.assign(out.mesh.size(), Placement::shard(0));
+  out.parameters = dp_parameters;
+  out.mesh.push_back({"cp", layout.cp()});
+  out.coords.push_back(layout.cp_index(rank));
+  out.rows_and_columns.push_back(layout.cp() > 1 ? Placement::zigzag(1) : Placement::replicate());
+  out.parameters.push_back(Placement::replicate());
+  const auto reduce = convention == Convention::kSum ? Placement::Reduce::kSum : Placement::Reduce::kAvg;
+  out.loss.assign(out.mesh.size(), Placement::partial(reduce));
+  // The gradient leaves backward reduced already (enter()'s collectives); under AVG it is the sum
+  // of local means, which only the convention's divide makes the whole gradient.
+  if (convention == Convention::kSum) out.backward_gradient = out.parameters;
+  out.weight_gradient.assign(out.mesh.size(), Placement::partial(Placement::Reduce::kSum));
+  return out;
+}
+
 MeshParts mesh_parts(const MeshGroups& groups, const TensorTree& full_params) {
   MeshParts parts;
   parts.groups = groups;
@@ -79,6 +107,10 @@ TensorTree DataParallel::apply_convention(const TensorTree& grads) const {
 
 at::Tensor DataParallel::sum_across_ranks(const at::Tensor& local) const {
   return world().sum(local);
+}
+
+TraceLayout DataParallel::trace_layout() const {
+  return mesh_trace_layout(layout(), rank(), convention_);
 }
 
 at::Tensor DataParallel::assemble_weight_gradient(const at::Tensor& local) const {

@@ -32,6 +32,12 @@ std::string convention_name(Convention convention);
 // The [begin, end) of shard `rank` when `total` items split over `size` ranks.
 std::pair<int64_t, int64_t> shard_range(int64_t total, int rank, int size);
 
+// How rank `rank`'s traced tensors make up the whole on `layout` (lib/trace/trace_layout.h). The
+// mesh is [dp, cp], or [replica, fsdp, cp] with sharded parameters (dp index = replica·fsdp +
+// shard index): rows are contiguous shards over the dp index, columns zig-zag chunk pairs over cp,
+// parameters dim-0 shards over fsdp; the loss is a partial sum (SUM) or average (AVG) everywhere.
+TraceLayout mesh_trace_layout(const MeshLayout& layout, int rank, Convention convention);
+
 // The pieces a DataParallel is made of; planted variants replace one of them.
 struct MeshParts {
   MeshGroups groups;
@@ -57,6 +63,7 @@ class DataParallel : public Parallelism {
   TensorTree apply_convention(const TensorTree& grads) const override;
   at::Tensor sum_across_ranks(const at::Tensor& local) const override;
   at::Tensor assemble_weight_gradient(const at::Tensor& local) const override;
+  TraceLayout trace_layout() const override;
 
   const MeshLayout& layout() const { return parts_.groups.layout; }
   const Group& world() const { return *parts_.groups.world; }

@@ -1,0 +1,128 @@
+#include "checks/first_divergence.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "checks/lm_pipelines.h"
+#include "checks/mutations.h"
+#include "lib/core/dtype.h"
+#include "lib/core/strings.h"
+#include "lib/distributed/runtime/progress.h"
+#include "lib/model/gpt.h"
+#include "lib/trace/dump_comparison.h"
+#include "lib/trace/dump_reader.h"
+#include "lib/train/memory_estimate.h"
+
+namespace magic::checks {
+
+int64_t trace_record_bytes(const CheckSettings& s) {
+  const RunConfig c = lm_unclipped_config(s);
+  const int64_t parameters = gpt_init(c.model, at::kFloat, 0).numel();
+  // Per step: input ids, each block's output and the logits over the batch; the loss; the
+  // gradient before and after the reduction, the update and REPLAY's cotangent (parameter-shaped);
+  // the step's score contribution (one per token of the training set, at most).
+  const int64_t positions = c.batch_size * c.model.max_len;
+  const int64_t per_step = positions * (1 + c.model.n_layers * c.model.d_model + c.model.vocab) + 1 + 4 * parameters +
+                           lm_training_examples(s) * c.model.max_len;
+  return (per_step * c.steps + parameters) * static_cast<int64_t>(c10::elementSize(c.precision.master));
+}
+
+std::string first_divergence_unavailable(const CheckSettings& s) {
+  if (s.precision.compute != at::kDouble && s.precision.compute != at::kFloat) {
+    return str_cat("below fp32 (", s.precision.str(), ") one record cannot tell a bug from rounding");
+  }
+  if (s.resolved_workload() != "lm") return "";
+  if (const int64_t bytes = trace_record_bytes(s); bytes > kMaxTraceBytes) {
+    return str_cat("its records would take ", format_bytes(static_cast<double>(bytes)), ", more than ",
+                   format_bytes(static_cast<double>(kMaxTraceBytes)));
+  }
+  return "";
+}
+
+void WholeRecords::add(TraceRecord record, const at::Tensor& tensor) {
+  entries.push_back({std::move(record), tensor.detach().to(at::kCPU).clone().contiguous()});
+}
+
+void WholeRecords::add_tree(const TensorTree& tree, const std::string& kind, const std::string& phase,
+                            const std::string& order, int64_t step, const std::string& suffix) {
+  std::vector<std::string> names = tree.names();
+  if (kind == "gradient") std::reverse(names.begin(), names.end());
+  for (const auto& name : names) add({name + suffix, kind, phase, order, step, "", {}}, tree.at(name));
+}
+
+void record_hvp(const TensorTree& hvp, int64_t step, const std::vector<Placement>& placements) {
+  if (!tracing()) return;
+  std::vector<std::string> names = hvp.names();
+  std::reverse(names.begin(), names.end());  // as backward makes them
+  for (const auto& name : names) {
+    trace_point(hvp.at(name), [&] { return TraceRecord{name, "gradient", "backward", "hvp", step, "", placements}; });
+  }
+}
+
+void write_rank_trace(const std::string& folder, const DumpSink& sink, const dist::MeshGroups& groups,
+                      dist::Convention convention) {
+  const dist::Group& world = *groups.world;
+  // Each rank says whether its file is written, so that rank 0 never reads a missing one.
+  at::Tensor missing = at::zeros({1}, at::kDouble);
+  try {
+    write_dump_rank_file(folder, world.global_rank(), sink.entries());
+  } catch (const std::exception& e) {
+    dist::note_in_rank_log(
+        str_cat("first divergence: rank ", world.global_rank(), " could not write its records: ", e.what()));
+    missing.fill_(1.0);
+  }
+  missing = world.sum(missing);
+  if (world.global_rank() != 0 || missing.item<double>() > 0) return;
+  try {
+    std::vector<std::vector<int64_t>> coords;
+    for (int r = 0; r < world.size(); ++r)
+      coords.push_back(dist::mesh_trace_layout(groups.layout, r, convention).coords);
+    std::vector<TraceRecord> records;
+    for (const auto& e : sink.entries()) records.push_back(e.record);
+    write_dump_manifest(folder, "magic-check", dist::mesh_trace_layout(groups.layout, 0, convention).mesh, coords,
+                        records);
+  } catch (const std::exception& e) {
+    dist::note_in_rank_log(str_cat("first divergence: the manifest of ", folder, " was not written: ", e.what()));
+  }
+}
+
+namespace {
+
+std::string first_divergence_of(const LoadedDump& candidate, const std::vector<DumpSink::Entry>& reference,
+                                const CheckSettings& s) {
+  CompareOptions options;
+  options.factor_sizes = factor_sizes(s.topology, s.precision);
+  options.common_only = true;
+  const DumpComparison c = compare_dumps(candidate, dump_in_memory(reference, "the reference"), options);
+  if (c.rows.empty()) return "first divergence: not found (the runs made no common records)";
+  if (!c.first_divergence) {
+    return str_cat("first divergence: none among the ", c.rows.size(), " records both runs made (they agree to ",
+                   format_sci(c.earlier_agreement, 0), "): the difference is in what they do not record");
+  }
+  return c.first_divergence_line();
+}
+
+}  // namespace
+
+std::string first_divergence(const std::vector<DumpSink::Entry>& candidate,
+                             const std::vector<DumpSink::Entry>& reference, const CheckSettings& s) {
+  try {
+    return first_divergence_of(dump_in_memory(candidate, "the distributed run"), reference, s);
+  } catch (const std::exception& e) {
+    return str_cat("first divergence: not found (", e.what(), ")");
+  }
+}
+
+std::string first_divergence(const std::string& folder, const std::vector<DumpSink::Entry>& reference,
+                             const CheckSettings& s) {
+  try {
+    if (!std::filesystem::exists(std::filesystem::path(folder) / "manifest.json")) {
+      return "first divergence: not found (a rank could not write its records; see the rank logs)";
+    }
+    return first_divergence_of(read_dump(folder), reference, s);
+  } catch (const std::exception& e) {
+    return str_cat("first divergence: not found (", e.what(), ")");
+  }
+}
+
+}  // namespace magic::checks
