@@ -14,7 +14,7 @@ namespace magic {
 namespace {
 
 TEST(ReferenceIndependence, IncludesNothingFromTrainOrDist) {
-  const std::regex include_line(R"(#\s*include\s*"(lib/[a-z_]+)/([a-z_.]+)")");
+  const std::regex include_line(R"re(#\s*include\s*"(lib/[a-z_]+)/([a-z_.]+)")re");
   int files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(testing::source_path("reference"))) {
     const auto ext = entry.path().extension();
