@@ -52,9 +52,11 @@ WorkloadSize spd_size(const CheckSettings& s) {
   w.state_entries = 3 * w.parameters + sources;  // Adam's two moments; the PPGD sources
   // Each step keeps a gradient per loss term (four, and their total) where the lm keeps one, and
   // the reference its sources: measured 0.53 MiB per reference step and 0.15 MiB per rank at
-  // n_ci=2,4,6 (5.5x and 2.2x what the lm's constants give).
-  w.reference_copies = 6.0;
-  w.rank_copies = 2.5;
+  // n_ci=2,4,6 (5.5x and 2.2x what the lm's constants give). The first divergence's whole records
+  // (first_divergence.h: ~7 parameter-sized trees a step, in the reference and on rank 0) added
+  // 7% at n_ci=2,n_per_block=1 (1.52 -> 1.64 MB a step measured).
+  w.reference_copies = 7.5;
+  w.rank_copies = 3.0;
   // Each example's forward through every site's components, its masks and the four terms.
   w.activations = static_cast<double>(s.global_batch()) * static_cast<double>(config.n_sites) *
                   static_cast<double>(config.components * (config.ci_hidden + config.width) * 8) *

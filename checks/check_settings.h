@@ -47,6 +47,10 @@ struct CheckSettings {
   int64_t batch_size = 0;  // 0: mesh 3 x dp + 1 (uneven shards); three-pool 4 x lcm(pool sizes)
   int64_t documents = 12;
   int64_t max_len = 16;
+  // Whether the lm reference keeps its trace records for the first divergence (first_divergence.h).
+  // They go to the process's one sink: only a process that computes the reference on one thread
+  // (the magic-check tool) may, not rank threads that each compute their own.
+  bool record_reference = false;
   std::string fixtures_dir = MAGIC_FIXTURES_DIR;  // the KJV text the workload trains on
   // --config: check this magic-run config (its model, data, optimizer, schedule, reduction, weights,
   // clipping, dtype) for the first `steps` steps instead of the built-in workload. from_run_config

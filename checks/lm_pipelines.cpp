@@ -295,7 +295,7 @@ ReferenceRun run_reference_lm(const CheckSettings& settings) {
   const std::string label = str_cat("reference (", config.precision.str(), ")");
   // The reference's records (first_divergence.h), from here on: config and clip norm are made.
   std::optional<TraceRecorder> recorder;
-  if (first_divergence_unavailable(settings).empty()) recorder.emplace();
+  if (settings.record_reference && first_divergence_unavailable(settings).empty()) recorder.emplace();
   PhaseProgress training(label + ": training", problem.stream->num_steps());
   setup.after_step = [&training](int64_t t) { training.update(t + 1); };
   auto unrolled = reference::unrolled_lm_scores(setup, problem.weights);

@@ -171,6 +171,7 @@ Command parse(int argc, char** argv, int& early_exit) {
     throw InputError(str_cat("--bite: no mutation can run on ", s.topology.str(), " (", join(why, "; "), ")"));
   }
   s.validate();
+  s.record_reference = true;  // this process computes the reference on one thread
   c.mutation_runs = bite ? static_cast<int64_t>(plan.run.size()) : 0;
   require_writable_file(c.json_path, "--json");
   require_writable_file(c.junit_path, "--junit");
