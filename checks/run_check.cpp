@@ -182,10 +182,16 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime)
     BiteOutcome outcome = judge_mutation(
         mutations[i], s.topology, compare_outputs(runs[i + 1], reference.outputs, gated, golden_outputs), s.precision);
     if (outcome.observed_level.empty()) outcome.observed_diagnosis = "through " + mutations[i].expected_level;
-    if (!outcome.observed_level.empty()) {
+    if (!outcome.observed_level.empty() && first_divergence_unavailable(s).empty()) {
       outcome.first_divergence = divergence_of(request, reference, i + 1, gated, whole_records[i + 1]);
     }
     report.bite.push_back(std::move(outcome));
+  }
+  // Said once for the whole --bite run rather than under every mutation.
+  if (request.mode == CheckMode::kBite) {
+    if (std::string why = first_divergence_unavailable(s); !why.empty()) {
+      report.notes.push_back("first divergence: not traced (" + why + ")");
+    }
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
