@@ -1,6 +1,5 @@
 #include "checks/first_divergence.h"
 
-#include <algorithm>
 #include <filesystem>
 
 #include "checks/lm_pipelines.h"
@@ -39,24 +38,8 @@ std::string first_divergence_unavailable(const CheckSettings& s) {
   return "";
 }
 
-void WholeRecords::add(TraceRecord record, const at::Tensor& tensor) {
-  entries.push_back({std::move(record), tensor.detach().to(at::kCPU).clone().contiguous()});
-}
-
-void WholeRecords::add_tree(const TensorTree& tree, const std::string& kind, const std::string& phase,
-                            const std::string& order, int64_t step, const std::string& suffix) {
-  std::vector<std::string> names = tree.names();
-  if (kind == "gradient") std::reverse(names.begin(), names.end());
-  for (const auto& name : names) add({name + suffix, kind, phase, order, step, "", {}}, tree.at(name));
-}
-
 void record_hvp(const TensorTree& hvp, int64_t step, const std::vector<Placement>& placements) {
-  if (!tracing()) return;
-  std::vector<std::string> names = hvp.names();
-  std::reverse(names.begin(), names.end());  // as backward makes them
-  for (const auto& name : names) {
-    trace_point(hvp.at(name), [&] { return TraceRecord{name, "gradient", "backward", "hvp", step, "", placements}; });
-  }
+  trace_tree(hvp, {"", "gradient", "backward", "hvp", step, "", placements});
 }
 
 void write_rank_trace(const std::string& folder, const DumpSink& sink, const dist::MeshGroups& groups,

@@ -26,16 +26,6 @@ int64_t trace_record_bytes(const CheckSettings& s);
 // records that fit in kMaxTraceBytes. Below fp32 one record cannot tell a bug from rounding.
 std::string first_divergence_unavailable(const CheckSettings& s);
 
-// Records a check makes itself, of tensors it holds whole on one process (the three-pool
-// workload's, assembled on rank 0).
-struct WholeRecords {
-  std::vector<DumpSink::Entry> entries;
-  void add(TraceRecord record, const at::Tensor& tensor);
-  // One record per entry, named "<entry><suffix>"; gradients last entry first, as backward makes them.
-  void add_tree(const TensorTree& tree, const std::string& kind, const std::string& phase, const std::string& order,
-                int64_t step, const std::string& suffix);
-};
-
 // Records a Hessian-vector product of step `step` (order "hvp") at the listening sink, placed as
 // parameters are.
 void record_hvp(const TensorTree& hvp, int64_t step, const std::vector<Placement>& placements);

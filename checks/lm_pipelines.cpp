@@ -178,13 +178,9 @@ void append_trained_outputs(PipelineOutputs& out, const SumLengths& n, const Ten
 // REPLAY's records as the distributed REPLAY makes them (lib/train/replay_backward.cpp), in its
 // order: ∂Q/∂θ_N, then from the last step down λ_t = ∂Q/∂θ_t and the step's dQ/dw; the scores.
 void record_replay(const TensorTree& query_gradient, const ReplayProducts& replay, const at::Tensor& scores) {
-  for (const auto& e : query_gradient) {
-    trace_point(e.tensor, [&] { return TraceRecord{e.name, "gradient", "query", "first", -1, "", {}}; });
-  }
+  trace_tree(query_gradient, {"", "gradient", "query", "first", -1, "", {}});
   for (int64_t t = static_cast<int64_t>(replay.params.size()) - 1; t >= 0; --t) {
-    for (const auto& e : replay.params[t]) {
-      trace_point(e.tensor, [&] { return TraceRecord{e.name, "cotangent", "replay", "metagradient", t, "", {}}; });
-    }
+    trace_tree(replay.params[t], {"", "cotangent", "replay", "metagradient", t, "", {}});
     trace_point(replay.dw[t], [&] { return TraceRecord{"scores", "score", "replay", "metagradient", t, "", {}}; });
   }
   trace_point(scores, [&] { return TraceRecord{"scores", "score", "replay", "metagradient", -1, "", {}}; });

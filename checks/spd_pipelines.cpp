@@ -262,28 +262,31 @@ struct SpdRecords {
   // In the run's order: each step's term gradients, its gradient, clip and update; REPLAY's
   // products from the last step down; the query gradient and the scores.
   std::vector<DumpSink::Entry> entries() const {
-    WholeRecords out;
+    DumpSink out;
+    const auto add = [&](const char* name, const char* kind, const char* phase, int64_t t, const at::Tensor& v) {
+      out.write({name, kind, phase, phase == std::string("optimizer") ? "first" : "metagradient", t, "", {}}, v);
+    };
     for (size_t i = 0; i < step_grads.size(); ++i) {
       const auto t = static_cast<int64_t>(i);
+      const TraceRecord gradient{"", "gradient", "backward", "first", t, "", {}};
       for (const auto& [term, tree] : step_grads[i]) {
-        if (term != "total") out.add_tree(tree, "gradient", "backward", "first", t, "[" + term + "]");
+        if (term != "total") write_tree(out, tree, gradient, "[" + term + "]");
       }
-      out.add_tree(step_grads[i].at("total"), "gradient", "backward", "first", t, "");
-      if (i < coefficients.size())
-        out.add({"clip_coefficient", "other", "optimizer", "first", t, "", {}}, coefficients[i]);
-      if (i < updates.size()) out.add_tree(updates[i], "update", "optimizer", "first", t, "");
+      write_tree(out, step_grads[i].at("total"), gradient);
+      if (i < coefficients.size()) add("clip_coefficient", "other", "optimizer", t, coefficients[i]);
+      if (i < updates.size()) write_tree(out, updates[i], {"", "update", "optimizer", "first", t, "", {}});
     }
     for (int64_t t = static_cast<int64_t>(weight_products.size()) - 1; t >= 0; --t) {
       if (static_cast<size_t>(t) < clip_vjps.size()) {
-        out.add_tree(clip_vjps[t], "other", "replay", "metagradient", t, "[clip product]");
+        write_tree(out, clip_vjps[t], {"", "other", "replay", "metagradient", t, "", {}}, "[clip product]");
       }
-      out.add({"weight_product", "other", "replay", "metagradient", t, "", {}}, weight_products[t]);
+      add("weight_product", "other", "replay", t, weight_products[t]);
     }
-    out.add_tree(query_gradient, "gradient", "query", "first", -1, "");
-    out.add_tree(hvp_initial, "gradient", "backward", "hvp", 0, "");
-    out.add_tree(hvp_final, "gradient", "backward", "hvp", last, "");
-    if (scores.defined()) out.add({"scores", "score", "replay", "metagradient", -1, "", {}}, scores);
-    return out.entries;
+    write_tree(out, query_gradient, {"", "gradient", "query", "first", -1, "", {}});
+    write_tree(out, hvp_initial, {"", "gradient", "backward", "hvp", 0, "", {}});
+    write_tree(out, hvp_final, {"", "gradient", "backward", "hvp", last, "", {}});
+    if (scores.defined()) add("scores", "score", "replay", -1, scores);
+    return out.entries();
   }
 };
 

@@ -28,15 +28,8 @@ at::Tensor logits_in_master(const UnrolledLmSetup& setup, const TensorTree& para
 
 // The training run's records of step t (lib/trace), named as the distributed step names its own;
 // the reference has no reduction, so its gradient before and after one is the same tensor.
-// Gradients go last parameter first, as backward makes them; updates in parameter order.
 void record_tree(const TensorTree& tree, const char* kind, const char* phase, int64_t t) {
-  if (!tracing()) return;
-  const std::vector<std::string> names = tree.names();
-  const bool backward = std::string(phase) != "optimizer";
-  for (size_t i = 0; i < names.size(); ++i) {
-    const std::string& name = names[backward ? names.size() - 1 - i : i];
-    trace_point(tree.at(name), [&] { return TraceRecord{name, kind, phase, "first", t, "", {}}; });
-  }
+  trace_tree(tree, {"", kind, phase, "first", t, "", {}});
 }
 
 // ∂loss/∂xs as the policy computes it: the backward of S·loss, divided by S.

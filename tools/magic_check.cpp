@@ -4,8 +4,6 @@
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
-#include <cstdlib>
-#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -19,6 +17,7 @@
 #include "lib/core/dtype.h"
 #include "lib/core/error.h"
 #include "lib/core/process_exit.h"
+#include "lib/core/scratch_folder.h"
 #include "lib/core/stop_signal.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/progress.h"
@@ -218,27 +217,6 @@ std::string failure_text(const std::string& launcher_messages) {
   return join(lines, "\n");
 }
 
-// The folder the forked ranks write their trace records to (checks/first_divergence.h), made by
-// the launcher under TMPDIR and removed with everything in it when the run ends.
-class TraceFolder {
- public:
-  TraceFolder() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/magic-check-trace-XXXXXX";
-    if (mkdtemp(pattern.data()) != nullptr) path_ = pattern;  // none: no first divergence, said so in the report
-  }
-  ~TraceFolder() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  TraceFolder(const TraceFolder&) = delete;
-  TraceFolder& operator=(const TraceFolder&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 // main(); also entered by each spawned rank forked from the launcher (RankProgram::entry), with
 // the references the launcher computed before forking and its trace folder.
 int check_main(int argc, char** argv, std::shared_ptr<const checks::ReferenceRuns> inherited_references,
@@ -279,10 +257,11 @@ int check_main(int argc, char** argv, std::shared_ptr<const checks::ReferenceRun
       command.request.references = checks::references_for_ranks(command.request.settings);
     }
     // Forked ranks share this folder by inheritance; threads and other launchers name no first divergence.
-    std::optional<TraceFolder> trace_folder;
+    // None made (no room in TMPDIR): no first divergence, and the report says it was not traced.
+    std::optional<ScratchFolder> trace_folder;
     command.request.trace_folder = inherited_trace_folder;
     if (!dist::running_as_rank() && command.program.launch == "spawn" && command.request.references) {
-      command.request.trace_folder = trace_folder.emplace().path();
+      command.request.trace_folder = trace_folder.emplace("magic-check-trace").path();
     }
     const int code = dist::run_rank_program(command.program, argc, argv,
                                             [&](const dist::Runtime& runtime) { return run_rank(command, runtime); });

@@ -7,7 +7,9 @@
 #include <ATen/ATen.h>
 
 #include <atomic>
+#include <string>
 
+#include "lib/core/tensor_tree.h"
 #include "lib/trace/trace_record.h"
 
 namespace magic {
@@ -23,13 +25,23 @@ namespace trace_detail {
 extern std::atomic<TraceSink*> active_sink;
 }  // namespace trace_detail
 
-inline bool tracing() { return trace_detail::active_sink.load(std::memory_order_relaxed) != nullptr; }
+inline bool tracing() {
+  return trace_detail::active_sink.load(std::memory_order_relaxed) != nullptr;
+}
 
 // `make_record()` builds the record only when a sink listens.
 template <typename MakeRecord>
 inline void trace_point(const at::Tensor& tensor, MakeRecord&& make_record) {
   if (TraceSink* sink = trace_detail::active_sink.load(std::memory_order_acquire)) sink->write(make_record(), tensor);
 }
+
+// One record per entry of `tree`, each like `like` but named after its entry (plus `suffix`), in
+// the record order of docs/dump-format.md: gradients as backward makes them, the last entry first;
+// every other kind in the tree's order.
+void write_tree(TraceSink& sink, const TensorTree& tree, const TraceRecord& like, const std::string& suffix = "");
+
+// write_tree() to the listening sink, if one listens.
+void trace_tree(const TensorTree& tree, const TraceRecord& like, const std::string& suffix = "");
 
 // Attaches `sink` to the process for the scope's lifetime, then restores the one before.
 class ScopedTraceSink {

@@ -2,8 +2,6 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
-#include <algorithm>
-
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "lib/data/tokenizer.h"
@@ -80,17 +78,10 @@ at::Tensor LmStep::loss(const TensorTree& params, int64_t t, const at::Tensor& w
 namespace {
 
 // One record per parameter of a step's gradient or update (lib/trace): what the optimizer was
-// given and what it did. Updates in the order of the parameters; gradients in the order backward
-// makes them, the last layer's first (docs/dump-format.md, "records").
-void trace_tree(const TensorTree& tree, const char* kind, const char* phase, int64_t t,
-                const std::vector<Placement>& placements) {
-  if (!tracing() || !trace_context().active) return;
-  std::vector<const TensorTree::Entry*> entries;
-  for (const auto& e : tree) entries.push_back(&e);
-  if (std::string(phase) != "optimizer") std::reverse(entries.begin(), entries.end());
-  for (const auto* e : entries) {
-    trace_point(e->tensor, [&] { return TraceRecord{e->name, kind, phase, "first", t, "", placements}; });
-  }
+// given and what it did.
+void trace_step_tree(const TensorTree& tree, const char* kind, const char* phase, int64_t t,
+                     const std::vector<Placement>& placements) {
+  if (tracing() && trace_context().active) trace_tree(tree, {"", kind, phase, "first", t, "", placements});
 }
 
 }  // namespace
@@ -112,10 +103,11 @@ std::pair<TensorTree, at::Tensor> LmStep::gradient_and_loss(const TrainState& st
                                      /*create_graph=*/create_graph, /*allow_unused=*/true);
   const TensorTree local = with_values(params, grads);
   if (trace_layout_.mesh.empty() || trace_layout_.backward_gradient) {
-    trace_tree(local, "gradient", "backward", t, trace_layout_.backward_gradient.value_or(std::vector<Placement>{}));
+    trace_step_tree(local, "gradient", "backward", t,
+                    trace_layout_.backward_gradient.value_or(std::vector<Placement>{}));
   }
   TensorTree reduced = precision_->unscale(parallelism_->apply_convention(precision_->reduce(*parallelism_, local)));
-  trace_tree(reduced, "reduced_gradient", "reduction", t, trace_layout_.parameters);
+  trace_step_tree(reduced, "reduced_gradient", "reduction", t, trace_layout_.parameters);
   return {reduced, unscaled.detach()};
 }
 
@@ -142,9 +134,10 @@ StepOutput LmStep::step(const TrainState& s, int64_t t, const at::Tensor& w, boo
   grads = parallelism_->optimizer_input(grads);
   OptimizerUpdate update = optimizer_->update(traced ? params : params.detach(), grads, s.opt);
   if (tracing() && trace_context().active) {
-    trace_tree(update.params.map_named(
-                   [&](const std::string& name, const at::Tensor& p) { return p.detach() - params.at(name).detach(); }),
-               "update", "optimizer", t, trace_layout_.parameters);
+    trace_step_tree(update.params.map_named([&](const std::string& name, const at::Tensor& p) {
+      return p.detach() - params.at(name).detach();
+    }),
+                    "update", "optimizer", t, trace_layout_.parameters);
   }
   StepOutput out{TrainState{precision_->store(update.params), update.state, s.persistent}, grads, coefficient,
                  step_loss};

@@ -78,12 +78,9 @@ MagicResult run_magic(const StepFunction& step, const QueryFunction& query, cons
   {
     dist::PhaseScope phase("query gradient");
     result.query_gradient = query.gradient(result.final_state.params);
-    if (tracing()) {  // ∂Q/∂θ_N, recorded here too for a run that stops before REPLAY
-      const std::vector<Placement> placements = step.trace_layout().parameters;
-      for (const auto& e : result.query_gradient) {
-        trace_point(e.tensor, [&] { return TraceRecord{e.name, "gradient", "query", "first", -1, "", placements}; });
-      }
-    }
+    // ∂Q/∂θ_N, where REPLAY starts (recorded here, so that a run that stops before REPLAY has it).
+    if (tracing())
+      trace_tree(result.query_gradient, {"", "gradient", "query", "first", -1, "", step.trace_layout().parameters});
     if (options.stop_on_non_finite) require_finite(result.query_gradient.with_prefix("dQ/d"), "query gradient");
   }
 

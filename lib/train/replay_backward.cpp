@@ -17,20 +17,9 @@ namespace {
 // REPLAY's records (lib/trace): its cotangent λ_t per parameter and the step's contribution to
 // the scores, dQ/dw through step t; and ∂Q/∂θ_N it starts from.
 void trace_replay_step(int64_t t, const StepVjp& vjp, const TraceLayout& layout) {
-  if (!tracing()) return;
-  for (const auto& e : vjp.cotangent.params) {
-    trace_point(e.tensor,
-                [&] { return TraceRecord{e.name, "cotangent", "replay", "metagradient", t, "", layout.parameters}; });
-  }
+  trace_tree(vjp.cotangent.params, {"", "cotangent", "replay", "metagradient", t, "", layout.parameters});
   trace_point(vjp.dw,
               [&] { return TraceRecord{"scores", "score", "replay", "metagradient", t, "", layout.weight_gradient}; });
-}
-
-void trace_query_gradient(const TensorTree& dq_dparams, const TraceLayout& layout) {
-  if (!tracing()) return;
-  for (const auto& e : dq_dparams) {
-    trace_point(e.tensor, [&] { return TraceRecord{e.name, "gradient", "query", "first", -1, "", layout.parameters}; });
-  }
 }
 
 // Pairs each floating output of `next` with its cotangent; outputs that carry no graph (their
@@ -151,7 +140,6 @@ ReplayResult ReplayBackward::run(const TensorTree& dq_dparams, const ReplayResum
       if (!lambda) {
         lambda = zero_cotangent(traced.leaves);
         lambda->params = dq_dparams.detach();
-        if (tracing()) trace_query_gradient(lambda->params, step_.trace_layout());
       }
       StepVjp vjp = backward_through(step_, std::move(traced), *lambda);
       if (observer_) observer_(t, vjp);

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 
 from dump_reader import read_dump, worst_relative_error
 
@@ -69,3 +70,13 @@ def run_magic_compare(binary, candidate, reference, folder):
         report = json.load(f)
     os.remove(report_path)
     return done.returncode, report, done.stdout + done.stderr
+
+
+def verdict(started, failures, passed_line):
+    """The test's last lines and its exit code: the failures, or `passed_line`."""
+    print(f"({time.monotonic() - started:.1f} s)")
+    if failures:
+        print("FAILED:\n  " + "\n  ".join(failures))
+        return 1
+    print(passed_line)
+    return 0

@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-from compare_dumps import arguments, oracle_differences, private_temporary_folder, run_magic_compare
+from compare_dumps import arguments, oracle_differences, private_temporary_folder, run_magic_compare, verdict
 from dump_reader import read_safetensors
 from ranks import run_on_ranks
 from training_steps import accumulation_step, ddp_step, hand_reduced_step, reduce_scatter_step, reference_step
@@ -60,12 +60,7 @@ def main():
                 print(output)
                 if code != 0 or not report["passed"]:
                     failures.append(f"{name}: magic-compare exit {code}, expected 0")
-    print(f"({time.monotonic() - started:.1f} s)")
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures))
-        return 1
-    print("PASS: every data-parallel step matches the single-process step")
-    return 0
+    return verdict(started, failures, "PASS: every data-parallel step matches the single-process step")
 
 
 if __name__ == "__main__":

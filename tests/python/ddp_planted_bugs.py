@@ -23,7 +23,7 @@ import os
 import sys
 import time
 
-from compare_dumps import arguments, oracle_differences, private_temporary_folder, run_magic_compare
+from compare_dumps import arguments, oracle_differences, private_temporary_folder, run_magic_compare, verdict
 from ranks import run_on_ranks
 from training_steps import (FORGOTTEN_PARAMETER, accumulation_step, ddp_step, hand_reduced_step,
                             reference_step)
@@ -111,12 +111,7 @@ def main():
                 print(f"{bug}: magic-compare: caught as expected")
             except AssertionError as e:
                 failures.append(f"{bug}: magic-compare: {e}")
-    print(f"({time.monotonic() - started:.1f} s)")
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures))
-        return 1
-    print("PASS: every planted bug is caught")
-    return 0
+    return verdict(started, failures, "PASS: every planted bug is caught")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@
 
 #include "lib/core/error.h"
 #include "lib/core/process_exit.h"
+#include "lib/core/scratch_folder.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/progress.h"
 
@@ -80,32 +81,6 @@ class SignalDispositions {
  private:
   static constexpr std::array<int, 3> kSignals{SIGINT, SIGTERM, SIGCHLD};
   std::array<struct sigaction, 3> saved_{};
-};
-
-// The per-rank logs: removed at the end unless keep() was called (a rank failed).
-class LogDirectory {
- public:
-  explicit LogDirectory(std::string root) {
-    if (root.empty()) root = std::getenv("TMPDIR") != nullptr ? std::getenv("TMPDIR") : "/tmp";
-    std::string path = root + "/magic-ranks-XXXXXX";
-    if (mkdtemp(path.data()) == nullptr) {
-      throw DistributedError(str_cat("launcher: cannot create a log directory in ", root, ": ", std::strerror(errno)));
-    }
-    path_ = path;
-  }
-  ~LogDirectory() {
-    std::error_code ec;
-    if (!keep_) std::filesystem::remove_all(path_, ec);
-  }
-  LogDirectory(const LogDirectory&) = delete;
-  LogDirectory& operator=(const LogDirectory&) = delete;
-
-  const std::string& path() const { return path_; }
-  void keep() { keep_ = true; }
-
- private:
-  std::string path_;
-  bool keep_ = false;
 };
 
 std::string signal_name(int sig) {
@@ -270,8 +245,8 @@ std::optional<std::vector<RankProgress>> read_progress_within(c10::intrusive_ptr
 
 // "magic-check: after 60 s: rank 0 in phase 'REPLAY product at step 37'; ranks 1, 2 waiting in
 // all_reduce on group 'world' in phase 'REPLAY product at step 37'"
-void report_progress(std::ostream& out, const std::string& name, c10::intrusive_ptr<c10d::Store> store,
-                     int world_size, Clock::duration elapsed) {
+void report_progress(std::ostream& out, const std::string& name, c10::intrusive_ptr<c10d::Store> store, int world_size,
+                     Clock::duration elapsed) {
   const std::optional<std::vector<RankProgress>> read = read_progress_within(store, world_size, kProgressReadLimit);
   if (!read) return;  // the failure path says why, if it comes to that
   std::map<std::string, std::vector<std::string>> by_state;
@@ -348,7 +323,9 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
   }
   const std::string& name = options.name;
   SignalDispositions signals;
-  LogDirectory logs(options.log_root);
+  // The per-rank logs: removed at the end unless kept (a rank failed).
+  ScratchFolder logs("magic-ranks", options.log_root);
+  if (logs.path().empty()) throw DistributedError("launcher: log directory: " + logs.error());
 
   // Ranks forked from this process (options.rank_main) skip loading the binary and LibTorch again
   // (~0.6 s of CPU each). Only a process with no other thread forks safely without exec (a
