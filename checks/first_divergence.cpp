@@ -6,8 +6,8 @@
 #include "checks/mutations.h"
 #include "lib/core/dtype.h"
 #include "lib/core/strings.h"
+#include "lib/distributed/parallel/mesh_dump.h"
 #include "lib/distributed/runtime/progress.h"
-#include "lib/model/gpt.h"
 #include "lib/trace/dump_comparison.h"
 #include "lib/trace/dump_reader.h"
 #include "lib/train/memory_estimate.h"
@@ -16,14 +16,8 @@ namespace magic::checks {
 
 int64_t trace_record_bytes(const CheckSettings& s) {
   const RunConfig c = lm_unclipped_config(s);
-  const int64_t parameters = gpt_init(c.model, at::kFloat, 0).numel();
-  // Per step: input ids, each block's output and the logits over the batch; the loss; the
-  // gradient before and after the reduction, the update and REPLAY's cotangent (parameter-shaped);
-  // the step's score contribution (one per token of the training set, at most).
-  const int64_t positions = c.batch_size * c.model.max_len;
-  const int64_t per_step = positions * (1 + c.model.n_layers * c.model.d_model + c.model.vocab) + 1 + 4 * parameters +
-                           lm_training_examples(s) * c.model.max_len;
-  return (per_step * c.steps + parameters) * static_cast<int64_t>(c10::elementSize(c.precision.master));
+  // The check's data weights are per token, at most.
+  return estimate_dump_bytes(c, lm_training_examples(s) * c.model.max_len, 1);
 }
 
 std::string first_divergence_unavailable(const CheckSettings& s) {
@@ -44,29 +38,10 @@ void record_hvp(const TensorTree& hvp, int64_t step, const std::vector<Placement
 
 void write_rank_trace(const std::string& folder, const DumpSink& sink, const dist::MeshGroups& groups,
                       dist::Convention convention) {
-  const dist::Group& world = *groups.world;
-  // Each rank says whether its file is written, so that rank 0 never reads a missing one.
-  at::Tensor missing = at::zeros({1}, at::kDouble);
-  try {
-    write_dump_rank_file(folder, world.global_rank(), sink.entries());
-  } catch (const std::exception& e) {
-    dist::note_in_rank_log(
-        str_cat("first divergence: rank ", world.global_rank(), " could not write its records: ", e.what()));
-    missing.fill_(1.0);
-  }
-  missing = world.sum(missing);
-  if (world.global_rank() != 0 || missing.item<double>() > 0) return;
-  try {
-    std::vector<std::vector<int64_t>> coords;
-    for (int r = 0; r < world.size(); ++r)
-      coords.push_back(dist::mesh_trace_layout(groups.layout, r, convention).coords);
-    std::vector<TraceRecord> records;
-    for (const auto& e : sink.entries()) records.push_back(e.record);
-    write_dump_manifest(folder, "magic-check", dist::mesh_trace_layout(groups.layout, 0, convention).mesh, coords,
-                        records);
-  } catch (const std::exception& e) {
-    dist::note_in_rank_log(str_cat("first divergence: the manifest of ", folder, " was not written: ", e.what()));
-  }
+  const int rank = groups.world->global_rank();
+  const std::string failure = dist::write_mesh_dump(folder, "magic-check", sink.entries(), *groups.world,
+                                                    dist::mesh_trace_layout(groups.layout, rank, convention));
+  if (!failure.empty()) dist::note_in_rank_log("first divergence: " + failure);
 }
 
 namespace {

@@ -19,7 +19,7 @@ namespace magic::checks {
 constexpr int64_t kMaxTraceBytes = int64_t{512} << 20;
 
 // The bytes one run's records take (the reference's: every step's activations, gradients and
-// updates, REPLAY's cotangents and score contributions), in the master dtype.
+// updates, REPLAY's cotangents and score contributions): estimate_dump_bytes of its config.
 int64_t trace_record_bytes(const CheckSettings& s);
 
 // Why `s` cannot name a first divergence ("" when it can): fp64 or fp32, and for the lm workload

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "lib/train/memory_estimate.h"
@@ -80,6 +81,40 @@ TEST(MemoryEstimate, BoundsWhatARealRunAddsToLibTorch) {
     // bound leaves it out. One thread has no such part: its estimate is bounded whole.
     const double timing_free = e.total() - static_cast<double>(e.traced_bytes);
     EXPECT_LE(timing_free, 1.33 * added) << threads << " threads: the estimate is far above what the run holds";
+  }
+}
+
+// --dump's records, estimated before training, against the rank files a real run writes: the
+// estimate bounds the largest rank's file and is within a fifth of it, on one process and on
+// meshes where rows do not divide (4 over dp=3) and where cp pads the sequence.
+TEST(MemoryEstimate, DumpBytesBoundEachRanksRecords) {
+  const std::string path = testing::write_tiny_run_config("memory-dump", {});
+  const RunConfig config = RunConfig::load(path);
+  const LmProblem p = build_lm_problem(config);
+  struct Case {
+    std::string topology;
+    DumpShards shards;
+  };
+  for (const Case& c : std::vector<Case>{{"", {}}, {"dp=3", {3, 1, 1}}, {"dp=2,cp=3,fsdp=2", {2, 3, 2}}}) {
+    const std::string dump = ::testing::TempDir() + "/memory-dump.dump";
+    std::filesystem::remove_all(dump);
+    const auto run = testing::run_command(std::string(MAGIC_RUN_BINARY) + " --config " + path + " --top 0 --dump " +
+                                          dump + (c.topology.empty() ? "" : " --topology " + c.topology));
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    uintmax_t largest = 0;  // the tensors' bytes: the file less its length field and JSON header
+    for (const auto& f : std::filesystem::directory_iterator(dump)) {
+      if (f.path().extension() != ".safetensors") continue;
+      uint64_t header = 0;
+      std::ifstream(f.path(), std::ios::binary).read(reinterpret_cast<char*>(&header), 8);
+      largest = std::max<uintmax_t>(largest, f.file_size() - 8 - header);
+    }
+    const auto estimate =
+        static_cast<double>(estimate_dump_bytes(config, p.weights.numel(), p.query->num_queries(), c.shards));
+    std::cout << (c.topology.empty() ? "one process" : c.topology) << ": estimate " << format_bytes(estimate)
+              << ", largest rank's tensors " << format_bytes(static_cast<double>(largest)) << "\n";
+    EXPECT_GE(estimate, static_cast<double>(largest)) << c.topology;
+    EXPECT_GE(static_cast<double>(largest), 0.8 * estimate) << c.topology;
+    std::filesystem::remove_all(dump);
   }
 }
 

@@ -91,17 +91,59 @@ TEST(TracePoints, TwoRunsThatDifferInTheirLearningRateFirstDivergeAtStepZerosUpd
   EXPECT_NE(compared.output.find(" update, "), std::string::npos) << compared.output;
 }
 
-TEST(TracePoints, DumpRefusesAFullFolderAndADistributedRun) {
-  const std::string config = tiny_config("trace-refusals", 0.5);
+// A mesh run's ranks each write their pieces; reassembled by their placements, every record equals
+// the single-process run's, and a run that differs (its learning rate) is caught at step 0's update.
+TEST(TracePoints, AMeshRunsDumpReassemblesToTheSingleProcessRunsRecords) {
+  const std::string config = tiny_config("trace-mesh", 0.5);
+  const std::string one = folder("one.dump"), mesh = folder("mesh.dump"), other = folder("other.dump");
+  ASSERT_EQ(magic_run("--config " + config + " --dump " + one).exit_code, 0);
+  const auto m = magic_run("--config " + config + " --dump " + mesh + " --topology dp=2,cp=2,fsdp=2");
+  ASSERT_EQ(m.exit_code, 0) << m.output;
+  EXPECT_NE(m.output.find(" records per rank in " + mesh), std::string::npos) << m.output;
+  EXPECT_TRUE(fs::exists(mesh + "/rank3.safetensors"));
+  const LoadedDump d = read_dump(mesh);
+  EXPECT_EQ(d.coords().size(), 4u);
+  const auto same = testing::run_command(std::string(MAGIC_COMPARE_BINARY) + " " + mesh + " " + one);
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_NE(same.output.find("PASS: " + std::to_string(d.tensors.size()) + " of " + std::to_string(d.tensors.size())),
+            std::string::npos)
+      << same.output;
+
+  ASSERT_EQ(magic_run("--config " + tiny_config("trace-mesh-b", 0.4) + " --dump " + other).exit_code, 0);
+  const auto differs = testing::run_command(std::string(MAGIC_COMPARE_BINARY) + " " + mesh + " " + other);
+  EXPECT_EQ(differs.exit_code, 1) << differs.output;
+  EXPECT_NE(differs.output.find("first divergence: step 0, optimizer, "), std::string::npos) << differs.output;
+}
+
+TEST(TracePoints, DumpRefusesAFullFolder) {
   const std::string full = folder("full");
   fs::create_directories(full);
   std::ofstream(full + "/something") << "x";
-  const auto a = magic_run("--config " + config + " --dump " + full);
+  const auto a = magic_run("--config " + tiny_config("trace-refusals", 0.5) + " --dump " + full);
   EXPECT_EQ(a.exit_code, 2) << a.output;
   EXPECT_NE(a.output.find("exists and is not empty"), std::string::npos) << a.output;
-  const auto b = magic_run("--config " + config + " --dump " + folder("d") + " --topology dp=2");
-  EXPECT_EQ(b.exit_code, 2) << b.output;
-  EXPECT_NE(b.output.find("--dump: single-process runs only"), std::string::npos) << b.output;
+}
+
+// Records are held until the run ends: 20,000 steps of a 1.7M-parameter model fit without a dump
+// (about 5 GiB of states) but its records would take about a TiB (four parameter-shaped records a
+// step, 54 MiB), so the run is refused before it trains.
+TEST(TracePoints, ADumpThatCannotFitIsRefusedBeforeTraining) {
+  const std::string config = testing::write_tiny_run_config("trace-huge", {}, [](nlohmann::json& j) {
+    j["model"]["d_model"] = 256;
+    j["model"]["n_layers"] = 2;
+    j["training"]["steps"] = 20000;
+    j["optimizer"].erase("momentum");
+  });
+  for (const std::string topology : {"", " --topology dp=2"}) {
+    const std::string dump = folder("huge.dump");
+    const auto a = magic_run("--config " + config + " --dump " + dump + topology);
+    EXPECT_EQ(a.exit_code, 2) << topology << a.output;
+    EXPECT_NE(a.output.find("the dump's records "), std::string::npos) << a.output;
+    EXPECT_NE(a.output.find("available; run without --dump"), std::string::npos) << a.output;
+    // The summary line comes once the inputs are checked, just before training.
+    EXPECT_EQ(a.output.find("estimated peak memory"), std::string::npos) << "it started: " << a.output;
+    EXPECT_FALSE(fs::exists(dump));
+  }
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "lib/core/json_fields.h"
 #include "lib/core/process_exit.h"
 #include "lib/core/strings.h"
+#include "lib/distributed/parallel/mesh_dump.h"
 #include "lib/distributed/runtime/progress.h"
 #include "lib/distributed/runtime/rank_program.h"
 #include "lib/io/atomic_folder.h"
@@ -187,8 +188,6 @@ Flags parse(int argc, char** argv, int& early_exit) {
   }
   if (!f.out_dir.empty()) require_writable_directory(f.out_dir, "--out");
   if (!f.dump_dir.empty()) {
-    // Distributed dumps need each record's placement on the mesh, which the mesh's trace points do not give yet.
-    if (f.program) throw InputError("--dump: single-process runs only (without --topology) in this version");
     if (std::filesystem::exists(f.dump_dir) && !std::filesystem::is_empty(f.dump_dir)) {
       throw InputError(str_cat("--dump ", f.dump_dir, ": exists and is not empty (a dump goes to a new folder)"));
     }
@@ -237,10 +236,9 @@ void report(const Flags& f, const RunConfig& config, const Attribution& a, const
   const std::string query_name = f.per_query ? problem.query_documents[shown_query].id : "the query set";
   print_queries(problem, config.query_path);
   std::cout << "\nScores are dQ/dw: negative means up-weighting the example lowers the loss on " << query_name << ".\n";
-  const std::string note =
-      f.per_query ? ranking_note(problem, shown_query, f.query_index.has_value(),
-                                 f.out_dir.empty() ? "" : f.out_dir + "/scores.safetensors")
-                  : "";
+  const std::string note = f.per_query ? ranking_note(problem, shown_query, f.query_index.has_value(),
+                                                      f.out_dir.empty() ? "" : f.out_dir + "/scores.safetensors")
+                                       : "";
   if (!note.empty()) std::cout << note << "\n";
   print_ranked("Most helpful (most negative score):", totals, order, problem, static_cast<size_t>(f.top));
   std::reverse(order.begin(), order.end());
@@ -335,6 +333,36 @@ std::optional<std::string> rank_run_folder(const Flags& f, const RunConfig& conf
   return rank_folder_path(run_folder_path(*config.spill_dir, id), runtime.rank());
 }
 
+// --dump's records are held until the run ends: with them counted, the run must still fit (each
+// rank holds its shards; ranks our launcher spawned share this machine). `memory` gains them.
+void require_dump_memory(const Flags& f, const RunConfig& config, const dist::Runtime* runtime,
+                         const LmProblem& problem, MemoryEstimate& memory) {
+  DumpShards shards;
+  int64_t ranks = 1;
+  if (runtime) {
+    const dist::TopologySpec& t = f.program->topology;
+    shards = {t.dp(), t.cp(), t.fsdp()};
+    if (f.program->launch == "spawn") ranks = t.world_size();
+  }
+  memory.dump_bytes = estimate_dump_bytes(config, problem.weights.numel(), problem.query->num_queries(), shards);
+  require_memory(config, memory, available_memory_bytes(), ranks);
+}
+
+// Writes the records: one process's file and manifest, or every rank's file and rank 0's manifest
+// (dist::write_mesh_dump). A dump that cannot be written fails the run.
+void write_dump(const Flags& f, const dist::Runtime* runtime, const Parallelism& parallelism,
+                const std::vector<DumpSink::Entry>& entries) {
+  if (runtime == nullptr) {
+    write_single_process_dump(f.dump_dir, f.config_path, entries);
+  } else {
+    const std::string failure =
+        dist::write_mesh_dump(f.dump_dir, f.config_path, entries, *runtime->world(), parallelism.trace_layout());
+    if (!failure.empty()) throw std::runtime_error("--dump: " + failure);
+    if (runtime->rank() != 0) return;
+  }
+  std::cout << "dump: " << entries.size() << " records" << (runtime ? " per rank" : "") << " in " << f.dump_dir << "\n";
+}
+
 // The attribution, its validation and its report, once the run's folder is settled.
 int attribute_with(const Flags& f, const RunConfig& config, const dist::Runtime* runtime, LmProblem problem,
                    const AttributionOptions& options) {
@@ -360,7 +388,7 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
   // steps run collectives, which one thread must issue in order (replay_mode.h).
   const int threads = at::get_num_threads();
   const ReplayMode replay_mode = choose_replay_mode(/*step_runs_collectives=*/runtime != nullptr, threads);
-  const MemoryEstimate memory = estimate_run_memory(config, replay_mode);
+  MemoryEstimate memory = estimate_run_memory(config, replay_mode);
   // Ranks our launcher spawned were checked together before they started.
   if (runtime == nullptr || f.program->launch == "env") require_memory(config, memory, available_memory_bytes());
   std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>();
@@ -376,6 +404,7 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
   }
   LmProblem problem = build_lm_problem(config, parallelism);
   const int64_t queries = problem.query->num_queries();
+  if (!f.dump_dir.empty()) require_dump_memory(f, config, runtime, problem, memory);
   if (f.lds) lds_dropped_count(*f.lds, problem.train->size());
   if (f.query_index && *f.query_index >= queries) {
     throw InputError(str_cat("--query ", *f.query_index, ": expected an index below the ", queries, " queries"));
@@ -393,9 +422,9 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
     };
   }
   if (speaks) {
-    std::cout << "magic-run: " << examples_summary(*problem.train, config.train_path) << ", " << queries
-              << " queries, " << config.steps << " steps of " << config.batch_size << ", " << config.optimizer.name
-              << ", " << checkpoint_schedule_name(config.checkpoints) << " checkpoints, " << config.precision.str()
+    std::cout << "magic-run: " << examples_summary(*problem.train, config.train_path) << ", " << queries << " queries, "
+              << config.steps << " steps of " << config.batch_size << ", " << config.optimizer.name << ", "
+              << checkpoint_schedule_name(config.checkpoints) << " checkpoints, " << config.precision.str()
               << (replay_mode == ReplayMode::kPipelined ? str_cat(", REPLAY pipelined on ", threads, " threads") : "")
               << (runtime ? ", on " + f.program->topology.str() : std::string()) << "; estimated peak memory "
               << memory.str() << (runtime ? " per rank" : "") << std::endl;
@@ -417,8 +446,7 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
   });
   if (sink && rc == kExitOk) {
     listening.reset();
-    write_single_process_dump(f.dump_dir, f.config_path, sink->entries());
-    std::cout << "dump: " << sink->entries().size() << " records in " << f.dump_dir << "\n";
+    write_dump(f, runtime, *parallelism, sink->entries());
   }
   return rc;
 }

@@ -48,8 +48,9 @@ void save_safetensors(const std::string& path, const TensorTree& tensors,
   for (const auto& e : tensors) {
     at::Tensor t = e.tensor.detach().to(at::kCPU).contiguous();
     const uint64_t bytes = t.numel() * t.element_size();
-    header[e.name] = {
-        {"dtype", safetensors_dtype_code(t.scalar_type())}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    header[e.name] = {{"dtype", safetensors_dtype_code(t.scalar_type())},
+                      {"shape", t.sizes().vec()},
+                      {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
     contiguous.push_back(t);
   }
@@ -66,7 +67,7 @@ void save_safetensors(const std::string& path, const TensorTree& tensors,
   });
 }
 
-SafetensorsFile load_safetensors(const std::string& path) {
+SafetensorsFile load_safetensors(const std::string& path, SafetensorsRead read) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(str_cat(path, ": cannot open safetensors file"));
   in.seekg(0, std::ios::end);
@@ -135,10 +136,15 @@ SafetensorsFile load_safetensors(const std::string& path) {
       throw bad(str_cat("entry '", item.key(), "' holds ", offsets[1] - offsets[0], " bytes for shape ",
                         info["shape"].dump(), " of ", info["dtype"].get<std::string>()));
     }
-    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(*dtype));
-    in.seekg(static_cast<std::streamoff>(8 + header_size + offsets[0]));
-    in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(offsets[1] - offsets[0]));
-    if (!in) throw bad(str_cat("entry '", item.key(), "' could not be read"));
+    at::Tensor t;
+    if (read == SafetensorsRead::kHeaderOnly) {
+      t = at::empty(shape, at::TensorOptions().dtype(*dtype).device(at::kMeta));
+    } else {
+      t = at::empty(shape, at::TensorOptions().dtype(*dtype));
+      in.seekg(static_cast<std::streamoff>(8 + header_size + offsets[0]));
+      in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(offsets[1] - offsets[0]));
+      if (!in) throw bad(str_cat("entry '", item.key(), "' could not be read"));
+    }
     spans.push_back({offsets[0], offsets[1], item.key()});
     if (result.tensors.contains(item.key())) throw bad(str_cat("entry '", item.key(), "' appears twice"));
     result.tensors.insert(item.key(), t);

@@ -25,8 +25,12 @@ std::string safetensors_dtype_code(c10::ScalarType type);
 void save_safetensors(const std::string& path, const TensorTree& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
+// What load_safetensors reads: every tensor, or only the header (tensors on the meta device:
+// shapes and dtypes, no data).
+enum class SafetensorsRead { kData, kHeaderOnly };
+
 // Throws InputError naming the file and the defect (truncated, bad header, unknown dtype,
 // offsets out of range or overlapping).
-SafetensorsFile load_safetensors(const std::string& path);
+SafetensorsFile load_safetensors(const std::string& path, SafetensorsRead read = SafetensorsRead::kData);
 
 }  // namespace magic

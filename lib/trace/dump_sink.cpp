@@ -34,7 +34,9 @@ std::vector<DumpSink::Entry> DumpSink::entries() const {
   return entries_;
 }
 
-std::string dump_rank_file_name(int64_t rank) { return str_cat("rank", rank, ".safetensors"); }
+std::string dump_rank_file_name(int64_t rank) {
+  return str_cat("rank", rank, ".safetensors");
+}
 
 void write_dump_rank_file(const std::string& folder, int64_t rank, const std::vector<DumpSink::Entry>& entries) {
   std::filesystem::create_directories(folder);
@@ -52,29 +54,49 @@ void write_dump_manifest(const std::string& folder, const std::string& run, cons
   std::vector<SafetensorsFile> files;
   for (size_t r = 0; r < coords_by_rank.size(); ++r) {
     m.ranks.push_back({static_cast<int64_t>(r), coords_by_rank[r], dump_rank_file_name(static_cast<int64_t>(r))});
-    files.push_back(load_safetensors((std::filesystem::path(folder) / m.ranks.back().file).string()));
+    // Shapes only: the whole's shape is all the manifest needs, and the data would double the
+    // memory a dump takes at its end (every rank's pieces on the rank that writes the manifest).
+    files.push_back(
+        load_safetensors((std::filesystem::path(folder) / m.ranks.back().file).string(), SafetensorsRead::kHeaderOnly));
   }
   for (size_t i = 0; i < records.size(); ++i) {
     const std::string key = record_key(i);
     std::vector<at::Tensor> pieces;
     for (const auto& f : files) {
       if (!f.tensors.contains(key)) {
-        throw std::invalid_argument(str_cat("trace: the ranks made different records (", record_place(records[i]), ")"));
+        throw std::invalid_argument(
+            str_cat("trace: the ranks made different records (", record_place(records[i]), ")"));
       }
       pieces.push_back(f.tensors.at(key));
     }
-    const at::Tensor whole = reassemble(mesh, coords_by_rank, pieces, records[i].placements).whole;
+    // Zero bytes stand in for the data while the pieces are put together, one record at a time.
+    std::vector<at::Tensor> stand_ins;
+    for (const auto& p : pieces) stand_ins.push_back(at::zeros(p.sizes(), at::kByte));
+    const at::Tensor whole = reassemble(mesh, coords_by_rank, stand_ins, records[i].placements).whole;
     m.records.push_back({key, records[i], pieces.front().scalar_type(), whole.sizes().vec()});
   }
   write_file_atomically((std::filesystem::path(folder) / "manifest.json").string(), dump_manifest_json(m));
 }
 
+void remove_dump_files(const std::string& folder, int64_t ranks) {
+  std::error_code ignored;
+  for (int64_t r = 0; r < ranks; ++r)
+    std::filesystem::remove(std::filesystem::path(folder) / dump_rank_file_name(r), ignored);
+  std::filesystem::remove(std::filesystem::path(folder) / "manifest.json", ignored);
+  if (std::filesystem::is_empty(folder, ignored)) std::filesystem::remove(folder, ignored);
+}
+
 void write_single_process_dump(const std::string& folder, const std::string& run,
                                const std::vector<DumpSink::Entry>& entries) {
-  write_dump_rank_file(folder, 0, entries);
-  std::vector<TraceRecord> records;
-  for (const auto& e : entries) records.push_back(e.record);
-  write_dump_manifest(folder, run, {}, {{}}, records);
+  try {
+    write_dump_rank_file(folder, 0, entries);
+    std::vector<TraceRecord> records;
+    for (const auto& e : entries) records.push_back(e.record);
+    write_dump_manifest(folder, run, {}, {{}}, records);
+  } catch (...) {
+    remove_dump_files(folder, 1);
+    throw;
+  }
 }
 
 }  // namespace magic

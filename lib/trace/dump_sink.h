@@ -38,13 +38,17 @@ std::string dump_rank_file_name(int64_t rank);
 // in record order.
 void write_dump_rank_file(const std::string& folder, int64_t rank, const std::vector<DumpSink::Entry>& entries);
 
-// Once every rank's file is written: reads them back, reassembles each record to learn its whole
-// shape, and writes manifest.json atomically. `records` are the ranks' common record list.
+// Once every rank's file is written: reads their headers back, reassembles each record's shape
+// from its pieces', and writes manifest.json atomically. `records` are the ranks' common record list.
 void write_dump_manifest(const std::string& folder, const std::string& run, const std::vector<MeshDim>& mesh,
                          const std::vector<std::vector<int64_t>>& coords_by_rank,
                          const std::vector<TraceRecord>& records);
 
-// A single process's dump: its file, then the manifest.
+// Removes what a dump of `ranks` ranks wrote into `folder` (rank files, manifest), and the folder
+// once it is empty: a dump that could not be finished is not left half-written.
+void remove_dump_files(const std::string& folder, int64_t ranks);
+
+// A single process's dump: its file, then the manifest (removed again when either fails).
 void write_single_process_dump(const std::string& folder, const std::string& run,
                                const std::vector<DumpSink::Entry>& entries);
 

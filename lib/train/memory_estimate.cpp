@@ -1,5 +1,6 @@
 #include "lib/train/memory_estimate.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -23,7 +24,7 @@ std::string MemoryEstimate::str() const {
                  ", batches ", format_bytes(static_cast<double>(batch_bytes)), ", a step's activations ",
                  format_bytes(static_cast<double>(activation_bytes)),
                  traced_bytes > 0 ? ", the next step traced " + format_bytes(static_cast<double>(traced_bytes)) : "",
-                 ")");
+                 dump_bytes > 0 ? ", the dump's records " + format_bytes(static_cast<double>(dump_bytes)) : "", ")");
 }
 
 MemoryEstimate estimate_run_memory(const RunConfig& c, ReplayMode mode) {
@@ -48,6 +49,24 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, ReplayMode mode) {
   return e;
 }
 
+int64_t estimate_dump_bytes(const RunConfig& c, int64_t weights, int64_t queries, DumpShards shards) {
+  const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  const GptConfig& m = c.model;
+  double parameters = 0;  // a rank's dim-0 shard of each, rounded up
+  for (const auto& e : gpt_init(m, at::kFloat, 0)) {
+    const int64_t rows = e.tensor.dim() > 0 ? e.tensor.size(0) : 1;
+    parameters += static_cast<double>(ceil_div(rows, shards.fsdp) * (e.tensor.numel() / std::max<int64_t>(rows, 1)));
+  }
+  const auto compute = static_cast<double>(c10::elementSize(c.precision.compute));
+  const auto element = std::max(compute, static_cast<double>(c10::elementSize(c.precision.master)));
+  const double positions = static_cast<double>(ceil_div(c.batch_size, shards.dp)) *
+                           static_cast<double>(ceil_div(m.max_len, 2 * shards.cp) * 2);
+  const double per_step = positions * (8.0 + (static_cast<double>(m.n_layers) * m.d_model + m.vocab) * compute) +
+                          (4.0 * parameters + static_cast<double>(weights) + 2.0) * element;
+  const double once = (parameters + static_cast<double>(weights) * queries) * element;
+  return static_cast<int64_t>(std::min(per_step * static_cast<double>(c.steps) + once, 9.0e18));
+}
+
 int64_t available_memory_bytes() {
   std::ifstream in("/proc/meminfo");
   std::string line;
@@ -65,8 +84,9 @@ void require_memory(const RunConfig& c, const MemoryEstimate& e, int64_t availab
   throw InputError(str_cat(
       c.source, ": training.steps ", c.steps, " with ", checkpoint_schedule_name(c.checkpoints),
       " checkpoints needs about ", e.str(), ranks > 1 ? str_cat(" per rank, ", ranks, " ranks on this machine") : "",
-      ", above the ", format_bytes(static_cast<double>(available)),
-      " available; lower training.steps or training.batch_size, use \"checkpoints\": \"sqrt\" (the fewest states",
+      ", above the ", format_bytes(static_cast<double>(available)), " available; ",
+      e.dump_bytes > 0 ? "run without --dump (its records are held until the run ends), " : "",
+      "lower training.steps or training.batch_size, use \"checkpoints\": \"sqrt\" (the fewest states",
       " held), or set training.spill_dir to keep checkpoints on disk"));
 }
 

@@ -13,6 +13,7 @@
 //            Rows are counted at max_len; a rank of a mesh holds less (counted in full: a bound).
 //            Pipelined REPLAY (replay_mode.h) holds more states, and the next step's traced graph
 //            (the forward and the kept backward: two thirds of the above) beside the product's.
+//   dump     --dump's records, held until the run ends (estimate_dump_bytes).
 // LibTorch itself (about 160 MiB resident) is not counted.
 #pragma once
 
@@ -30,24 +31,38 @@ struct MemoryEstimate {
   int64_t batch_bytes = 0;       // all steps' batches
   int64_t activation_bytes = 0;  // one REPLAY step's graph
   int64_t traced_bytes = 0;      // pipelined: the next step's traced graph
+  int64_t dump_bytes = 0;        // --dump: every record, kept until the run ends
 
   double total() const {
     return static_cast<double>(states) * state_bytes + static_cast<double>(batch_bytes) +
-           static_cast<double>(activation_bytes) + static_cast<double>(traced_bytes);
+           static_cast<double>(activation_bytes) + static_cast<double>(traced_bytes) + static_cast<double>(dump_bytes);
   }
   // "1.2 GiB (45 states of 1.3 MiB, batches 12.0 MiB, a step's activations 747 MiB)", pipelined
-  // with ", the next step traced 373 MiB" before the ")"
+  // with ", the next step traced 373 MiB" before the ")", and ", the dump's records 598 MiB"
   std::string str() const;
 };
 
 MemoryEstimate estimate_run_memory(const RunConfig& config, ReplayMode mode = ReplayMode::kSequential);
+
+// The bytes a run's trace records take (docs/dump-format.md), per step:
+//   B·T·(8 + (L·d + V)·c)   input ids, each block's output and the logits (c: compute element)
+//   + 4·P·m                  gradient before and after the reduction, update, REPLAY's cotangent
+//   + (W + 2)·m              the step's contribution to the scores (W data weights), loss, clip
+// and once ∂Q/∂θ (P·m) and the scores (W·Q·m); m is the larger element of compute and master. A
+// rank of a mesh holds its shards, rounded up: ⌈B/dp⌉ rows, T padded to a multiple of 2·cp over
+// cp, each parameter's ⌈rows/fsdp⌉.
+struct DumpShards {
+  int64_t dp = 1, cp = 1, fsdp = 1;
+};
+int64_t estimate_dump_bytes(const RunConfig& config, int64_t weights, int64_t queries, DumpShards shards = {});
 
 // MemAvailable from /proc/meminfo, in bytes; 0 when it cannot be read.
 int64_t available_memory_bytes();
 
 // InputError naming the figures, what is available and the config keys that change them when
 // `ranks` processes of this estimate exceed `available` (0: unknown, nothing is refused). Ranks
-// spawned on one machine each count in full: a conservative bound (fsdp shards the states).
+// spawned on one machine each count in full: a conservative bound (fsdp shards the states). With
+// a dump, running without it is the first way out named.
 void require_memory(const RunConfig& config, const MemoryEstimate& estimate, int64_t available, int64_t ranks = 1);
 
 // "512 B", "3.4 MiB", "24.0 GiB", "1.1 PiB"

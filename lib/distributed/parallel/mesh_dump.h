@@ -1,0 +1,21 @@
+// A dump written by the ranks of a mesh (docs/dump-format.md): each rank writes its own file,
+// every rank says whether it could, and rank 0, once all have, gathers each rank's coordinates and
+// writes the manifest last. A dump some rank could not finish is removed, not left half-written.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "lib/distributed/runtime/group.h"
+#include "lib/trace/dump_sink.h"
+#include "lib/trace/trace_layout.h"
+
+namespace magic::dist {
+
+// Called by every member of `world` with its own records and layout. Returns "" when the dump is
+// finished, or why it is not (the same answer on every rank, except for the manifest, which only
+// rank 0 writes). The folder needs to be one every rank can reach (a shared file system).
+std::string write_mesh_dump(const std::string& folder, const std::string& run,
+                            const std::vector<DumpSink::Entry>& entries, const Group& world, const TraceLayout& layout);
+
+}  // namespace magic::dist
