@@ -162,6 +162,34 @@ TEST(PrecisionRow, AScaleThatATopologyFactorExplainsFailsWhateverTheNoise) {
   EXPECT_TRUE(unjudged.passed) << unjudged.diagnosis.text;
 }
 
+// Where R itself is far off fp64 (its length is no signal for a ≈ reading), an exact factor still
+// fails: D off R by 1/dp to 1% with the direction kept, which rounding cannot do (extra-divide-
+// scores in bf16 on an AVX2 EPYC: w[vjp] at D/R 0.500003, R 62% off fp64). A single entry has no
+// direction to keep, and an inexact 1/dp on a noisy R stays a pass.
+TEST(PrecisionRow, AnExactFactorFailsEvenWhereTheReferenceIsFarOffFp64) {
+  const ThreeTensors t = three_tensors();
+  at::Generator gen = make_generator(10);
+  const at::Tensor far = t.golden + 0.6 * t.golden.abs().max() * at::randn({400}, gen, at::kDouble);
+  PrecisionCriterion criterion;
+  criterion.k = 4.0;
+  criterion.floor = 0.1;
+  const auto factors = candidate_factors({{"dp", 2}});
+  auto row = [&](const at::Tensor& candidate, const at::Tensor& reference, const at::Tensor& golden) {
+    return make_precision_row("replay", "w[vjp]", candidate, reference, golden, criterion, factors, 0.0, 0.02);
+  };
+  const CheckRow halved = row(0.5 * far, far, t.golden);
+  ASSERT_GT(halved.precision->reference_golden, 0.1) << "R carries no length signal by the 10% rule";
+  EXPECT_LE(halved.precision->candidate_golden, halved.precision->allowed_golden) << "within the allowance";
+  EXPECT_FALSE(halved.passed);
+  EXPECT_EQ(halved.diagnosis.factor, "1/dp") << halved.diagnosis.text;
+  // 0.5 with 3% noise on top: a ≈ reading, not exact; R's length proves nothing, so it passes.
+  const at::Tensor tilted = 0.5 * far + 0.03 * far.abs().max() * at::randn({400}, gen, at::kDouble);
+  EXPECT_TRUE(row(tilted, far, t.golden).passed) << row(tilted, far, t.golden).diagnosis.text;
+  // One entry: always "pointing the same way", so no exact claim.
+  const at::Tensor one = far.slice(0, 0, 1);
+  EXPECT_TRUE(row(0.5 * one, one, t.golden.slice(0, 0, 1)).passed);
+}
+
 // A row not judged by value (noise-dominated below fp32) still fails where D is grossly off fp64:
 // correct runs stay within 43 times fp64's size, a bug by the fp16 loss scale lands near 1000
 // (REPLAY's optimizer-state cotangents left multiplied by S passed every row before this rule).
@@ -181,8 +209,8 @@ TEST(PrecisionRow, ARowNotJudgedByValueStillFailsAGrossError) {
   EXPECT_FALSE(scaled.passed);
   EXPECT_NE(scaled.diagnosis.text.find("not judged by value, but"), std::string::npos) << scaled.diagnosis.text;
   EXPECT_EQ(scaled.diagnosis.factor, "x loss_scale") << scaled.diagnosis.text;
-  const CheckRow both_noise = make_precision_row("scores", "per_token", 300.0 * t.golden.roll(5), 5.0 * t.golden.roll(9),
-                                                 t.golden, criterion, {}, 0.0, 1e-4);
+  const CheckRow both_noise = make_precision_row("scores", "per_token", 300.0 * t.golden.roll(5),
+                                                 5.0 * t.golden.roll(9), t.golden, criterion, {}, 0.0, 1e-4);
   EXPECT_TRUE(both_noise.passed) << both_noise.diagnosis.text;
 }
 
