@@ -3,6 +3,8 @@
 // written on every one of those exit paths.
 #include <gtest/gtest.h>
 
+#include <iostream>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -146,7 +148,9 @@ TEST(MagicCompareCli, EachDamagedDumpExitsTwoWithOneLineNamingTheProblem) {
        [](const fs::path& d) { edit_manifest(d, [](nlohmann::json& m) { m["ranks"].erase(1); }); }},
       {"placements that do not tile", "the pieces do not tile the tensor",
        [](const fs::path& d) {
-         edit_manifest(d, [](nlohmann::json& m) { m["records"][0]["placements"][0] = {{"type", "zigzag"}, {"dim", 1}}; });
+         edit_manifest(d, [](nlohmann::json& m) {
+           m["records"][0]["placements"][0] = {{"type", "zigzag"}, {"dim", 1}};
+         });
        }},
       {"unknown version", "version: unknown version 2 (this reader reads version 1)",
        [](const fs::path& d) { edit_manifest(d, [](nlohmann::json& m) { m["version"] = 2; }); }},
@@ -162,6 +166,7 @@ TEST(MagicCompareCli, EachDamagedDumpExitsTwoWithOneLineNamingTheProblem) {
     EXPECT_EQ(output.find('\n'), std::string::npos) << damage.name << ": " << run.outcome.output;
     EXPECT_EQ(output.rfind("magic-compare: error: " + dump, 0), 0u) << damage.name << ": " << output;
     EXPECT_NE(output.find(damage.expected), std::string::npos) << damage.name << ": " << output;
+    std::cout << damage.name << " (exit " << run.outcome.exit_code << "): " << output << "\n";  // the figures of docs
     EXPECT_FALSE(run.json["passed"].get<bool>()) << damage.name;
     EXPECT_NE(run.json["failure"].get<std::string>().find(damage.expected), std::string::npos) << damage.name;
     EXPECT_NE(run.junit.find("<failure message="), std::string::npos) << damage.name;
@@ -171,7 +176,9 @@ TEST(MagicCompareCli, EachDamagedDumpExitsTwoWithOneLineNamingTheProblem) {
 TEST(MagicCompareCli, BadFlagsAndAMixOfDumpAndScoresExitTwo) {
   const std::string ref = folder("ref3.dump"), cand = folder("cand3.dump");
   write_pair(ref, cand, 1.0);
-  auto run = [](const std::string& args) { return testing::run_command(std::string(MAGIC_COMPARE_BINARY) + " " + args); };
+  auto run = [](const std::string& args) {
+    return testing::run_command(std::string(MAGIC_COMPARE_BINARY) + " " + args);
+  };
   EXPECT_EQ(run(cand).exit_code, 2);
   EXPECT_EQ(run(cand + " " + ref + " --tolerance -1").exit_code, 2);
   EXPECT_EQ(run(cand + " " + ref + " --json /proc/no/such/dir/r.json").exit_code, 2);
