@@ -47,7 +47,7 @@ at::Tensor plain_batch_loss(const UnrolledLmSetup& setup, const TensorTree& para
   const TokenDataset& data = *setup.train;
   const std::vector<int64_t> rows = setup.stream.rows(t);
   const int64_t T = data.max_len();
-  at::Tensor ids = rows_with_padding(data.input_ids, rows, at::full({T}, ByteTokenizer::kEndOfDocument, at::kLong));
+  at::Tensor ids = rows_with_padding(data.input_ids, rows, at::full({T}, data.pad_id, at::kLong));
   at::Tensor labels = rows_with_padding(data.labels, rows, at::full({T}, kIgnoreLabel, at::kLong));
   std::vector<int64_t> zero_shape(w.sizes().begin() + 1, w.sizes().end());
   at::Tensor weights = rows_with_padding(w, rows, at::zeros(zero_shape, w.options()));

@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -156,6 +157,16 @@ std::string write_tiny_run_config(const std::string& name, const TinyRun& run,
   const std::string path = ::testing::TempDir() + "/" + name + ".json";
   std::ofstream(path) << j.dump(2);
   return path;
+}
+
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/" + name;
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+CommandOutcome magic_run(const std::string& args) {
+  return run_command(std::string(MAGIC_RUN_BINARY) + " " + args);
 }
 
 }  // namespace magic::testing

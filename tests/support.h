@@ -34,8 +34,9 @@ struct TinyRun {
 nlohmann::json tiny_run_json(const TinyRun& run);
 // The tiny run's config with absolute data paths and `edit` applied, written to
 // <TempDir>/<name>.json for the command-line tools; returns its path.
-std::string write_tiny_run_config(const std::string& name, const TinyRun& run,
-                                  const std::function<void(nlohmann::json&)>& edit = [](nlohmann::json&) {});
+std::string write_tiny_run_config(
+    const std::string& name, const TinyRun& run,
+    const std::function<void(nlohmann::json&)>& edit = [](nlohmann::json&) {});
 RunConfig tiny_run_config(const TinyRun& run);
 LmProblem tiny_lm_problem(const TinyRun& run);
 
@@ -55,6 +56,11 @@ struct CommandOutcome {
 CommandOutcome run_command(const std::string& command_line, std::chrono::seconds limit = std::chrono::seconds(240));
 
 std::string read_file(const std::string& path);
+
+// <TempDir>/<name>, removed if it exists: an output folder a tool will create.
+std::string fresh_dir(const std::string& name);
+// The built magic-run with `args`.
+CommandOutcome magic_run(const std::string& args);
 
 // The bytes of a safetensors file with its JSON header rewritten by `edit` and its length prefix
 // kept consistent: for damaging a file in exactly one field.

@@ -104,24 +104,25 @@ TEST(TokenDataset, ChunksToMaxLenAndPadsWithIgnoredLabels) {
 // and the dataset counts the documents it split or dropped for the run's summary line.
 TEST(TokenDataset, ChunksKnowTheirOwnTextAndSplitDocumentsAreCounted) {
   const std::vector<TextDocument> docs{{"a", "abcdefghij"}, {"b", "xy"}, {"c", ""}, {"d", "\xC3\xA9t\xC3\xA9"}};
-  const auto data = tokenize_documents(docs, ByteTokenizer(), 4);
+  const ByteTokenizer bytes;
+  const auto data = tokenize_documents(docs, bytes, 4);
   // "a": 11 tokens in chunks of 4, 4, 3; "b": 3 tokens; "c": the end token alone, dropped;
   // "d": 5 bytes + end token in chunks of 4 and 2, the second starting inside a character.
   ASSERT_EQ(data.size(), 6);
-  EXPECT_EQ(example_text(data.examples[0], docs), "abcd");
-  EXPECT_EQ(example_text(data.examples[1], docs), "efgh");
-  EXPECT_EQ(example_text(data.examples[2], docs), "ij");  // the end token has no text
+  EXPECT_EQ(example_text(data, 0, bytes), "abcd");
+  EXPECT_EQ(example_text(data, 1, bytes), "efgh");
+  EXPECT_EQ(example_text(data, 2, bytes), "ij");  // the end token has no text
   EXPECT_EQ(data.examples[2].offset, 8);
-  EXPECT_EQ(example_text(data.examples[3], docs), "xy");
+  EXPECT_EQ(example_text(data, 3, bytes), "xy");
   EXPECT_EQ(data.examples[4].id, "d#0");
-  EXPECT_EQ(example_text(data.examples[4], docs) + example_text(data.examples[5], docs), docs[3].text);
-  EXPECT_EQ(example_text(data.examples[5], docs), "\xA9");
+  EXPECT_EQ(example_text(data, 4, bytes) + example_text(data, 5, bytes), docs[3].text);
+  EXPECT_EQ(example_text(data, 5, bytes), "\xA9");
   EXPECT_EQ(data.documents, 4);
   EXPECT_EQ(data.split_documents, 2);    // a and d
   EXPECT_EQ(data.dropped_documents, 1);  // c
   const auto whole = tokenize_documents(docs, ByteTokenizer(), 16);
   EXPECT_EQ(whole.split_documents, 0);
-  EXPECT_EQ(example_text(whole.examples[0], docs), "abcdefghij");
+  EXPECT_EQ(example_text(whole, 0, bytes), "abcdefghij");
 }
 
 TEST(DataStream, EveryEpochVisitsEveryExampleOnceAndPadsTheLastBatch) {

@@ -28,10 +28,11 @@ const std::map<std::string, std::set<std::string>>& allowed_includes() {
       {"trace", {"core", "compare", "io"}},
       {"model", {"core", "io", "trace"}},
       {"optim", {"core"}},
-      {"data", {"core", "model"}},
+      {"text", {"core"}},
+      {"data", {"core", "model", "text"}},
       {"step", {"core", "model", "optim", "trace"}},
-      {"distributed", {"core", "compare", "data", "model", "optim", "step", "trace"}},
-      {"train", {"core", "compare", "io", "model", "optim", "data", "step", "distributed", "trace"}},
+      {"distributed", {"core", "compare", "data", "model", "optim", "step", "trace", "text"}},
+      {"train", {"core", "compare", "io", "model", "optim", "text", "data", "step", "distributed", "trace"}},
   };
   return table;
 }

@@ -22,15 +22,8 @@ std::string tiny_config(const std::string& name) {
   return path;
 }
 
-std::string fresh_dir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
-
-testing::CommandOutcome magic_run(const std::string& args) {
-  return testing::run_command(std::string(MAGIC_RUN_BINARY) + " " + args);
-}
+using testing::fresh_dir;
+using testing::magic_run;
 
 testing::CommandOutcome score_diff(const std::string& a, const std::string& b) {
   return testing::run_command(std::string(MAGIC_SCORE_DIFF_BINARY) + " " + a + "/scores.safetensors " + b +

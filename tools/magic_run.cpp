@@ -47,7 +47,7 @@ void print_ranked(const char* title, const at::Tensor& totals, const std::vector
     const int64_t i = order[k];
     const Example& ex = problem.train->examples[i];
     std::cout << "  " << format_sci(totals[i].item<double>(), 3) << "  " << ex.id << "  "
-              << snippet(example_text(ex, problem.train_documents), kRowText) << "\n";
+              << snippet(example_text(*problem.train, i, *problem.tokenizer), kRowText) << "\n";
   }
 }
 
@@ -221,9 +221,9 @@ void report(const Flags& f, const RunConfig& config, const Attribution& a, const
   ScoreTable table;
   table.scores = result.scores;
   table.per_query = f.per_query;
-  for (const auto& ex : problem.train->examples) {
-    table.example_ids.push_back(ex.id);
-    table.example_texts.push_back(example_text(ex, problem.train_documents));
+  for (int64_t i = 0; i < problem.train->size(); ++i) {
+    table.example_ids.push_back(problem.train->examples[i].id);
+    table.example_texts.push_back(example_text(*problem.train, i, *problem.tokenizer));
   }
   for (const auto& q : problem.query_documents) table.query_ids.push_back(q.id);
   const int64_t shown_query = f.query_index.value_or(0);
@@ -428,6 +428,13 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
               << (replay_mode == ReplayMode::kPipelined ? str_cat(", REPLAY pipelined on ", threads, " threads") : "")
               << (runtime ? ", on " + f.program->topology.str() : std::string()) << "; estimated peak memory "
               << memory.str() << (runtime ? " per rank" : "") << std::endl;
+    if (config.model_folder) {
+      const GptConfig& m = problem.model;
+      std::cout << "model: " << *config.model_folder << " (" << m.n_layers << " layers, d_model " << m.d_model << ", "
+                << m.n_heads << " heads, vocab " << m.vocab << ", "
+                << (m.positions == Positions::kRotary ? "rotary" : "learned") << " positions, sequences of "
+                << m.max_len << "); tokenizer: " << problem.tokenizer->description() << std::endl;
+    }
   }
   // Trace records are kept while the run goes (lib/trace) and written once it has finished.
   std::optional<DumpSink> sink;

@@ -47,7 +47,7 @@ std::vector<int64_t> DataStream::rows(int64_t step) const {
 
 Batch make_batch(const TokenDataset& data, const std::vector<int64_t>& rows) {
   const int64_t T = data.max_len();
-  at::Tensor pad_ids = at::full({1, T}, ByteTokenizer::kEndOfDocument, at::kLong);
+  at::Tensor pad_ids = at::full({1, T}, data.pad_id, at::kLong);
   at::Tensor pad_labels = at::full({1, T}, kIgnoreLabel, at::kLong);
   Batch batch;
   batch.rows = at::tensor(rows, at::kLong);

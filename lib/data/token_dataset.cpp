@@ -6,7 +6,7 @@
 
 namespace magic {
 
-TokenDataset tokenize_documents(const std::vector<TextDocument>& documents, const ByteTokenizer& tokenizer,
+TokenDataset tokenize_documents(const std::vector<TextDocument>& documents, const DocumentTokenizer& tokenizer,
                                 int64_t max_len, const std::string& source) {
   if (max_len < 2) {
     throw InputError(str_cat(source, ": max_len must be >= 2 (a token and the token it predicts), got ", max_len));
@@ -15,7 +15,7 @@ TokenDataset tokenize_documents(const std::vector<TextDocument>& documents, cons
   TokenDataset data;
   data.documents = static_cast<int64_t>(documents.size());
   for (size_t d = 0; d < documents.size(); ++d) {
-    const auto tokens = tokenizer.encode(documents[d].text);
+    const auto tokens = tokenizer.encode_document(documents[d].text, str_cat(source, ": '", documents[d].id, "'"));
     const auto n = static_cast<int64_t>(tokens.size());
     const int64_t pieces = (n + max_len - 1) / max_len;
     const size_t examples_before = data.examples.size();
@@ -31,7 +31,8 @@ TokenDataset tokenize_documents(const std::vector<TextDocument>& documents, cons
   }
   if (chunks.empty()) throw InputError(str_cat(source, ": no document yields an example of >= 2 tokens"));
   const auto N = static_cast<int64_t>(chunks.size());
-  data.input_ids = at::full({N, max_len}, ByteTokenizer::kEndOfDocument, at::kLong);
+  data.pad_id = tokenizer.pad_id();
+  data.input_ids = at::full({N, max_len}, data.pad_id, at::kLong);
   data.labels = at::full({N, max_len}, kIgnoreLabel, at::kLong);
   auto ids = data.input_ids.accessor<int64_t, 2>();
   auto labels = data.labels.accessor<int64_t, 2>();
@@ -44,12 +45,13 @@ TokenDataset tokenize_documents(const std::vector<TextDocument>& documents, cons
   return data;
 }
 
-std::string example_text(const Example& example, const std::vector<TextDocument>& documents) {
-  const std::string& text = documents.at(static_cast<size_t>(example.document)).text;
-  // Byte tokens map one to one onto the text; the end-of-document token lies past its end.
-  const auto offset = static_cast<size_t>(example.offset);
-  if (offset >= text.size()) return std::string();
-  return text.substr(offset, static_cast<size_t>(example.length));
+std::string example_text(const TokenDataset& data, int64_t i, const DocumentTokenizer& tokenizer) {
+  const Example& example = data.examples.at(static_cast<size_t>(i));
+  const at::Tensor ids = data.input_ids[i].slice(0, 0, example.length).contiguous();
+  const int64_t* id = ids.data_ptr<int64_t>();
+  std::string text;
+  for (int64_t j = 0; j < example.length; ++j) text += tokenizer.token_text(id[j]);
+  return text;
 }
 
 }  // namespace magic

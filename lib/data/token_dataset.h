@@ -1,6 +1,7 @@
-// Tokenized examples: each document is encoded, cut into chunks of at most max_len tokens
-// (chunks of fewer than 2 tokens hold no label and are dropped), and padded to [N, max_len]
-// tensors. Padding positions hold kEndOfDocument as input and -100 as label.
+// Tokenized examples: each document is encoded (ending with the end-of-document token), cut into
+// chunks of at most max_len tokens (chunks of fewer than 2 tokens hold no label and are dropped),
+// and padded to [N, max_len] tensors. Padding positions hold the tokenizer's pad id as input and
+// -100 as label.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -17,13 +18,14 @@ struct Example {
   std::string id;        // the document id, with "#k" for chunk k of a multi-chunk document
   int64_t document = 0;  // index into the loaded documents
   int64_t length = 0;    // real tokens in the chunk (the rest is padding)
-  int64_t offset = 0;    // the chunk's first token in its document (a byte offset: one token a byte)
+  int64_t offset = 0;    // the chunk's first token in its document's tokens
 };
 
 struct TokenDataset {
   at::Tensor input_ids;  // [N, T] int64
   at::Tensor labels;     // [N, T] int64, -100 on padding
   std::vector<Example> examples;
+  int64_t pad_id = ByteTokenizer::kEndOfDocument;  // the input id of padding positions and rows
   // How the documents became examples, for the run's one-line summary.
   int64_t documents = 0;          // documents tokenized
   int64_t split_documents = 0;    // documents longer than max_len tokens (their end token included), cut into chunks
@@ -34,11 +36,11 @@ struct TokenDataset {
 };
 
 // Throws InputError for max_len < 2 or when no document yields an example.
-TokenDataset tokenize_documents(const std::vector<TextDocument>& documents, const ByteTokenizer& tokenizer,
+TokenDataset tokenize_documents(const std::vector<TextDocument>& documents, const DocumentTokenizer& tokenizer,
                                 int64_t max_len, const std::string& source = "data");
 
-// The text of one example: its chunk of the document's bytes (a chunk may end inside a
+// The text of example i: its tokens' bytes, end of document left out (a chunk may end inside a
 // multi-byte UTF-8 character; the next chunk holds the rest).
-std::string example_text(const Example& example, const std::vector<TextDocument>& documents);
+std::string example_text(const TokenDataset& data, int64_t i, const DocumentTokenizer& tokenizer);
 
 }  // namespace magic

@@ -16,8 +16,23 @@ std::string block(int64_t layer, const char* name) {
   return str_cat("blocks.", layer, ".", name);
 }
 
-at::Tensor layer_norm(const at::Tensor& x, const TensorTree& p, const std::string& prefix) {
-  return kernels::layer_norm(x, p.at(prefix + ".weight"), p.at(prefix + ".bias"), kLayerNormEps);
+at::Tensor layer_norm(const GptConfig& c, const at::Tensor& x, const TensorTree& p, const std::string& prefix) {
+  return kernels::layer_norm(x, p.at(prefix + ".weight"), p.at(prefix + ".bias"), c.layer_norm_eps);
+}
+
+// GPT-NeoX's rotary embedding of t [B, H, T, D] at the global positions [T] (a context-parallel
+// rank's own columns: the angles are those of the whole sequence). The angles are formed in fp64
+// and rounded to t's dtype.
+at::Tensor rotate(const GptConfig& c, const at::Tensor& t, const at::Tensor& positions) {
+  const int64_t r = c.rotary_dims, half = r / 2;
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor inv_freq = at::pow(c.rotary_base, -at::arange(0, r, 2, f64) / static_cast<double>(r));
+  const at::Tensor angles = at::outer(positions.to(at::kDouble), inv_freq);  // [T, r/2]
+  const at::Tensor emb = at::cat({angles, angles}, -1);                      // [T, r]
+  const at::Tensor cos = emb.cos().to(t.scalar_type()), sin = emb.sin().to(t.scalar_type());
+  const at::Tensor turned = t.narrow(-1, 0, r), kept = t.narrow(-1, r, t.size(-1) - r);
+  const at::Tensor rotated_half = at::cat({-turned.narrow(-1, half, half), turned.narrow(-1, 0, half)}, -1);
+  return at::cat({turned * cos + rotated_half * sin, kept}, -1);
 }
 
 at::Tensor causal_self_attention(const GptConfig& c, const at::Tensor& x, const TensorTree& p, int64_t layer,
@@ -26,7 +41,13 @@ at::Tensor causal_self_attention(const GptConfig& c, const at::Tensor& x, const 
   at::Tensor qkv = kernels::linear(x, p.at(block(layer, "attn.qkv.weight")), p.at(block(layer, "attn.qkv.bias")));
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
   auto parts = qkv.split(c.d_model, -1);
-  at::Tensor q = heads(parts[0]), k = layout.gather_keys(heads(parts[1])), v = layout.gather_keys(heads(parts[2]));
+  at::Tensor q = heads(parts[0]), k = heads(parts[1]);
+  if (c.positions == Positions::kRotary) {
+    q = rotate(c, q, layout.position_ids);
+    k = rotate(c, k, layout.position_ids);
+  }
+  k = layout.gather_keys(k);
+  const at::Tensor v = layout.gather_keys(heads(parts[2]));
   // The scale goes on q (T x D per head) rather than on the T x T scores, and the causal mask is
   // added (-inf where key j comes after query i in the true order, else 0) rather than filled in:
   // the same values, and REPLAY's double backward then has two fewer T x T passes per layer.
@@ -37,9 +58,9 @@ at::Tensor causal_self_attention(const GptConfig& c, const at::Tensor& x, const 
   return kernels::linear(y, p.at(block(layer, "attn.proj.weight")), p.at(block(layer, "attn.proj.bias")));
 }
 
-at::Tensor mlp(const at::Tensor& x, const TensorTree& p, int64_t layer) {
-  at::Tensor h =
-      kernels::gelu(kernels::linear(x, p.at(block(layer, "mlp.fc.weight")), p.at(block(layer, "mlp.fc.bias"))));
+at::Tensor mlp(const GptConfig& c, const at::Tensor& x, const TensorTree& p, int64_t layer) {
+  const at::Tensor pre = kernels::linear(x, p.at(block(layer, "mlp.fc.weight")), p.at(block(layer, "mlp.fc.bias")));
+  const at::Tensor h = c.activation == Activation::kGeluTanh ? kernels::gelu_tanh(pre) : kernels::gelu(pre);
   return kernels::linear(h, p.at(block(layer, "mlp.proj.weight")), p.at(block(layer, "mlp.proj.bias")));
 }
 
@@ -80,6 +101,19 @@ void GptConfig::validate(const std::string& where) const {
   if (d_model % n_heads != 0) {
     throw InputError(str_cat(where, ": d_model ", d_model, " must be divisible by n_heads ", n_heads));
   }
+  if (positions == Positions::kRotary) {
+    const int64_t head_dim = d_model / n_heads;
+    if (rotary_dims < 2 || rotary_dims % 2 != 0 || rotary_dims > head_dim) {
+      throw InputError(str_cat(where, ": rotary dimensions ", rotary_dims, ": expected an even number in 2..", head_dim,
+                               " (the head dimension)"));
+    }
+    if (!(std::isfinite(rotary_base) && rotary_base > 1.0)) {
+      throw InputError(str_cat(where, ": rotary base ", rotary_base, ": expected a finite number > 1"));
+    }
+  }
+  if (!(std::isfinite(layer_norm_eps) && layer_norm_eps > 0.0)) {
+    throw InputError(str_cat(where, ": layer norm epsilon ", layer_norm_eps, ": expected a finite number > 0"));
+  }
 }
 
 TensorTree gpt_init(const GptConfig& c, c10::ScalarType dtype, uint64_t seed) {
@@ -92,7 +126,7 @@ TensorTree gpt_init(const GptConfig& c, c10::ScalarType dtype, uint64_t seed) {
   const int64_t d = c.d_model;
   TensorTree p;
   p.insert("tok_emb", normal({c.vocab, d}, std));
-  p.insert("pos_emb", normal({c.max_len, d}, std));
+  if (c.positions == Positions::kLearned) p.insert("pos_emb", normal({c.max_len, d}, std));
   for (int64_t l = 0; l < c.n_layers; ++l) {
     p.insert(block(l, "ln1.weight"), at::ones({d}, opts));
     p.insert(block(l, "ln1.bias"), at::zeros({d}, opts));
@@ -109,7 +143,7 @@ TensorTree gpt_init(const GptConfig& c, c10::ScalarType dtype, uint64_t seed) {
   }
   p.insert("ln_f.weight", at::ones({d}, opts));
   p.insert("ln_f.bias", at::zeros({d}, opts));
-  p.insert("head.weight", normal({c.vocab, d}, std));
+  if (!c.tied_head) p.insert("head.weight", normal({c.vocab, d}, std));
   return p;
 }
 
@@ -124,14 +158,21 @@ at::Tensor gpt_forward(const GptConfig& c, const TensorTree& p, const at::Tensor
   const int64_t B = input_ids.size(0), T = input_ids.size(1);
   // index_select (adjoint index_add) is differentiable to any order, as REPLAY needs.
   at::Tensor x = p.at("tok_emb").index_select(0, input_ids.reshape({-1})).view({B, T, c.d_model});
-  x = x + p.at("pos_emb").index_select(0, layout.position_ids.clamp_max(c.max_len - 1));
+  if (c.positions == Positions::kLearned) {
+    x = x + p.at("pos_emb").index_select(0, layout.position_ids.clamp_max(c.max_len - 1));
+  }
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    x = x + causal_self_attention(c, layer_norm(x, p, block(l, "ln1")), p, l, layout);
-    x = x + mlp(layer_norm(x, p, block(l, "ln2")), p, l);
+    if (c.parallel_residual) {
+      x = x + causal_self_attention(c, layer_norm(c, x, p, block(l, "ln1")), p, l, layout) +
+          mlp(c, layer_norm(c, x, p, block(l, "ln2")), p, l);
+    } else {
+      x = x + causal_self_attention(c, layer_norm(c, x, p, block(l, "ln1")), p, l, layout);
+      x = x + mlp(c, layer_norm(c, x, p, block(l, "ln2")), p, l);
+    }
     if (tracing()) trace_activation(x, str_cat("blocks.", l), "activation", str_cat("blocks.", l));
   }
-  x = layer_norm(x, p, "ln_f");
-  return kernels::matmul(x, p.at("head.weight").t());
+  x = layer_norm(c, x, p, "ln_f");
+  return kernels::matmul(x, p.at(c.tied_head ? "tok_emb" : "head.weight").t());
 }
 
 }  // namespace magic

@@ -1,6 +1,8 @@
-// A GPT-style causal language model as a pure function of a parameter tree: token and learned
-// position embeddings, pre-LayerNorm blocks (causal multi-head self-attention, MLP d -> 4d -> d
-// with GELU), final LayerNorm, untied LM head. No hidden state: forward(params, tokens).
+// A GPT-style causal language model as a pure function of a parameter tree: token embeddings,
+// learned positions or rotary ones, pre-LayerNorm blocks (causal multi-head self-attention, MLP
+// d -> 4d -> d with GELU; sequential or parallel residual), final LayerNorm, LM head untied or
+// tied to the token embeddings. No hidden state: forward(params, tokens). The built-in model uses
+// the defaults; GPT-2 and GPT-NeoX folders set the rest (hf_model_folder.h).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -13,9 +15,8 @@
 
 namespace magic {
 
-// Every LayerNorm of the model (blocks and final) uses this epsilon; named so that the exported
-// plan (lib/train/plan_export.h) states the value the forward uses, not a copy of it.
-constexpr double kLayerNormEps = 1e-5;
+enum class Positions { kLearned, kRotary };
+enum class Activation { kGeluErf, kGeluTanh };
 
 struct GptConfig {
   int64_t vocab = 257;
@@ -27,6 +28,21 @@ struct GptConfig {
   // (not read from JSON): muP-style 1/head_dim, or a planted wrong scale in tests. Finite, >= 0.
   double attention_scale = 0.0;
 
+  // Set by a model folder (not read from the built-in model's JSON):
+  // learned: pos_emb [max_len, d] added to the input; rotary: q and k of each head turned by the
+  // angle p·θ_i on their first rotary_dims dimensions (pairs i, i + rotary_dims/2), GPT-NeoX's
+  //   θ_i = rotary_base^(−2i/rotary_dims),  x' = x·cos + rotate_half(x)·sin
+  Positions positions = Positions::kLearned;
+  int64_t rotary_dims = 0;
+  double rotary_base = 10000.0;
+  // x + attn(ln1(x)) + mlp(ln2(x)) (GPT-NeoX) instead of two residual steps.
+  bool parallel_residual = false;
+  // logits = ln_f(x)·tok_embᵀ, no head.weight (GPT-2).
+  bool tied_head = false;
+  Activation activation = Activation::kGeluErf;
+  // Every LayerNorm (blocks and final).
+  double layer_norm_eps = 1e-5;
+
   // Reads {"vocab", "d_model", "n_layers", "n_heads", "max_len"}; validates every field.
   static GptConfig from_json(const JsonFields& fields);
   void validate(const std::string& where) const;
@@ -36,7 +52,8 @@ struct GptConfig {
 double attention_scale_of(const GptConfig& config);
 
 // GPT-2 style init from one seed: N(0, 0.02) weights, output projections scaled by
-// 1/sqrt(2 n_layers), zero biases, unit LayerNorm gains.
+// 1/sqrt(2 n_layers), zero biases, unit LayerNorm gains. Its names and shapes are the model's
+// parameters (no pos_emb with rotary positions, no head.weight with a tied head).
 TensorTree gpt_init(const GptConfig& config, c10::ScalarType dtype, uint64_t seed);
 
 // logits [B, T, vocab] for input_ids [B, T] (T <= max_len); position p attends to 0..p.

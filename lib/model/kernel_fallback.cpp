@@ -1,5 +1,7 @@
 #include "lib/model/kernel_fallback.h"
 
+#include <cmath>
+
 #include "lib/model/gelu.h"
 
 namespace magic::kernels {
@@ -39,6 +41,12 @@ at::Tensor gelu(const at::Tensor& x) {
   if (x.scalar_type() == at::kDouble) return gelu_erf(x);  // gelu.h
   if (!needs_fp32(x)) return at::gelu(x);
   return at::gelu(wide(x)).to(x.scalar_type());
+}
+
+at::Tensor gelu_tanh(const at::Tensor& x) {
+  if (needs_fp32(x)) return gelu_tanh(wide(x)).to(x.scalar_type());
+  const double k = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + at::tanh(k * (x + 0.044715 * x * x * x)));
 }
 
 at::Tensor sigmoid(const at::Tensor& x) {

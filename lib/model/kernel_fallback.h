@@ -20,6 +20,9 @@ at::Tensor matmul(const at::Tensor& a, const at::Tensor& b);
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);
 at::Tensor softmax(const at::Tensor& x, int64_t dim);
 at::Tensor gelu(const at::Tensor& x);
+// GPT-2's tanh form ("gelu_new"): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), from elementwise
+// ops whose derivatives autograd knows to any order.
+at::Tensor gelu_tanh(const at::Tensor& x);
 at::Tensor sigmoid(const at::Tensor& x);
 at::Tensor relu(const at::Tensor& x);
 

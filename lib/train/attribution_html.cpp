@@ -43,7 +43,7 @@ HtmlReport attribution_html(const Attribution& a, const ScoreTable& table, const
     const Example& ex = p.train->examples[i];
     HtmlExample e;
     e.id = ex.id;
-    e.text = example_text(ex, p.train_documents);  // a chunk row shows its chunk
+    e.text = example_text(*p.train, i, *p.tokenizer);  // a chunk row shows its chunk
     if (table.per_query) {
       for (int64_t q = 0; q < totals.size(0); ++q) e.per_query.push_back(totals[q][i].item<double>());
       e.score = e.per_query.at(page.shown_query.value_or(0));
@@ -51,12 +51,11 @@ HtmlReport attribution_html(const Attribution& a, const ScoreTable& table, const
       e.score = totals[i].item<double>();
     }
     if (per_token) {
-      // The chunk's own bytes (a long document's later chunks start mid-text).
+      // The chunk's own tokens (a long document's later chunks start mid-text).
       const at::Tensor ids = p.train->input_ids[i].slice(0, 0, ex.length);
       e.text.clear();
       for (int64_t j = 0; j < ex.length; ++j) {
-        const int64_t id = ids[j].item<int64_t>();
-        const std::string token = id < 256 ? std::string(1, static_cast<char>(id)) : std::string();
+        const std::string token = p.tokenizer->token_text(ids[j].item<int64_t>());
         e.text += token;
         e.tokens.push_back(token);
         e.token_scores.push_back(token_scores[i][j].item<double>());

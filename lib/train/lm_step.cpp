@@ -35,12 +35,12 @@ struct LocalColumns {
 };
 
 LocalColumns local_columns(const SequenceLayout& layout, const at::Tensor& input_ids, const at::Tensor& labels,
-                           const at::Tensor& weights) {
+                           const at::Tensor& weights, int64_t pad_id) {
   const int64_t P = layout.padded_length, T = input_ids.size(1);
   if (P == T && layout.columns.size(0) == T) {  // the whole sequence: nothing to select
     return {input_ids, next_token_targets(labels, T), next_token_weights(weights, T)};
   }
-  at::Tensor ids = P == T ? input_ids : at::constant_pad_nd(input_ids, {0, P - T}, ByteTokenizer::kEndOfDocument);
+  at::Tensor ids = P == T ? input_ids : at::constant_pad_nd(input_ids, {0, P - T}, pad_id);
   LocalColumns local{ids.index_select(1, layout.columns), next_token_targets(labels, P).index_select(1, layout.columns),
                      next_token_weights(weights, P)};
   if (local.weights.size(1) > 1) local.weights = local.weights.index_select(1, layout.columns);
@@ -52,7 +52,8 @@ LocalColumns local_columns(const SequenceLayout& layout, const at::Tensor& input
 at::Tensor LmStep::loss(const TensorTree& params, int64_t t, const at::Tensor& w) const {
   const Batch& batch = batches_.at(t);
   const SequenceLayout layout = parallelism_->sequence(batch.input_ids.size(1));
-  const LocalColumns local = local_columns(layout, batch.input_ids, batch.labels, gather_weights(w, batch.rows));
+  const LocalColumns local =
+      local_columns(layout, batch.input_ids, batch.labels, gather_weights(w, batch.rows), data_->pad_id);
   // The model's activation records are placed as this rank's rows and columns of the sequence.
   std::optional<ScopedTraceContext> placed;
   if (tracing() && trace_context().active) {
@@ -190,7 +191,8 @@ at::Tensor LmQuery::loss(const TensorTree& params, std::optional<int64_t> index)
   // Every rank runs the same operations (possibly on zero rows), so the collectives inside
   // enter()'s backward line up across ranks; a selection vector picks the queries that count.
   const SequenceLayout layout = parallelism_->sequence(local_ids_.size(1));
-  const LocalColumns local = local_columns(layout, local_ids_, local_labels_, at::ones({local_ids_.size(0)}));
+  const LocalColumns local =
+      local_columns(layout, local_ids_, local_labels_, at::ones({local_ids_.size(0)}), queries_.pad_id);
   at::Tensor logits = gpt_forward(model_, precision_->compute_params(*parallelism_, params), local.input_ids, layout);
   at::Tensor losses = position_losses(precision_->to_master(logits), local.targets);
   at::Tensor mask = local.targets.ne(kIgnoreLabel).to(losses.scalar_type());

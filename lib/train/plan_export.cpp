@@ -41,24 +41,30 @@ std::string dtype_code(c10::ScalarType type) {
 Json model_json(const GptConfig& m, const TensorTree& init) {
   Json parameters = Json::array();
   for (const auto& p : init) parameters.push_back({{"name", p.name}, {"shape", p.tensor.sizes().vec()}});
-  return {{"architecture", "gpt"},
-          {"vocab", m.vocab},
-          {"d_model", m.d_model},
-          {"n_layers", m.n_layers},
-          {"n_heads", m.n_heads},
-          {"head_dim", m.d_model / m.n_heads},
-          {"mlp_hidden", 4 * m.d_model},
-          {"max_len", m.max_len},
-          {"positions", "learned"},
-          {"norm", "pre_layernorm"},
-          {"layer_norm_eps", kLayerNormEps},
-          {"activation", "gelu_erf"},
-          {"attention_scale", attention_scale_of(m)},
-          {"attention_mask", "causal"},
-          {"tied_embeddings", false},
-          {"head_bias", false},
-          {"dropout", 0.0},
-          {"parameters", parameters}};
+  Json model = {{"architecture", "gpt"},
+                {"vocab", m.vocab},
+                {"d_model", m.d_model},
+                {"n_layers", m.n_layers},
+                {"n_heads", m.n_heads},
+                {"head_dim", m.d_model / m.n_heads},
+                {"mlp_hidden", 4 * m.d_model},
+                {"max_len", m.max_len},
+                {"positions", m.positions == Positions::kRotary ? "rotary" : "learned"},
+                {"norm", "pre_layernorm"},
+                {"layer_norm_eps", m.layer_norm_eps},
+                {"activation", m.activation == Activation::kGeluTanh ? "gelu_tanh" : "gelu_erf"},
+                {"residual", m.parallel_residual ? "parallel" : "sequential"},
+                {"attention_scale", attention_scale_of(m)},
+                {"attention_mask", "causal"},
+                {"tied_embeddings", m.tied_head},
+                {"head_bias", false},
+                {"dropout", 0.0},
+                {"parameters", parameters}};
+  if (m.positions == Positions::kRotary) {
+    model["rotary_dims"] = m.rotary_dims;
+    model["rotary_base"] = m.rotary_base;
+  }
+  return model;
 }
 
 Json precision_json(const PrecisionPolicy& p) {
@@ -230,7 +236,7 @@ void export_plan(const std::string& dir, const RunConfig& c, const LmProblem& p,
         {"data",
          {{"examples", N},
           {"sequence_length", T},
-          {"pad_token", ByteTokenizer::kEndOfDocument},
+          {"pad_token", p.train->pad_id},
           {"example_ids", printable(example_ids)}}},
         {"loss", loss_json(c)},
         {"optimizer", optimizer_json(c)},

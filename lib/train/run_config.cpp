@@ -7,6 +7,7 @@
 #include "lib/core/seed.h"
 #include "lib/core/strings.h"
 #include "lib/model/gpt_init_file.h"
+#include "lib/model/hf_model_folder.h"
 
 namespace magic {
 namespace {
@@ -27,8 +28,18 @@ RunConfig RunConfig::from_json(const nlohmann::json& json, const std::string& so
   c.seed = static_cast<uint64_t>(seed);
   c.precision = PrecisionPolicy::from_json(root.raw("dtype", "fp64"), source + ": dtype");
   const JsonFields model = root.object("model");
-  if (auto init = model.optional_string("init")) c.model_init = resolve(*init, base_dir);
-  c.model = GptConfig::from_json(model);
+  if (model.has("path")) {
+    // A model folder (hf_model_folder.h) brings its architecture, weights and tokenizer; the run
+    // says only how long its sequences are.
+    c.model_folder = resolve(model.string("path"), base_dir);
+    const int64_t max_len = model.integer("max_len");
+    if (max_len < 2) model.fail("max_len", str_cat("expected an integer >= 2, got ", max_len));
+    model.finish();
+    c.model = read_model_config(*c.model_folder, max_len).config;
+  } else {
+    if (auto init = model.optional_string("init")) c.model_init = resolve(*init, base_dir);
+    c.model = GptConfig::from_json(model);
+  }
 
   JsonFields data = root.object("data");
   c.train_path = resolve(data.string("train"), base_dir);
@@ -67,10 +78,15 @@ LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const Parallelism
   if (!precision) precision = std::make_shared<MixedPrecision>(c.precision);
   LmProblem p;
   p.model = c.model;
-  const ByteTokenizer tokenizer;
-  if (p.model.vocab < ByteTokenizer::kVocabSize) {
-    throw InputError(str_cat(c.source, ": model.vocab ", p.model.vocab, " is below the byte tokenizer's ",
-                             ByteTokenizer::kVocabSize));
+  if (c.model_folder) {
+    p.tokenizer = std::make_shared<FolderTokenizer>(*c.model_folder);
+  } else {
+    p.tokenizer = std::make_shared<ByteTokenizer>();
+  }
+  const DocumentTokenizer& tokenizer = *p.tokenizer;
+  if (p.model.vocab < tokenizer.vocab_bound()) {
+    throw InputError(str_cat(c.source, ": model.vocab ", p.model.vocab, " is below the ", tokenizer.vocab_bound(),
+                             " ids of the tokenizer (", tokenizer.description(), ")"));
   }
   p.train_documents = load_documents(c.train_path, c.text_field, c.id_field);
   if (c.max_documents && static_cast<int64_t>(p.train_documents.size()) > *c.max_documents) {
@@ -98,8 +114,10 @@ LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const Parallelism
                                     parallelism, precision);
   p.query = std::make_shared<LmQuery>(p.model, std::move(queries), parallelism, precision);
   // Parameters, optimizer state and data weights live in the master dtype.
-  const TensorTree init = c.model_init ? load_gpt_init(*c.model_init, p.model, c.precision.master)
-                                       : gpt_init(p.model, c.precision.master, c.seed);
+  const TensorTree init = c.model_folder
+                              ? load_model_folder(*c.model_folder, c.precision.master, p.model.max_len).params
+                          : c.model_init ? load_gpt_init(*c.model_init, p.model, c.precision.master)
+                                         : gpt_init(p.model, c.precision.master, c.seed);
   p.initial = TrainState{parallelism->shard(init), {}, {}};
   p.initial.opt = optimizer->init(p.initial.params);
   p.weights = initial_weights(*train, c.weights, c.precision.master);

@@ -1,7 +1,8 @@
 // The magic-run configuration file (JSON). Relative data paths are resolved against the
 // directory of the config file, so a config works from any working directory.
 //   {"seed": 0, "dtype": "fp64" | "bf16" | {"compute", "master", "reduce", "loss_scale"} (precision_policy.h),
-//    "model": {"vocab", "d_model", "n_layers", "n_heads", "max_len", "init": safetensors path (gpt_init_file.h)},
+//    "model": {"vocab", "d_model", "n_layers", "n_heads", "max_len", "init": safetensors path (gpt_init_file.h)}
+//             or {"path": a model folder (hf_model_folder.h), "max_len": the sequence length},
 //    "data": {"train": path, "queries": path, "text_field": "text", "id_field": "id",
 //             "max_documents": n (use the first n training documents)},
 //    "training": {"steps", "batch_size", "shuffle", "reduction", "weights", "checkpoints", "spill_dir"},
@@ -28,7 +29,8 @@ struct RunConfig {
   uint64_t seed = 0;
   PrecisionPolicy precision;
   GptConfig model;
-  std::optional<std::string> model_init;  // initial parameters from this file instead of gpt_init
+  std::optional<std::string> model_init;    // initial parameters from this file instead of gpt_init
+  std::optional<std::string> model_folder;  // architecture, weights and tokenizer from this folder
   std::string train_path, query_path, text_field = "text", id_field = "id";
   std::optional<int64_t> max_documents;
   int64_t steps = 1, batch_size = 8;
@@ -46,6 +48,7 @@ struct RunConfig {
 // Everything a single-process LM MAGIC run needs, built from a RunConfig.
 struct LmProblem {
   GptConfig model;
+  std::shared_ptr<const DocumentTokenizer> tokenizer;
   std::vector<TextDocument> train_documents, query_documents;
   std::shared_ptr<const TokenDataset> train;
   std::shared_ptr<const DataStream> stream;
