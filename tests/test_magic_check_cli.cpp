@@ -238,6 +238,8 @@ TEST(MagicCheckCli, MeshBiteNamesWhereEachMutationsDifferenceBegins) {
       {"cp-contiguous-chunks", {"step 0, forward, input_ids input", "it is the first record"}},
       {"cp-local-positions", {"step 0, forward, blocks.0 activation"}},
       {"fsdp-avg-and-divide", {"step 0, backward, head.weight gradient, 1/fsdp;"}},
+      // The gather's backward is not differentiable again: the first second-order record is zero.
+      {"fsdp-gather-once-differentiable", {"step 0, backward, ", "gradient (hvp), distributed tensor is zero"}},
       {"hsdp-missing-replica-reduce", {"step 0, backward, head.weight gradient", "replica 1 differs from replica 0"}},
       {"clip-local-norm", {", optimizer, clip_coefficient, "}},
       {"clip-shard-norm-not-reduced", {", optimizer, clip_coefficient, "}},

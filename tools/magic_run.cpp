@@ -33,6 +33,7 @@
 #include "lib/train/plan_export.h"
 #include "lib/train/run_config.h"
 #include "lib/train/run_folder.h"
+#include "lib/train/run_record.h"
 
 namespace {
 
@@ -74,7 +75,9 @@ struct Flags {
   std::optional<LdsOptions> lds;  // --validate lds
   ResumeMode resume = ResumeMode::kFresh;
   bool keep_checkpoints = false;
-  std::string dump_dir;  // --dump: the run's trace records (docs/dump-format.md)
+  std::string dump_dir;                   // --dump: the run's trace records (docs/dump-format.md)
+  std::vector<ConfigOverride> overrides;  // --section.key VALUE: config keys set on the command line
+  std::vector<std::string> command;       // the command line, for run.json
 };
 
 // Whether one of the two paths is the other or lies inside it.
@@ -118,7 +121,10 @@ Flags parse(int argc, char** argv, int& early_exit) {
   dist::RankProgram program;
   program.name = "magic-run";
   double timeout_s = 60;
-  app.add_option("--config", f.config_path, "run configuration (JSON; every key in docs/magic-run.md)")->required();
+  app.add_option("--config", f.config_path,
+                 "run configuration (JSON or YAML; every key in docs/magic-run.md; any key can be set on the command "
+                 "line as --section.key VALUE)")
+      ->required();
   app.add_option("--out", f.out_dir, "directory for scores.safetensors and scores.tsv (not written if omitted)");
   app.add_option("--top", f.top, "how many helpful and harmful examples to print")->capture_default_str();
   app.add_flag("--per-query", f.per_query, "one REPLAY per query: scores [queries, examples]");
@@ -149,6 +155,7 @@ Flags parse(int argc, char** argv, int& early_exit) {
   app.add_option("--backend", backend, "with --topology: gloo (CPU)")->capture_default_str();
   app.add_option("--timeout", timeout_s, "with --topology: seconds before a collective gives up on a peer")
       ->capture_default_str();
+  app.allow_extras();  // --section.key VALUE overrides, read below
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -158,6 +165,8 @@ Flags parse(int argc, char** argv, int& early_exit) {
   } catch (const CLI::ParseError& e) {
     throw InputError(str_cat(e.what(), " (run with --help for usage)"));
   }
+  f.overrides = parse_overrides(app.remaining());
+  f.command.assign(argv, argv + argc);
   if (f.top < 0) throw InputError(str_cat("--top ", f.top, ": expected a count >= 0"));
   if (f.query_index && !f.per_query) {
     throw InputError(str_cat("--query ", *f.query_index, ": needs --per-query (one REPLAY per query)"));
@@ -246,7 +255,9 @@ void report(const Flags& f, const RunConfig& config, const Attribution& a, const
   if (lds) print_lds(*lds, *f.lds);
   if (!f.out_dir.empty()) {
     write_score_files(f.out_dir, table);
-    std::cout << "\nwrote " << f.out_dir << "/scores.safetensors and " << f.out_dir << "/scores.tsv\n";
+    write_run_record(f.out_dir, run_record(config, f.command, f.program ? f.program->topology.str() : ""));
+    std::cout << "\nwrote " << f.out_dir << "/scores.safetensors, " << f.out_dir << "/scores.tsv and " << f.out_dir
+              << "/run.json\n";
   }
   if (f.html) {
     AttributionPage page;
@@ -381,7 +392,7 @@ int attribute_with(const Flags& f, const RunConfig& config, const dist::Runtime*
 
 // The whole run on one process or one rank (`runtime` set).
 int attribute(const Flags& f, const dist::Runtime* runtime) {
-  const RunConfig config = RunConfig::load(f.config_path);
+  const RunConfig config = RunConfig::load(f.config_path, f.overrides);
   if (!f.plan_dir.empty()) require_plan_expressible(config, "--export-plan");
   const bool speaks = runtime == nullptr || runtime->rank() == 0;
   // One process splits its threads between REPLAY's products and its recomputation; a rank's
@@ -468,7 +479,7 @@ int run(int argc, char** argv) {
   if (!flags.program) return attribute(flags, nullptr);
   if (!dist::running_as_rank()) {
     // Load the config here too, so a bad one is reported once, before any rank starts.
-    const RunConfig config = RunConfig::load(flags.config_path);
+    const RunConfig config = RunConfig::load(flags.config_path, flags.overrides);
     require_memory(config, estimate_run_memory(config), available_memory_bytes(), flags.program->topology.world_size());
     std::optional<RunFolderLease> lease = acquire_run_folder(flags, config);
     if (lease) setenv("MAGIC_RUN_FOLDER", lease->path().c_str(), 1);

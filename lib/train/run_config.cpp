@@ -1,7 +1,9 @@
 #include "lib/train/run_config.h"
 
+#include <algorithm>
 #include <filesystem>
 
+#include "lib/core/config_file.h"
 #include "lib/core/error.h"
 #include "lib/core/json_fields.h"
 #include "lib/core/seed.h"
@@ -69,8 +71,26 @@ RunConfig RunConfig::from_json(const nlohmann::json& json, const std::string& so
   return c;
 }
 
-RunConfig RunConfig::load(const std::string& path) {
-  return from_json(read_json_file(path), path, std::filesystem::path(path).parent_path().string());
+RunConfig RunConfig::load(const std::string& path, const std::vector<ConfigOverride>& overrides) {
+  const nlohmann::json json = apply_overrides(read_config_file(path), overrides);
+  RunConfig c = from_json(json, path, std::filesystem::path(path).parent_path().string());
+  c.resolved = json;
+  c.overrides = overrides;
+  return c;
+}
+
+std::vector<InputFile> input_files(const RunConfig& c) {
+  std::vector<InputFile> files = {{"train data", c.train_path}, {"query data", c.query_path}};
+  if (c.model_init) files.push_back({"model.init", *c.model_init});
+  if (c.model_folder) {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(*c.model_folder)) {
+      if (e.is_regular_file()) names.push_back(e.path().string());
+    }
+    std::sort(names.begin(), names.end());
+    for (const auto& name : names) files.push_back({"model.path", name});
+  }
+  return files;
 }
 
 LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const Parallelism> parallelism,

@@ -1,4 +1,4 @@
-// The magic-run configuration file (JSON). Relative data paths are resolved against the
+// The magic-run configuration file (JSON or YAML). Relative data paths are resolved against the
 // directory of the config file, so a config works from any working directory.
 //   {"seed": 0, "dtype": "fp64" | "bf16" | {"compute", "master", "reduce", "loss_scale"} (precision_policy.h),
 //    "model": {"vocab", "d_model", "n_layers", "n_heads", "max_len", "init": safetensors path (gpt_init_file.h)}
@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/core/config_file.h"
 #include "lib/core/precision_policy.h"
 #include "lib/data/data_stream.h"
 #include "lib/model/gpt.h"
@@ -41,9 +42,22 @@ struct RunConfig {
   std::optional<std::string> spill_dir;
   OptimizerConfig optimizer;
 
+  // The config as read (YAML or JSON) with the overrides set: what run.json records and what
+  // names a resumable run. from_json leaves them empty.
+  nlohmann::json resolved;
+  std::vector<ConfigOverride> overrides;
+
   static RunConfig from_json(const nlohmann::json& json, const std::string& source, const std::string& base_dir);
-  static RunConfig load(const std::string& path);
+  // A JSON or YAML file (config_file.h), `overrides` applied before it is read.
+  static RunConfig load(const std::string& path, const std::vector<ConfigOverride>& overrides = {});
 };
+
+// A file the run reads and what it is to the run ("train data", "query data", "model.init",
+// "model.path": each regular file of the folder, sorted by name).
+struct InputFile {
+  std::string role, path;
+};
+std::vector<InputFile> input_files(const RunConfig& config);
 
 // Everything a single-process LM MAGIC run needs, built from a RunConfig.
 struct LmProblem {

@@ -7,7 +7,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <ostream>
+#include <sstream>
 
 #include "lib/core/error.h"
 #include "lib/core/fnv1a.h"
@@ -23,7 +26,8 @@ constexpr const char* kFolderPrefix = "magic-run-";
 constexpr const char* kManifest = "manifest.json";
 constexpr const char* kLock = "lock";
 
-// "<bytes> bytes, FNV-1a <hex>" of a file's content.
+}  // namespace
+
 std::string file_fingerprint(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(str_cat(path, ": cannot read it"));
@@ -37,6 +41,8 @@ std::string file_fingerprint(const std::string& path) {
   }
   return str_cat(size, " bytes, FNV-1a ", hex16(h));
 }
+
+namespace {
 
 int64_t folder_bytes(const fs::path& folder) {
   int64_t bytes = 0;
@@ -96,6 +102,61 @@ void note_other_folders(const fs::path& spill_dir, const fs::path& ours, std::os
         << "*); remove them if those runs are abandoned\n";
 }
 
+// Each line of an identity by its key ("train data", "model.path DIR/x", "config", "layout").
+std::map<std::string, std::string> identity_lines(const std::string& text) {
+  std::map<std::string, std::string> lines;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t colon = line.find(": ");
+    const bool config = line.rfind("config ", 0) == 0;
+    if (config) lines["config"] = line.substr(7);
+    if (!config && colon != std::string::npos) lines[line.substr(0, colon)] = line.substr(colon + 2);
+  }
+  return lines;
+}
+
+// Where an interrupted run left in spill_dir differs from this one only in what it read (its
+// inputs, or its config), what changed: "; FOLDER ran on other inputs: train data was ..., now ...".
+std::string changed_inputs(const std::string& spill_dir, const RunIdentity& identity) {
+  const auto ours = identity_lines(identity.text);
+  std::string best;
+  size_t fewest = std::numeric_limits<size_t>::max();
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(spill_dir, ec)) {
+    const fs::path manifest = e.path() / kManifest;
+    if (e.path().filename().string().rfind(kFolderPrefix, 0) != 0 || !fs::is_regular_file(manifest, ec)) continue;
+    nlohmann::json m;
+    try {
+      m = read_json_file(manifest.string());
+    } catch (const InputError&) {
+      continue;  // a damaged manifest belongs to another run; acquire() names it when that run is resumed
+    }
+    if (!m.contains("identity") || !m["identity"].is_string()) continue;
+    const auto theirs = identity_lines(m["identity"].get<std::string>());
+    if (theirs.count("layout") == 0 || theirs.at("layout") != ours.at("layout")) continue;
+    std::vector<std::string> changes;
+    for (const auto& [key, value] : ours) {
+      auto it = theirs.find(key);
+      if (key == "config" && (it == theirs.end() || it->second != value)) {
+        changes.push_back("the config (or an override) differs");
+      } else if (it == theirs.end()) {
+        changes.push_back(str_cat(key, " is new"));
+      } else if (it->second != value) {
+        changes.push_back(str_cat(key, " was ", it->second, ", now ", value));
+      }
+    }
+    for (const auto& [key, value] : theirs) {
+      if (ours.count(key) == 0) changes.push_back(str_cat(key, " is gone"));
+    }
+    if (!changes.empty() && changes.size() < fewest) {
+      fewest = changes.size();
+      best = str_cat("; the interrupted run in ", e.path().string(), " read other inputs: ", join(changes, "; "));
+    }
+  }
+  return best;
+}
+
 void remove_contents_except_lock(const fs::path& folder) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(folder, ec)) {
@@ -108,10 +169,12 @@ void remove_contents_except_lock(const fs::path& folder) {
 RunIdentity run_identity(const RunConfig& config, const std::string& config_path, const std::string& layout,
                          bool per_query) {
   RunIdentity id;
-  id.text = str_cat("magic-run checkpoints, format 1\nconfig ", read_json_file(config_path).dump(),
-                    "\ntrain data: ", file_fingerprint(config.train_path),
-                    "\nquery data: ", file_fingerprint(config.query_path));
-  if (config.model_init) id.text += "\nmodel.init: " + file_fingerprint(*config.model_init);
+  const nlohmann::json json = config.resolved.is_null() ? read_config_file(config_path) : config.resolved;
+  id.text = str_cat("magic-run checkpoints, format 1\nconfig ", json.dump());
+  for (const auto& input : input_files(config)) {
+    id.text += str_cat("\n", input.role, input.role == "model.path" ? " " + input.path : "", ": ",
+                       file_fingerprint(input.path));
+  }
   id.text += str_cat("\nlayout: ", layout, "\nREPLAY: ", per_query ? "per query" : "the query set", "\n");
   id.hash = fnv1a(kFnvBasis, id.text.data(), id.text.size());
   return id;
@@ -141,7 +204,8 @@ RunFolderLease RunFolderLease::acquire(const std::string& spill_dir, const RunId
   const bool existed = fs::is_regular_file(manifest, ec);
   if (mode == ResumeMode::kResume && !existed) {
     throw InputError(str_cat("--resume: no interrupted run of this config and layout in ", spill_dir, " (looked for ",
-                             folder.string(), "); without --resume the run starts from the beginning"));
+                             folder.string(), ")", changed_inputs(spill_dir, identity),
+                             "; without --resume the run starts from the beginning"));
   }
   fs::create_directories(folder, ec);
   if (!fs::is_directory(folder)) {

@@ -26,6 +26,9 @@ struct RunIdentity {
 RunIdentity run_identity(const RunConfig& config, const std::string& config_path, const std::string& layout,
                          bool per_query);
 
+// "<bytes> bytes, FNV-1a <16 hex digits>" of a file's content; InputError where it cannot be read.
+std::string file_fingerprint(const std::string& path);
+
 std::string run_folder_path(const std::string& spill_dir, const RunIdentity& identity);
 std::string rank_folder_path(const std::string& run_folder, int rank);
 

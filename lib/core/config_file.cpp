@@ -1,0 +1,137 @@
+#include "lib/core/config_file.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "lib/core/error.h"
+#include "lib/core/json_fields.h"
+#include "lib/core/strings.h"
+
+namespace magic {
+namespace {
+
+using nlohmann::json;
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A plain (unquoted) YAML scalar as YAML 1.2's core schema reads it.
+json plain_scalar(const std::string& text) {
+  if (text.empty() || text == "~" || text == "null" || text == "Null" || text == "NULL") return nullptr;
+  if (text == "true" || text == "True" || text == "TRUE") return true;
+  if (text == "false" || text == "False" || text == "FALSE") return false;
+  char* end = nullptr;
+  errno = 0;
+  const long long integer = std::strtoll(text.c_str(), &end, 10);
+  if (end == text.c_str() + text.size() && errno == 0) return static_cast<int64_t>(integer);
+  const double number = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() + text.size() && std::isfinite(number) &&
+      text.find_first_of("0123456789") != std::string::npos && text.find_first_of("xXpP") == std::string::npos) {
+    return number;
+  }
+  return text;
+}
+
+json to_json(const YAML::Node& node, const std::string& where) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      return nullptr;
+    case YAML::NodeType::Scalar:
+      // A quoted scalar carries the tag "!"; a plain one "?".
+      return node.Tag() == "!" ? json(node.Scalar()) : plain_scalar(node.Scalar());
+    case YAML::NodeType::Sequence: {
+      json out = json::array();
+      for (size_t i = 0; i < node.size(); ++i) out.push_back(to_json(node[i], str_cat(where, "[", i, "]")));
+      return out;
+    }
+    case YAML::NodeType::Map: {
+      json out = json::object();
+      for (const auto& entry : node) {
+        if (!entry.first.IsScalar()) {
+          throw InputError(str_cat(where, ": line ", entry.first.Mark().line + 1, ": a key must be text"));
+        }
+        const std::string key = entry.first.Scalar();
+        if (out.contains(key)) {
+          throw InputError(str_cat(where, ": line ", entry.first.Mark().line + 1, ": key '", key, "' given twice"));
+        }
+        out[key] = to_json(entry.second, where);
+      }
+      return out;
+    }
+  }
+  return nullptr;
+}
+
+json read_yaml(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    throw InputError(path + ": cannot open the config file");
+  } catch (const YAML::ParserException& e) {
+    throw InputError(
+        str_cat(path, ": invalid YAML at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg));
+  }
+  return to_json(root, path);
+}
+
+}  // namespace
+
+json read_config_file(const std::string& path) {
+  if (ends_with(path, ".yaml") || ends_with(path, ".yml")) return read_yaml(path);
+  return read_json_file(path);
+}
+
+json apply_overrides(json config, const std::vector<ConfigOverride>& overrides) {
+  for (const auto& o : overrides) {
+    const std::vector<std::string> keys = split(o.key, '.');
+    json* at = &config;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (keys[i].empty()) throw InputError(str_cat("--", o.key, ": an empty key between dots"));
+      if (at->is_null()) *at = json::object();  // a key the config does not have yet
+      if (!at->is_object()) {
+        throw InputError(str_cat("--", o.key, ": ", join({keys.begin(), keys.begin() + static_cast<long>(i)}, "."),
+                                 " is a value, not an object of keys"));
+      }
+      at = &(*at)[keys[i]];
+    }
+    const bool structured = !o.value.empty() && (o.value[0] == '[' || o.value[0] == '{');
+    if (structured) {
+      try {
+        *at = json::parse(o.value);
+      } catch (const json::parse_error&) {
+        throw InputError(str_cat("--", o.key, ": '", o.value, "' is not valid JSON"));
+      }
+    } else {
+      *at = plain_scalar(o.value);
+    }
+  }
+  return config;
+}
+
+std::vector<ConfigOverride> parse_overrides(const std::vector<std::string>& extras) {
+  std::vector<ConfigOverride> out;
+  for (size_t i = 0; i < extras.size(); ++i) {
+    const std::string& word = extras[i];
+    const bool flag = word.rfind("--", 0) == 0;
+    const size_t equals = word.find('=');
+    const std::string key = flag ? word.substr(2, equals == std::string::npos ? std::string::npos : equals - 2) : "";
+    if (!flag || key.find('.') == std::string::npos) {
+      throw InputError(str_cat("unknown argument '", word,
+                               "' (a config key is overridden as --section.key VALUE; run with --help for the flags)"));
+    }
+    if (equals != std::string::npos) {
+      out.push_back({key, word.substr(equals + 1)});
+    } else {
+      if (i + 1 >= extras.size()) throw InputError(str_cat(word, ": expected a value after it"));
+      out.push_back({key, extras[++i]});
+    }
+  }
+  return out;
+}
+
+}  // namespace magic

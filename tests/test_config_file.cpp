@@ -1,0 +1,129 @@
+// Run configs in YAML and dotted command-line overrides (lib/core/config_file.h), and run.json,
+// the record magic-run writes beside its scores.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "lib/core/config_file.h"
+#include "lib/core/json_fields.h"
+#include "lib/train/run_config.h"
+#include "tests/support.h"
+
+namespace magic {
+namespace {
+
+using nlohmann::json;
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(ConfigFile, AYamlConfigReadsAsItsJsonTwin) {
+  const json yaml = read_config_file(testing::source_path("fixtures/runs/plan_small.yaml"));
+  const json twin = read_json_file(testing::source_path("fixtures/runs/plan_small.json"));
+  EXPECT_EQ(yaml, twin) << yaml.dump(1);
+  EXPECT_TRUE(yaml["optimizer"]["eps"].is_number_float());
+  EXPECT_TRUE(yaml["training"]["steps"].is_number_integer());
+}
+
+TEST(ConfigFile, PlainScalarsAreTypedAndQuotedOnesStayText) {
+  const json j = read_config_file(write_temp("scalars.yaml",
+                                             "a: 64\nb: \"64\"\nc: true\nd: ~\ne: 3.5e-4\nf: fp64\ng: 'yes'\nh: yes\n"
+                                             "i: 0x10\nj: [1, two]\n"));
+  EXPECT_EQ(j["a"], 64);
+  EXPECT_EQ(j["b"], "64");
+  EXPECT_EQ(j["c"], true);
+  EXPECT_TRUE(j["d"].is_null());
+  EXPECT_DOUBLE_EQ(j["e"].get<double>(), 3.5e-4);
+  EXPECT_EQ(j["f"], "fp64");
+  EXPECT_EQ(j["g"], "yes");
+  EXPECT_EQ(j["h"], "yes") << "YAML 1.2: yes is text";
+  EXPECT_EQ(j["i"], "0x10");
+  EXPECT_EQ(j["j"], json::array({1, "two"}));
+}
+
+TEST(ConfigFile, ABrokenOrAmbiguousYamlFileIsRefusedWithItsLine) {
+  std::string why = testing::input_error_of([] { read_config_file(write_temp("bad.yaml", "a: 1\nb: [1, 2\n")); });
+  EXPECT_NE(why.find("bad.yaml: invalid YAML at line "), std::string::npos) << why;
+  why = testing::input_error_of([] { read_config_file(write_temp("twice.yml", "a: 1\nb: 2\na: 3\n")); });
+  EXPECT_NE(why.find("twice.yml: line 3: key 'a' given twice"), std::string::npos) << why;
+  why = testing::input_error_of([] { read_config_file(::testing::TempDir() + "/absent.yaml"); });
+  EXPECT_NE(why.find("absent.yaml: cannot open"), std::string::npos) << why;
+}
+
+TEST(ConfigOverrides, DottedKeysSetTypedValuesAndMakeMissingObjects) {
+  json c = {{"training", {{"steps", 6}}}, {"seed", 0}};
+  c = apply_overrides(c, parse_overrides({"--training.steps", "64", "--optimizer.lr=3e-4", "--model.path", "m/x",
+                                          "--optimizer.betas", "[0.9, 0.95]"}));
+  EXPECT_EQ(c["training"]["steps"], 64);
+  EXPECT_DOUBLE_EQ(c["optimizer"]["lr"].get<double>(), 3e-4);
+  EXPECT_EQ(c["model"]["path"], "m/x");
+  EXPECT_EQ(c["optimizer"]["betas"], json::array({0.9, 0.95}));
+  std::string why = testing::input_error_of([&] { apply_overrides(c, {{"seed.value", "1"}}); });
+  EXPECT_NE(why.find("--seed.value: seed is a value, not an object of keys"), std::string::npos) << why;
+  why = testing::input_error_of([] { parse_overrides({"--steps", "3"}); });
+  EXPECT_NE(why.find("unknown argument '--steps'"), std::string::npos) << why;
+  why = testing::input_error_of([] { parse_overrides({"--training.steps"}); });
+  EXPECT_NE(why.find("--training.steps: expected a value after it"), std::string::npos) << why;
+  why = testing::input_error_of([] { apply_overrides(json::object(), {{"a..b", "1"}}); });
+  EXPECT_NE(why.find("an empty key between dots"), std::string::npos) << why;
+}
+
+// The acceptance: a YAML config with two dotted overrides; run.json shows the resolved values.
+TEST(RunRecord, MagicRunWritesTheResolvedConfigAndItsInputsChecksums) {
+  const std::string out = testing::fresh_dir("run-record");
+  const std::string yaml = testing::source_path("fixtures/runs/plan_small.yaml");
+  const testing::CommandOutcome o =
+      testing::magic_run("--config " + yaml + " --training.steps 3 --optimizer.lr=0.02 --out " + out);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("3 steps of 8"), std::string::npos) << o.output;
+  const json record = json::parse(testing::read_file(out + "/run.json"));
+  EXPECT_EQ(record["tool"], "magic-run");
+  EXPECT_FALSE(record["version"].get<std::string>().empty());
+  EXPECT_EQ(record["config"]["training"]["steps"], 3);
+  EXPECT_DOUBLE_EQ(record["config"]["optimizer"]["lr"].get<double>(), 0.02);
+  EXPECT_EQ(record["config"]["optimizer"]["weight_decay"], 0.1) << "keys not overridden keep the file's value";
+  EXPECT_EQ(record["overrides"], json({{"training.steps", "3"}, {"optimizer.lr", "0.02"}}));
+  EXPECT_EQ(record["config_file"], yaml);
+  ASSERT_EQ(record["inputs"].size(), 2u);
+  EXPECT_EQ(record["inputs"][0]["role"], "train data");
+  EXPECT_NE(record["inputs"][0]["fingerprint"].get<std::string>().find(" bytes, FNV-1a "), std::string::npos);
+  // The record is enough to run again: the same config and overrides give the same scores.
+  const std::string again = testing::fresh_dir("run-record-again");
+  ASSERT_EQ(testing::magic_run("--config " + yaml + " --training.steps 3 --optimizer.lr=0.02 --out " + again).exit_code,
+            0);
+  EXPECT_EQ(testing::read_file(out + "/scores.safetensors"), testing::read_file(again + "/scores.safetensors"));
+}
+
+TEST(RunRecord, AnOverrideOfAnUnknownKeyIsRefusedByName) {
+  const std::string yaml = testing::source_path("fixtures/runs/plan_small.yaml");
+  const testing::CommandOutcome o = testing::magic_run("--config " + yaml + " --training.stepz 3");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("stepz"), std::string::npos) << o.output;
+}
+
+// --resume of a run whose data changed since it was interrupted finds no run to continue, and
+// says which input changed (the interrupted run's folder is named by everything it read).
+TEST(RunRecord, ResumeNamesTheInputThatChanged) {
+  const std::string dir = testing::fresh_dir("resume-inputs");
+  std::filesystem::create_directories(dir + "/spill");
+  std::filesystem::copy_file(testing::source_path("fixtures/text/proverbs.jsonl"), dir + "/train.jsonl");
+  json config = read_json_file(testing::source_path("fixtures/runs/plan_small.json"));
+  config["data"]["train"] = dir + "/train.jsonl";
+  config["data"]["queries"] = testing::source_path("fixtures/text/queries.jsonl");
+  config["training"]["spill_dir"] = dir + "/spill";
+  const std::string path = write_temp("resume-inputs.json", config.dump());
+  ASSERT_EQ(testing::magic_run("--config " + path + " --keep-checkpoints").exit_code, 0);
+  std::ofstream(dir + "/train.jsonl", std::ios::app) << "{\"id\": \"new\", \"text\": \"A late verse.\"}\n";
+  const testing::CommandOutcome o = testing::magic_run("--config " + path + " --resume");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("read other inputs: train data was "), std::string::npos) << o.output;
+  EXPECT_EQ(o.output.find("query data was"), std::string::npos) << o.output;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace magic
