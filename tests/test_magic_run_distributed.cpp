@@ -13,13 +13,9 @@ namespace magic {
 namespace {
 
 std::string tiny_config(const std::string& name) {
-  nlohmann::json j = testing::tiny_run_json({});
-  j["data"]["train"] = testing::source_path("fixtures/text/proverbs.jsonl");
-  j["data"]["queries"] = testing::source_path("fixtures/text/queries.jsonl");
-  j["optimizer"] = {{"name", "adamw"}, {"lr", 0.01}, {"clip_norm", 1.0}};
-  const std::string path = ::testing::TempDir() + "/" + name + ".json";
-  std::ofstream(path) << j.dump(2);
-  return path;
+  return testing::write_tiny_run_config(name, {}, [](nlohmann::json& j) {
+    j["optimizer"] = {{"name", "adamw"}, {"lr", 0.01}, {"clip_norm", 1.0}};
+  });
 }
 
 using testing::fresh_dir;

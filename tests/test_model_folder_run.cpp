@@ -15,14 +15,10 @@ namespace magic {
 namespace {
 
 std::string folder_config(const std::string& name, const std::string& model, int64_t max_len = 24) {
-  nlohmann::json j = testing::tiny_run_json({});
-  j["model"] = {{"path", testing::source_path("fixtures/models/" + model)}, {"max_len", max_len}};
-  j["data"]["train"] = testing::source_path("fixtures/text/proverbs.jsonl");
-  j["data"]["queries"] = testing::source_path("fixtures/text/queries.jsonl");
-  j["optimizer"] = {{"name", "adamw"}, {"lr", 0.01}, {"clip_norm", 1.0}};
-  const std::string path = ::testing::TempDir() + "/" + name + ".json";
-  std::ofstream(path) << j.dump(2);
-  return path;
+  return testing::write_tiny_run_config(name, {}, [&](nlohmann::json& j) {
+    j["model"] = {{"path", testing::source_path("fixtures/models/" + model)}, {"max_len", max_len}};
+    j["optimizer"] = {{"name", "adamw"}, {"lr", 0.01}, {"clip_norm", 1.0}};
+  });
 }
 
 using testing::fresh_dir;

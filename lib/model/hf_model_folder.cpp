@@ -64,13 +64,23 @@ Activation activation(const ConfigKeys& k, const std::string& key, const std::st
   k.fail(key, str_cat("'", name, "' is not supported (expected gelu, or gelu_new for the tanh form)"));
 }
 
-GptConfig gpt2_config(const ConfigKeys& k) {
+// The keys an architecture names its sizes by: vocab, width, layers, heads, positions.
+struct SizeKeys {
+  const char *vocab, *d_model, *n_layers, *n_heads, *positions;
+};
+
+GptConfig sizes(const ConfigKeys& k, const SizeKeys& keys) {
   GptConfig c;
-  c.vocab = k.size("vocab_size");
-  c.d_model = k.size("n_embd");
-  c.n_layers = k.size("n_layer");
-  c.n_heads = k.size("n_head");
-  c.max_len = k.size("n_positions");
+  c.vocab = k.size(keys.vocab);
+  c.d_model = k.size(keys.d_model);
+  c.n_layers = k.size(keys.n_layers);
+  c.n_heads = k.size(keys.n_heads);
+  c.max_len = k.size(keys.positions);
+  return c;
+}
+
+GptConfig gpt2_config(const ConfigKeys& k) {
+  GptConfig c = sizes(k, {"vocab_size", "n_embd", "n_layer", "n_head", "n_positions"});
   c.layer_norm_eps = k.number("layer_norm_epsilon", 1e-5);
   c.activation = activation(k, "activation_function", "gelu_new");
   if (k.has("n_inner") && k.size("n_inner") != 4 * c.d_model) {
@@ -84,12 +94,8 @@ GptConfig gpt2_config(const ConfigKeys& k) {
 }
 
 GptConfig neox_config(const ConfigKeys& k) {
-  GptConfig c;
-  c.vocab = k.size("vocab_size");
-  c.d_model = k.size("hidden_size");
-  c.n_layers = k.size("num_hidden_layers");
-  c.n_heads = k.size("num_attention_heads");
-  c.max_len = k.size("max_position_embeddings");
+  GptConfig c =
+      sizes(k, {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "max_position_embeddings"});
   if (k.size("intermediate_size") != 4 * c.d_model) {
     k.fail("intermediate_size", str_cat("only 4 x hidden_size = ", 4 * c.d_model, " is supported"));
   }
