@@ -404,6 +404,16 @@ TEST(Launcher, ALauncherWithAnotherThreadExecutesTheProgramInsteadOfForking) {
 // Rank 1 dies by SIGKILL; rank 0, "waiting in all_gather", fails because of it and exits at once,
 // mostly within the launcher's same 50 ms poll: the peer that was killed is the cause, whichever
 // of the two the poll happened to see first.
+// Until `pid` is a zombie or reaped.
+void wait_until_dead(pid_t pid) {
+  for (;;) {
+    const std::string stat = testing::read_file("/proc/" + std::to_string(pid) + "/stat");
+    const size_t paren = stat.rfind(')');
+    if (stat.empty() || (paren != std::string::npos && stat.substr(paren + 2, 1) == "Z")) return;
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
 TEST(Launcher, ARankThatFailsWaitingForAKilledPeerDoesNotHideThePeer) {
   const std::string pids_dir = fresh_dir("waiter");
   for (int attempt = 0; attempt < 3; ++attempt) {
@@ -420,13 +430,7 @@ TEST(Launcher, ARankThatFailsWaitingForAKilledPeerDoesNotHideThePeer) {
       client.waitWorkers = false;
       c10d::TCPStore store(r.master_addr, client);
       dist::write_progress(store, 0, {true, "REPLAY step 3", "all_gather on group 'world'"});
-      const pid_t peer = wait_for_pids(pids_dir, 2)[1];
-      for (;;) {  // until the peer is a zombie or reaped
-        const std::string stat = testing::read_file("/proc/" + std::to_string(peer) + "/stat");
-        const size_t paren = stat.rfind(')');
-        if (stat.empty() || (paren != std::string::npos && stat.substr(paren + 2, 1) == "Z")) break;
-        std::this_thread::sleep_for(1ms);
-      }
+      wait_until_dead(wait_for_pids(pids_dir, 2)[1]);
       std::cerr << "launcher-test: rank 0: distributed failure: all_gather failed: a peer died\n";
       return 2;
     };
@@ -436,6 +440,29 @@ TEST(Launcher, ARankThatFailsWaitingForAKilledPeerDoesNotHideThePeer) {
     EXPECT_NE(o.log.find("rank 1 of 2"), std::string::npos) << o.log;
     EXPECT_NE(o.log.find("was killed by signal 9 (SIGKILL)"), std::string::npos) << o.log;
   }
+}
+
+// A peer closes its connections before its status can be read, and a rank writing to one dies of
+// SIGPIPE in between: here the peer's death is seen 30 ms after the SIGPIPE (three polls). The
+// peer is named, not the rank that wrote to it.
+TEST(Launcher, ARankKilledBySigpipeDoesNotHideThePeerWhoseDeathCausedIt) {
+  const std::string pids_dir = fresh_dir("sigpipe");
+  setenv("MAGIC_PID_DIR", pids_dir.c_str(), 1);
+  const auto rank_main = [pids_dir] {
+    const dist::Rendezvous r = dist::Rendezvous::from_env();
+    dist::write_rank_pid_file(r.rank);
+    if (r.rank == 0) raise(SIGPIPE);
+    wait_until_dead(wait_for_pids(pids_dir, 2)[0]);
+    std::this_thread::sleep_for(30ms);
+    raise(SIGKILL);
+    return 0;
+  };
+  const Spawned o = spawn_forked(rank_main, 2, pids_dir + "/stdout");
+  unsetenv("MAGIC_PID_DIR");
+  EXPECT_EQ(o.exit_code, 2) << o.log;
+  EXPECT_NE(o.log.find("rank 1 of 2 (pid"), std::string::npos) << o.log;
+  EXPECT_NE(o.log.find("was killed by signal 9 (SIGKILL)"), std::string::npos) << o.log;
+  EXPECT_NE(o.log.find("rank 0: was killed by signal 13 (SIGPIPE)"), std::string::npos) << o.log;
 }
 
 TEST(Launcher, AWorldAboveTheLimitIsRefusedBeforeAnyFork) {

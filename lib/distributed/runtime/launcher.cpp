@@ -37,6 +37,8 @@ using Clock = std::chrono::steady_clock;
 
 // How long the launcher waits for the ranks' progress once the run has failed.
 constexpr std::chrono::milliseconds kProgressReadLimit{1000};
+// How long a failure that may be a consequence waits for the death that caused it (settle()).
+constexpr std::chrono::milliseconds kSettle{300};
 
 struct RankProcess {
   int rank = 0;
@@ -118,6 +120,12 @@ std::string error_line(const std::string& log_path, const std::string& name, int
   return found;
 }
 
+// Killed by a signal other than SIGPIPE: a death of its own. SIGPIPE kills a rank that wrote to a
+// connection a dead peer had closed, a consequence of that peer's death.
+bool died_of_its_own_signal(const RankProcess& r) {
+  return r.done && !r.lost && WIFSIGNALED(r.status) && WTERMSIG(r.status) != SIGPIPE;
+}
+
 // Reads every status change of the live ranks without blocking; remembers the first failure.
 void collect_statuses(std::vector<RankProcess>& ranks, RankProcess*& first_failure) {
   for (auto& r : ranks) {
@@ -143,6 +151,20 @@ void collect_statuses(std::vector<RankProcess>& ranks, RankProcess*& first_failu
       r.stopped = false;
       if (first_failure == nullptr && is_failure(r)) first_failure = &r;
     }
+  }
+}
+
+// A failure may be the consequence of a peer's death that the last poll did not yet see: a peer
+// closes its connections before its status can be read, and a rank writing to one dies of
+// SIGPIPE (or one waiting gives up) in between. A short wait lets that death be seen too.
+void settle(std::vector<RankProcess>& ranks, RankProcess*& first_failure) {
+  if (first_failure == nullptr || died_of_its_own_signal(*first_failure)) return;
+  const auto deadline = Clock::now() + kSettle;
+  while (Clock::now() < deadline) {
+    collect_statuses(ranks, first_failure);
+    if (std::any_of(ranks.begin(), ranks.end(), died_of_its_own_signal)) return;
+    if (std::all_of(ranks.begin(), ranks.end(), [](const RankProcess& r) { return r.done; })) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
 
@@ -188,7 +210,13 @@ struct Verdict {
 Verdict judge(const std::vector<RankProcess>& ranks, const RankProcess* first_failure,
               const std::vector<RankProgress>& progress, std::chrono::milliseconds timeout) {
   const auto seconds = format_number(std::chrono::duration<double>(timeout).count());
+  if (first_failure != nullptr && died_of_its_own_signal(*first_failure)) {
+    return {first_failure, describe_status(*first_failure)};
+  }
   if (first_failure != nullptr && !first_failure->lost && WIFSIGNALED(first_failure->status)) {
+    for (const auto& r : ranks) {
+      if (died_of_its_own_signal(r)) return {&r, describe_status(r)};
+    }
     return {first_failure, describe_status(*first_failure)};
   }
   const RankProcess* stopped = nullptr;
@@ -206,7 +234,7 @@ Verdict judge(const std::vector<RankProcess>& ranks, const RankProcess* first_fa
   // waiting (in a loop, or a deadlock outside our collectives), is the one that stopped.
   if (!progress[first_failure->rank].waiting.empty()) {
     for (const auto& r : ranks) {
-      if (r.done && !r.lost && WIFSIGNALED(r.status)) return {&r, describe_status(r)};
+      if (died_of_its_own_signal(r)) return {&r, describe_status(r)};
     }
     for (const auto& r : ranks) {
       if (!r.done && progress[r.rank].waiting.empty()) {
@@ -495,6 +523,7 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 
+  if (!interrupted) settle(ranks, first_failure);
   // Judge before stopping anyone: afterwards every live rank looks killed.
   const std::optional<std::vector<RankProgress>> read = read_progress_within(store, world_size, kProgressReadLimit);
   const std::vector<RankProgress> progress = read.value_or(std::vector<RankProgress>(world_size));

@@ -10,8 +10,9 @@
 //    are reset, so that rank statuses can be read and ranks behave as if started from a shell;
 //  - a rank that dies (a signal, an exit code other than 0, or above 1 from rank 0), or stays
 //    stopped (SIGSTOP) longer than the timeout, ends the run: the launcher names the rank that
-//    stopped making progress, its last phase (progress.h) and where the others wait, one line
-//    each; stops the others (SIGTERM, then SIGKILL); keeps the logs and prints their paths;
+//    stopped making progress (a rank killed by SIGPIPE, or one that gave up waiting, points at
+//    the peer whose death caused it), its last phase (progress.h) and where the others wait, one
+//    line each; stops the others (SIGTERM, then SIGKILL); keeps the logs and prints their paths;
 //  - ranks die with the launcher (PR_SET_PDEATHSIG), so nothing is left behind.
 // Each rank writes its pid to $MAGIC_PID_DIR/rank-<r>.pid when that variable is set (tests).
 #pragma once
