@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -10,6 +11,8 @@
 
 namespace magic {
 namespace {
+
+namespace fs = std::filesystem;
 
 std::string write_temp(const std::string& name, const std::string& content) {
   const std::string path = ::testing::TempDir() + "/" + name;
@@ -75,7 +78,7 @@ TEST(TextLoader, IdsAreRequiredUniqueAndOfAJoinableType) {
             std::string::npos);
   const auto numbered = write_temp("numbered.jsonl", "{\"id\": 7, \"text\": \"x\"}\n");
   EXPECT_EQ(load_jsonl(numbered).at(0).id, "7");
-  const auto unnamed = load_jsonl(no_id, "text", "");
+  const auto unnamed = load_jsonl(no_id, DocumentFields{"text", "", ""});
   ASSERT_EQ(unnamed.size(), 2u);
   EXPECT_NE(unnamed[1].id.find("no-id.jsonl:2"), std::string::npos) << unnamed[1].id;
 }
@@ -123,6 +126,86 @@ TEST(TokenDataset, ChunksKnowTheirOwnTextAndSplitDocumentsAreCounted) {
   const auto whole = tokenize_documents(docs, ByteTokenizer(), 16);
   EXPECT_EQ(whole.split_documents, 0);
   EXPECT_EQ(example_text(whole, 0, bytes), "abcdefghij");
+}
+
+std::vector<int64_t> row_of(const at::Tensor& t, int64_t i) {
+  const at::Tensor r = t[i].contiguous();
+  return {r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel()};
+}
+
+constexpr int64_t E = ByteTokenizer::kEndOfDocument, X = kIgnoreLabel;
+
+// A pair is its prompt's bytes then its completion's and the end token; the prompt's labels are
+// ignored, so the first label is the completion's first byte, predicted from the prompt's last.
+TEST(TokenDataset, APairsPromptTokensCarryNoLabel) {
+  const auto data = tokenize_documents({{"p", "cd", "ab"}, {"q", "", "xyz"}}, ByteTokenizer(), 6);
+  ASSERT_EQ(data.size(), 2);
+  EXPECT_EQ(row_of(data.input_ids, 0), (std::vector<int64_t>{'a', 'b', 'c', 'd', E, E}));
+  EXPECT_EQ(row_of(data.labels, 0), (std::vector<int64_t>{X, X, 'c', 'd', E, X}));
+  // An empty completion still predicts the end of the document.
+  EXPECT_EQ(row_of(data.labels, 1), (std::vector<int64_t>{X, X, X, E, X, X}));
+  // Chunked, a piece that holds only prompt tokens has nothing to predict and is dropped.
+  const auto chunked = tokenize_documents({{"r", "z", "abcdef"}}, ByteTokenizer(), 3);
+  ASSERT_EQ(chunked.size(), 1);
+  EXPECT_EQ(chunked.examples[0].id, "r#2");
+  EXPECT_EQ(row_of(chunked.labels, 0), (std::vector<int64_t>{'z', E, X}));
+  EXPECT_NE(testing::input_error_of([] {
+              tokenize_documents({{"s", "z", "abcdef"}}, ByteTokenizer(), 3, "pairs", Fit::kTruncate);
+            }).find("pairs: no document yields an example with a token to predict"),
+            std::string::npos);
+}
+
+TEST(TokenDataset, TruncationKeepsEachDocumentsFirstMaxLenTokens) {
+  const std::vector<TextDocument> docs{{"a", "abcdefgh"}, {"b", "xy"}, {"c", ""}};
+  const auto data = tokenize_documents(docs, ByteTokenizer(), 4, "data", Fit::kTruncate);
+  ASSERT_EQ(data.size(), 2);
+  EXPECT_EQ(data.examples[0].id, "a");
+  EXPECT_EQ(row_of(data.input_ids, 0), (std::vector<int64_t>{'a', 'b', 'c', 'd'}));
+  EXPECT_EQ(row_of(data.labels, 1), (std::vector<int64_t>{'x', 'y', E, X}));
+  EXPECT_EQ(data.truncated_documents, 1);
+  EXPECT_EQ(data.dropped_documents, 1);  // c: the end token alone
+  EXPECT_EQ(data.split_documents, 0);
+}
+
+// Packed: a b c d e E f g E, cut every 4; the last row (E alone) predicts nothing and is dropped.
+TEST(TokenDataset, PackingCutsTheDocumentsStreamAndRowsNameWhereTheyBegin) {
+  const std::vector<TextDocument> docs{{"a", "abcde"}, {"b", "g", "f"}};
+  const ByteTokenizer bytes;
+  const auto data = tokenize_documents(docs, bytes, 4, "data", Fit::kPack);
+  ASSERT_EQ(data.size(), 2);
+  EXPECT_TRUE(data.packed);
+  EXPECT_EQ(row_of(data.input_ids, 0), (std::vector<int64_t>{'a', 'b', 'c', 'd'}));
+  EXPECT_EQ(row_of(data.input_ids, 1), (std::vector<int64_t>{'e', E, 'f', 'g'}));
+  EXPECT_EQ(row_of(data.labels, 1), (std::vector<int64_t>{'e', E, X, 'g'})) << "the pair's prompt f stays masked";
+  EXPECT_EQ(data.examples[1].id, "pack:1");
+  EXPECT_EQ(data.examples[1].document, 0);
+  EXPECT_EQ(data.examples[1].offset, 4);
+  EXPECT_EQ(example_text(data, 1, bytes), "efg");
+  EXPECT_EQ(parse_fit("pack"), Fit::kPack);
+  EXPECT_NE(testing::input_error_of([] { parse_fit("squeeze", "data.fit"); })
+                .find("data.fit: unknown fit 'squeeze' (expected chunk, truncate or pack)"),
+            std::string::npos);
+}
+
+TEST(TextLoader, PairsComeFromTheirTwoFieldsAndOnlyFromJsonl) {
+  const std::string dir = ::testing::TempDir();
+  const std::string pairs = dir + "/pairs.jsonl";
+  std::ofstream(pairs) << R"({"id": "a", "prompt": "Q?", "completion": " A."})" << "\n"
+                       << R"({"id": "b", "prompt": "Q2?"})" << "\n";
+  const DocumentFields fields{"completion", "id", "prompt"};
+  EXPECT_NE(testing::input_error_of([&] { load_jsonl(pairs, fields); })
+                .find("pairs.jsonl:2: missing completion field 'completion'"),
+            std::string::npos);
+  std::ofstream(pairs) << R"({"id": "a", "prompt": "Q?", "completion": " A."})" << "\n";
+  const auto docs = load_jsonl(pairs, fields);
+  ASSERT_EQ(docs.size(), 1u);
+  EXPECT_EQ(docs[0].prompt, "Q?");
+  EXPECT_EQ(docs[0].text, " A.");
+  EXPECT_NE(testing::input_error_of([&] {
+              load_documents(testing::source_path("fixtures/text/sample.txt"), fields);
+            }).find("sample.txt: prompt/completion pairs need a .jsonl file"),
+            std::string::npos);
+  fs::remove(pairs);
 }
 
 TEST(DataStream, EveryEpochVisitsEveryExampleOnceAndPadsTheLastBatch) {

@@ -67,6 +67,49 @@ TEST(ModelFolderRun, DistributedScoresEqualTheSingleProcessOnes) {
   }
 }
 
+// Fine-tuning on prompt/completion pairs, packed, with four of them held out as queries: only
+// completion tokens carry loss, so a per-token score is exactly 0 wherever the label is a prompt's
+// (or padding); and the distributed runs still give the single process's scores.
+TEST(ModelFolderRun, PairsScoreOnlyCompletionTokensAndDistributeExactly) {
+  const std::string config = testing::write_tiny_run_config("pairs", {}, [](nlohmann::json& j) {
+    j["model"] = {{"path", testing::source_path("fixtures/models/gpt2-tiny")}, {"max_len", 16}};
+    j["data"] = {{"train", testing::source_path("fixtures/text/qa_pairs.jsonl")},
+                 {"queries", {{"slice", {0, 4}}}},
+                 {"format", "prompt_completion"},
+                 {"fit", "pack"}};
+    j["training"]["weights"] = "per_token";
+    j["training"]["steps"] = 8;  // one epoch of the 31 rows: every row is trained on
+    j["optimizer"] = {{"name", "adamw"}, {"lr", 0.01}};
+  });
+  const LmProblem p = build_lm_problem(RunConfig::load(config));
+  ASSERT_EQ(p.query_documents.size(), 4u);
+  EXPECT_EQ(p.query_documents[3].id, "qa03");
+  ASSERT_EQ(p.train_documents.size(), 20u);
+  EXPECT_EQ(p.train_documents[0].id, "qa04") << "the query slice is held out of training";
+  EXPECT_TRUE(p.train->packed);
+
+  const std::string single = fresh_dir("pairs-single");
+  testing::CommandOutcome o = magic_run("--config " + config + " --out " + single);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("(20 documents packed into rows of 16)"), std::string::npos) << o.output;
+  const at::Tensor scores = scores_of(single);  // [rows, positions]: the queries' summed scores
+  ASSERT_EQ(scores.sizes(), p.train->labels.sizes());
+  // No loss predicts a row's first token, nor a prompt's or padding's ignored label.
+  at::Tensor no_label = p.train->labels.eq(kIgnoreLabel);
+  no_label.select(1, 0).fill_(true);
+  const int64_t prompt_positions = no_label.sum().item<int64_t>();
+  ASSERT_GT(prompt_positions, 0);
+  EXPECT_EQ(scores.masked_select(no_label).abs().max().item<double>(), 0.0) << "a first, prompt or padding position has a score";
+  EXPECT_GT(scores.masked_select(no_label.logical_not()).abs().min().item<double>(), 0.0)
+      << "a completion token has no score";
+  for (const std::string layout : {"dp=2", "cp=2"}) {
+    const std::string out = fresh_dir("pairs-" + layout);
+    o = magic_run("--config " + config + " --topology " + layout + " --out " + out);
+    ASSERT_EQ(o.exit_code, 0) << layout << ": " << o.output;
+    EXPECT_LE(testing::relative_error(scores_of(out), scores), 1e-10) << layout;
+  }
+}
+
 TEST(ModelFolderRun, WhatTheRunIsGivenIsCheckedFirst) {
   struct Case {
     std::string name, expected;
@@ -78,6 +121,19 @@ TEST(ModelFolderRun, WhatTheRunIsGivenIsCheckedFirst) {
       {"no max_len", "model.max_len", [](nlohmann::json& j) { j["model"].erase("max_len"); }},
       {"size beside the folder", "d_model", [](nlohmann::json& j) { j["model"]["d_model"] = 16; }},
       {"no folder", "not a folder", [](nlohmann::json& j) { j["model"]["path"] = "/nonexistent/model"; }},
+      {"unknown format", "data.format: unknown format 'chat' (expected text or prompt_completion)",
+       [](nlohmann::json& j) { j["data"]["format"] = "chat"; }},
+      {"text field of pairs", "data.text_field: is for format \"text\"",
+       [](nlohmann::json& j) { j["data"]["format"] = "prompt_completion", j["data"]["text_field"] = "body"; }},
+      {"pairs without prompts", "missing prompt field 'prompt'",
+       [](nlohmann::json& j) { j["data"]["format"] = "prompt_completion", j["data"]["completion_field"] = "text"; }},
+      {"slice past the end", "data.queries.slice [370, 380] goes past the 375 documents of",
+       [](nlohmann::json& j) { j["data"]["queries"] = {{"slice", {370, 380}}}; }},
+      {"empty slice", "data.queries.slice: expected [begin, end]",
+       [](nlohmann::json& j) { j["data"]["queries"] = {{"slice", {3, 3}}}; }},
+      {"nothing left to train on", "holds out all 375 documents",
+       [](nlohmann::json& j) { j["data"]["queries"] = {{"slice", {0, 375}}}; }},
+      {"unknown fit", "data.fit: unknown fit 'squeeze'", [](nlohmann::json& j) { j["data"]["fit"] = "squeeze"; }},
   };
   for (const auto& c : cases) {
     nlohmann::json j = nlohmann::json::parse(testing::read_file(folder_config("bad", "neox-tiny")));

@@ -24,10 +24,20 @@ bool is_blank(const std::string& line) {
   return line.find_first_not_of(" \t\r") == std::string::npos;
 }
 
+std::string string_field(const nlohmann::json& object, const std::string& field, const std::string& where,
+                         const std::string& what) {
+  auto value = object.find(field);
+  if (value == object.end()) throw InputError(str_cat(where, ": missing ", what, " field '", field, "'"));
+  if (!value->is_string()) {
+    throw InputError(str_cat(where, ": field '", field, "' must be a string, got ", value->type_name()));
+  }
+  return value->get<std::string>();
+}
+
 }  // namespace
 
-std::vector<TextDocument> load_jsonl(const std::string& path, const std::string& text_field,
-                                     const std::string& id_field) {
+std::vector<TextDocument> load_jsonl(const std::string& path, const DocumentFields& fields) {
+  const std::string& id_field = fields.id;
   std::ifstream in = open_text(path);
   std::vector<TextDocument> docs;
   std::map<std::string, int64_t> lines_of_ids;
@@ -42,12 +52,9 @@ std::vector<TextDocument> load_jsonl(const std::string& path, const std::string&
       throw InputError(str_cat(where, ": malformed JSON line (", e.what(), ")"));
     }
     if (!object.is_object()) throw InputError(str_cat(where, ": expected a JSON object, got ", object.type_name()));
-    auto text = object.find(text_field);
-    if (text == object.end()) throw InputError(str_cat(where, ": missing text field '", text_field, "'"));
-    if (!text->is_string()) {
-      throw InputError(str_cat(where, ": field '", text_field, "' must be a string, got ", text->type_name()));
-    }
-    TextDocument doc{where, text->get<std::string>()};
+    const bool pair = !fields.prompt.empty();
+    TextDocument doc{where, string_field(object, fields.text, where, pair ? "completion" : "text"), ""};
+    if (pair) doc.prompt = string_field(object, fields.prompt, where, "prompt");
     if (!id_field.empty()) {
       auto id = object.find(id_field);
       if (id == object.end()) {
@@ -96,11 +103,13 @@ std::vector<TextDocument> load_plain_text(const std::string& path) {
   return docs;
 }
 
-std::vector<TextDocument> load_documents(const std::string& path, const std::string& text_field,
-                                         const std::string& id_field) {
+std::vector<TextDocument> load_documents(const std::string& path, const DocumentFields& fields) {
   const std::string suffix = ".jsonl";
   if (path.size() >= suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0) {
-    return load_jsonl(path, text_field, id_field);
+    return load_jsonl(path, fields);
+  }
+  if (!fields.prompt.empty()) {
+    throw InputError(str_cat(path, ": prompt/completion pairs need a .jsonl file (plain text holds only texts)"));
   }
   return load_plain_text(path);
 }

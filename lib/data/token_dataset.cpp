@@ -1,46 +1,129 @@
 #include "lib/data/token_dataset.h"
 
+#include <algorithm>
+
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "lib/model/lm_loss.h"
 
 namespace magic {
 
+namespace {
+
+struct Row {
+  std::vector<int64_t> ids, labels;
+  Example example;
+};
+
+struct EncodedDocument {
+  std::vector<int64_t> ids, labels;
+};
+
+EncodedDocument encode(const TextDocument& document, const DocumentTokenizer& tokenizer, const std::string& source) {
+  const std::string where = str_cat(source, ": '", document.id, "'");
+  EncodedDocument out;
+  if (!document.prompt.empty()) {
+    out.ids = tokenizer.encode_document(document.prompt, where + " (prompt)");
+    out.ids.pop_back();  // the prompt continues into the completion: no end of document between
+    out.labels.assign(out.ids.size(), kIgnoreLabel);
+  }
+  const std::vector<int64_t> text = tokenizer.encode_document(document.text, where);
+  out.ids.insert(out.ids.end(), text.begin(), text.end());
+  out.labels.insert(out.labels.end(), text.begin(), text.end());
+  return out;
+}
+
+// Some position after the first holds a label (position 0 is never predicted).
+bool predicts_something(const std::vector<int64_t>& labels) {
+  return std::any_of(labels.begin() + std::min<size_t>(1, labels.size()), labels.end(),
+                     [](int64_t label) { return label != kIgnoreLabel; });
+}
+
+Row slice(const EncodedDocument& d, int64_t begin, int64_t end, Example example) {
+  example.length = end - begin;
+  example.offset = begin;
+  return {{d.ids.begin() + begin, d.ids.begin() + end}, {d.labels.begin() + begin, d.labels.begin() + end}, example};
+}
+
+// Every document's tokens end to end, cut every max_len; a row names the document it begins in.
+std::vector<Row> pack(const std::vector<EncodedDocument>& encoded, int64_t max_len) {
+  EncodedDocument stream;
+  std::vector<int64_t> owner, offset;  // per stream position: its document and place in it
+  for (size_t d = 0; d < encoded.size(); ++d) {
+    stream.ids.insert(stream.ids.end(), encoded[d].ids.begin(), encoded[d].ids.end());
+    stream.labels.insert(stream.labels.end(), encoded[d].labels.begin(), encoded[d].labels.end());
+    for (size_t j = 0; j < encoded[d].ids.size(); ++j) {
+      owner.push_back(static_cast<int64_t>(d));
+      offset.push_back(static_cast<int64_t>(j));
+    }
+  }
+  std::vector<Row> rows;
+  const auto n = static_cast<int64_t>(stream.ids.size());
+  for (int64_t begin = 0, k = 0; begin < n; begin += max_len, ++k) {
+    Row row = slice(stream, begin, std::min(n, begin + max_len), {str_cat("pack:", k), owner[begin]});
+    row.example.offset = offset[begin];
+    if (predicts_something(row.labels)) rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+}  // namespace
+
+Fit parse_fit(const std::string& name, const std::string& what) {
+  if (name == "chunk") return Fit::kChunk;
+  if (name == "truncate") return Fit::kTruncate;
+  if (name == "pack") return Fit::kPack;
+  throw InputError(str_cat(what, ": unknown fit '", name, "' (expected chunk, truncate or pack)"));
+}
+
+std::string fit_name(Fit fit) {
+  return fit == Fit::kChunk ? "chunk" : fit == Fit::kTruncate ? "truncate" : "pack";
+}
+
 TokenDataset tokenize_documents(const std::vector<TextDocument>& documents, const DocumentTokenizer& tokenizer,
-                                int64_t max_len, const std::string& source) {
+                                int64_t max_len, const std::string& source, Fit fit) {
   if (max_len < 2) {
     throw InputError(str_cat(source, ": max_len must be >= 2 (a token and the token it predicts), got ", max_len));
   }
-  std::vector<std::vector<int64_t>> chunks;
+  std::vector<EncodedDocument> encoded;
+  encoded.reserve(documents.size());
+  for (const auto& document : documents) encoded.push_back(encode(document, tokenizer, source));
   TokenDataset data;
   data.documents = static_cast<int64_t>(documents.size());
-  for (size_t d = 0; d < documents.size(); ++d) {
-    const auto tokens = tokenizer.encode_document(documents[d].text, str_cat(source, ": '", documents[d].id, "'"));
-    const auto n = static_cast<int64_t>(tokens.size());
-    const int64_t pieces = (n + max_len - 1) / max_len;
-    const size_t examples_before = data.examples.size();
-    for (int64_t k = 0; k < pieces; ++k) {
-      const int64_t begin = k * max_len, end = std::min(n, begin + max_len);
-      if (end - begin < 2) continue;
-      chunks.emplace_back(tokens.begin() + begin, tokens.begin() + end);
-      std::string id = pieces > 1 ? str_cat(documents[d].id, "#", k) : documents[d].id;
-      data.examples.push_back({id, static_cast<int64_t>(d), end - begin, begin});
+  std::vector<Row> rows;
+  if (fit == Fit::kPack) {
+    rows = pack(encoded, max_len);
+    data.packed = true;
+  } else {
+    for (size_t d = 0; d < documents.size(); ++d) {
+      const auto n = static_cast<int64_t>(encoded[d].ids.size());
+      const int64_t pieces = fit == Fit::kTruncate ? 1 : (n + max_len - 1) / max_len;
+      const size_t rows_before = rows.size();
+      for (int64_t k = 0; k < pieces; ++k) {
+        const int64_t begin = k * max_len, end = std::min(n, begin + max_len);
+        std::string id = pieces > 1 ? str_cat(documents[d].id, "#", k) : documents[d].id;
+        Row row = slice(encoded[d], begin, end, {id, static_cast<int64_t>(d)});
+        if (predicts_something(row.labels)) rows.push_back(std::move(row));
+      }
+      if (pieces > 1) ++data.split_documents;
+      if (fit == Fit::kTruncate && n > max_len) ++data.truncated_documents;
+      if (rows.size() == rows_before) ++data.dropped_documents;
     }
-    if (pieces > 1) ++data.split_documents;
-    if (data.examples.size() == examples_before) ++data.dropped_documents;
   }
-  if (chunks.empty()) throw InputError(str_cat(source, ": no document yields an example of >= 2 tokens"));
-  const auto N = static_cast<int64_t>(chunks.size());
+  if (rows.empty()) throw InputError(str_cat(source, ": no document yields an example with a token to predict"));
+  const auto N = static_cast<int64_t>(rows.size());
   data.pad_id = tokenizer.pad_id();
   data.input_ids = at::full({N, max_len}, data.pad_id, at::kLong);
   data.labels = at::full({N, max_len}, kIgnoreLabel, at::kLong);
   auto ids = data.input_ids.accessor<int64_t, 2>();
   auto labels = data.labels.accessor<int64_t, 2>();
   for (int64_t i = 0; i < N; ++i) {
-    for (size_t j = 0; j < chunks[i].size(); ++j) {
-      ids[i][j] = chunks[i][j];
-      labels[i][j] = chunks[i][j];
+    const Row& row = rows[i];
+    for (size_t j = 0; j < row.ids.size(); ++j) {
+      ids[i][j] = row.ids[j];
+      labels[i][j] = row.labels[j];
     }
+    data.examples.push_back(row.example);
   }
   return data;
 }

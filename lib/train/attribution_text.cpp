@@ -10,12 +10,18 @@ std::string snippet(const std::string& text, size_t width) {
 
 std::string examples_summary(const TokenDataset& data, const std::string& path) {
   std::string line = str_cat(data.size(), " examples from ", path);
-  if (data.split_documents == 0 && data.dropped_documents == 0) return line;  // one example a document
+  if (data.packed) return str_cat(line, " (", data.documents, " documents packed into rows of ", data.max_len(), ")");
+  if (data.split_documents == 0 && data.dropped_documents == 0 && data.truncated_documents == 0) {
+    return line;  // one example a document
+  }
   std::vector<std::string> parts = {str_cat(data.documents, " documents")};
   if (data.split_documents > 0) {
     parts.push_back(str_cat(data.split_documents, " split into chunks of max_len ", data.max_len()));
   }
-  if (data.dropped_documents > 0) parts.push_back(str_cat(data.dropped_documents, " too short to use"));
+  if (data.truncated_documents > 0) {
+    parts.push_back(str_cat(data.truncated_documents, " truncated to max_len ", data.max_len()));
+  }
+  if (data.dropped_documents > 0) parts.push_back(str_cat(data.dropped_documents, " with nothing to predict"));
   return line + " (" + join(parts, ", ") + ")";
 }
 

@@ -19,6 +19,52 @@ std::string resolve(const std::string& path, const std::string& base_dir) {
   return (std::filesystem::path(base_dir) / path).lexically_normal().string();
 }
 
+// "text" reads text_field; "prompt_completion" reads prompt_field and completion_field.
+DocumentFields read_fields(const JsonFields& data) {
+  DocumentFields fields;
+  const std::string format = data.string("format", "text");
+  if (format == "prompt_completion") {
+    fields.prompt = data.string("prompt_field", "prompt");
+    fields.text = data.string("completion_field", "completion");
+    if (data.has("text_field")) data.fail("text_field", "is for format \"text\"; pairs read prompt_field and completion_field");
+  } else if (format == "text") {
+    fields.text = data.string("text_field", fields.text);
+    for (const char* key : {"prompt_field", "completion_field"}) {
+      if (data.has(key)) data.fail(key, "is for format \"prompt_completion\"");
+    }
+  } else {
+    data.fail("format", str_cat("unknown format '", format, "' (expected text or prompt_completion)"));
+  }
+  fields.id = data.string("id_field", fields.id);
+  if (!fields.prompt.empty() && fields.prompt == fields.text) {
+    data.fail("prompt_field", "names the same field as completion_field");
+  }
+  return fields;
+}
+
+// "queries": a path, or {"path", "slice": [begin, end]} (the path defaulting to the train file).
+void read_queries(const JsonFields& data, RunConfig& c, const std::string& base_dir) {
+  if (!data.has("queries") || !data.raw("queries", {}).is_object()) {
+    c.query_path = resolve(data.string("queries"), base_dir);
+    return;
+  }
+  const JsonFields queries = data.object("queries");
+  c.query_path = queries.has("path") ? resolve(queries.string("path"), base_dir) : c.train_path;
+  if (queries.has("slice")) {
+    const std::vector<double> bounds = queries.numbers("slice");
+    const bool integral = bounds.size() == 2 && std::all_of(bounds.begin(), bounds.end(), [](double b) {
+                            return b >= 0 && b == static_cast<double>(static_cast<int64_t>(b));
+                          });
+    if (!integral || bounds[0] >= bounds[1]) {
+      queries.fail("slice", "expected [begin, end]: two integers, 0 <= begin < end (documents begin..end-1)");
+    }
+    c.query_slice = std::make_pair(static_cast<int64_t>(bounds[0]), static_cast<int64_t>(bounds[1]));
+  } else if (!queries.has("path")) {
+    queries.fail("slice", "missing: queries from the train file are a slice of it, held out of training");
+  }
+  queries.finish();
+}
+
 }  // namespace
 
 RunConfig RunConfig::from_json(const nlohmann::json& json, const std::string& source, const std::string& base_dir) {
@@ -45,9 +91,9 @@ RunConfig RunConfig::from_json(const nlohmann::json& json, const std::string& so
 
   JsonFields data = root.object("data");
   c.train_path = resolve(data.string("train"), base_dir);
-  c.query_path = resolve(data.string("queries"), base_dir);
-  c.text_field = data.string("text_field", c.text_field);
-  c.id_field = data.string("id_field", c.id_field);
+  read_queries(data, c, base_dir);
+  c.fields = read_fields(data);
+  c.fit = parse_fit(data.string("fit", "chunk"), data.field("fit"));
   if (data.has("max_documents")) {
     c.max_documents = data.integer("max_documents");
     if (*c.max_documents < 1) data.fail("max_documents", str_cat("expected an integer >= 1, got ", *c.max_documents));
@@ -93,6 +139,24 @@ std::vector<InputFile> input_files(const RunConfig& c) {
   return files;
 }
 
+namespace {
+
+std::vector<TextDocument> slice_of(const std::vector<TextDocument>& documents, std::pair<int64_t, int64_t> slice,
+                                   const RunConfig& c) {
+  const auto n = static_cast<int64_t>(documents.size());
+  if (slice.second > n) {
+    throw InputError(str_cat(c.source, ": data.queries.slice [", slice.first, ", ", slice.second, "] goes past the ",
+                             n, " documents of ", c.query_path));
+  }
+  if (c.query_path == c.train_path && slice.second - slice.first == n) {
+    throw InputError(str_cat(c.source, ": data.queries.slice holds out all ", n, " documents of ", c.train_path,
+                             ": nothing is left to train on"));
+  }
+  return {documents.begin() + slice.first, documents.begin() + slice.second};
+}
+
+}  // namespace
+
 LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const Parallelism> parallelism,
                            std::shared_ptr<const MixedPrecision> precision) {
   if (!precision) precision = std::make_shared<MixedPrecision>(c.precision);
@@ -108,21 +172,30 @@ LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const Parallelism
     throw InputError(str_cat(c.source, ": model.vocab ", p.model.vocab, " is below the ", tokenizer.vocab_bound(),
                              " ids of the tokenizer (", tokenizer.description(), ")"));
   }
-  p.train_documents = load_documents(c.train_path, c.text_field, c.id_field);
+  p.train_documents = load_documents(c.train_path, c.fields);
+  if (c.query_path == c.train_path && c.query_slice) {
+    p.query_documents = slice_of(p.train_documents, *c.query_slice, c);
+    const auto [begin, end] = *c.query_slice;
+    p.train_documents.erase(p.train_documents.begin() + begin, p.train_documents.begin() + end);
+  } else {
+    p.query_documents = load_documents(c.query_path, c.fields);
+    if (c.query_slice) p.query_documents = slice_of(p.query_documents, *c.query_slice, c);
+  }
   if (c.max_documents && static_cast<int64_t>(p.train_documents.size()) > *c.max_documents) {
     p.train_documents.resize(*c.max_documents);
   }
-  p.query_documents = load_documents(c.query_path, c.text_field, c.id_field);
-  auto train =
-      std::make_shared<TokenDataset>(tokenize_documents(p.train_documents, tokenizer, c.model.max_len, c.train_path));
-  TokenDataset queries = tokenize_documents(p.query_documents, tokenizer, c.model.max_len, c.query_path);
+  auto train = std::make_shared<TokenDataset>(
+      tokenize_documents(p.train_documents, tokenizer, c.model.max_len, c.train_path, c.fit));
+  // A query is a document: packing would mix queries, so packed runs cut queries into chunks.
+  const Fit query_fit = c.fit == Fit::kTruncate ? Fit::kTruncate : Fit::kChunk;
+  TokenDataset queries = tokenize_documents(p.query_documents, tokenizer, c.model.max_len, c.query_path, query_fit);
   // Queries are documents (LmQuery): each must give at least one example to be scored on.
   std::vector<bool> scored(p.query_documents.size(), false);
   for (const auto& ex : queries.examples) scored[ex.document] = true;
   for (size_t d = 0; d < scored.size(); ++d) {
     if (!scored[d]) {
       throw InputError(
-          str_cat(c.query_path, ": query '", p.query_documents[d].id, "' has fewer than 2 tokens: nothing to predict"));
+          str_cat(c.query_path, ": query '", p.query_documents[d].id, "' has no token to predict"));
     }
   }
   p.train = train;

@@ -3,8 +3,11 @@
 //   {"seed": 0, "dtype": "fp64" | "bf16" | {"compute", "master", "reduce", "loss_scale"} (precision_policy.h),
 //    "model": {"vocab", "d_model", "n_layers", "n_heads", "max_len", "init": safetensors path (gpt_init_file.h)}
 //             or {"path": a model folder (hf_model_folder.h), "max_len": the sequence length},
-//    "data": {"train": path, "queries": path, "text_field": "text", "id_field": "id",
+//    "data": {"train": path, "queries": path or {"path" (default: the train file), "slice": [begin, end]},
+//             "format": "text" | "prompt_completion", "text_field": "text", "prompt_field": "prompt",
+//             "completion_field": "completion", "id_field": "id", "fit": "chunk" | "truncate" | "pack",
 //             "max_documents": n (use the first n training documents)},
+//    A query slice of the train file is held out of training (a train/query split).
 //    "training": {"steps", "batch_size", "shuffle", "reduction", "weights", "checkpoints", "spill_dir"},
 //    "optimizer": {"name", "lr", ... , "schedule": {...}}}
 #pragma once
@@ -32,7 +35,11 @@ struct RunConfig {
   GptConfig model;
   std::optional<std::string> model_init;    // initial parameters from this file instead of gpt_init
   std::optional<std::string> model_folder;  // architecture, weights and tokenizer from this folder
-  std::string train_path, query_path, text_field = "text", id_field = "id";
+  std::string train_path, query_path;
+  DocumentFields fields;
+  Fit fit = Fit::kChunk;
+  // Documents [begin, end) of the query file; held out of training when it is the train file.
+  std::optional<std::pair<int64_t, int64_t>> query_slice;
   std::optional<int64_t> max_documents;
   int64_t steps = 1, batch_size = 8;
   bool shuffle = true;
