@@ -52,6 +52,9 @@ struct CheckSettings {
   // (the magic-check tool) may, not rank threads that each compute their own.
   bool record_reference = false;
   std::string fixtures_dir = MAGIC_FIXTURES_DIR;  // the KJV text the workload trains on
+  // --model: the lm workload's architecture, weights and tokenizer from this model folder
+  // (hf_model_folder.h) instead of its own small GPT; "" for the latter.
+  std::string model_folder;
   // --config: check this magic-run config (its model, data, optimizer, schedule, reduction, weights,
   // clipping, dtype) for the first `steps` steps instead of the built-in workload. from_run_config
   // copies what it fixes into the fields above.

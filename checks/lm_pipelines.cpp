@@ -25,10 +25,14 @@ namespace magic::checks {
 namespace {
 
 nlohmann::json workload_json(const CheckSettings& s, const nlohmann::json& optimizer) {
+  const nlohmann::json model =
+      s.model_folder.empty()
+          ? nlohmann::json{{"vocab", 257}, {"d_model", 16}, {"n_layers", 1}, {"n_heads", 2}, {"max_len", s.max_len}}
+          : nlohmann::json{{"path", s.model_folder}, {"max_len", s.max_len}};
   return {
       {"seed", s.seed},
       {"dtype", s.precision.to_json()},
-      {"model", {{"vocab", 257}, {"d_model", 16}, {"n_layers", 1}, {"n_heads", 2}, {"max_len", s.max_len}}},
+      {"model", model},
       {"data", {{"train", "text/proverbs.jsonl"}, {"queries", "text/queries.jsonl"}, {"max_documents", s.documents}}},
       {"training",
        {{"steps", s.steps},

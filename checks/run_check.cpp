@@ -111,6 +111,7 @@ CheckReport report_header(const CheckRequest& request) {
   report.world_size = s.topology.world_size();
   report.workload = s.resolved_workload();
   if (s.run_config) report.config = s.run_config->source;
+  report.model = s.model_folder;
   report.dtype = s.precision.str();
   report.convention = dist::convention_name(s.convention);
   report.backend = dist::backend_name(s.backend);

@@ -182,21 +182,26 @@ TEST(TokenDataset, PackingCutsTheDocumentsStreamAndRowsNameWhereTheyBegin) {
   EXPECT_EQ(data.examples[1].offset, 4);
   EXPECT_EQ(example_text(data, 1, bytes), "efg");
   EXPECT_EQ(parse_fit("pack"), Fit::kPack);
-  EXPECT_NE(testing::input_error_of([] { parse_fit("squeeze", "data.fit"); })
-                .find("data.fit: unknown fit 'squeeze' (expected chunk, truncate or pack)"),
+  EXPECT_NE(testing::input_error_of([] {
+              parse_fit("squeeze", "data.fit");
+            }).find("data.fit: unknown fit 'squeeze' (expected chunk, truncate or pack)"),
             std::string::npos);
 }
 
 TEST(TextLoader, PairsComeFromTheirTwoFieldsAndOnlyFromJsonl) {
   const std::string dir = ::testing::TempDir();
   const std::string pairs = dir + "/pairs.jsonl";
-  std::ofstream(pairs) << R"({"id": "a", "prompt": "Q?", "completion": " A."})" << "\n"
-                       << R"({"id": "b", "prompt": "Q2?"})" << "\n";
+  std::ofstream(pairs) << R"({"id": "a", "prompt": "Q?", "completion": " A."})"
+                       << "\n"
+                       << R"({"id": "b", "prompt": "Q2?"})"
+                       << "\n";
   const DocumentFields fields{"completion", "id", "prompt"};
-  EXPECT_NE(testing::input_error_of([&] { load_jsonl(pairs, fields); })
-                .find("pairs.jsonl:2: missing completion field 'completion'"),
+  EXPECT_NE(testing::input_error_of([&] {
+              load_jsonl(pairs, fields);
+            }).find("pairs.jsonl:2: missing completion field 'completion'"),
             std::string::npos);
-  std::ofstream(pairs) << R"({"id": "a", "prompt": "Q?", "completion": " A."})" << "\n";
+  std::ofstream(pairs) << R"({"id": "a", "prompt": "Q?", "completion": " A."})"
+                       << "\n";
   const auto docs = load_jsonl(pairs, fields);
   ASSERT_EQ(docs.size(), 1u);
   EXPECT_EQ(docs[0].prompt, "Q?");

@@ -99,7 +99,8 @@ TEST(ModelFolderRun, PairsScoreOnlyCompletionTokensAndDistributeExactly) {
   no_label.select(1, 0).fill_(true);
   const int64_t prompt_positions = no_label.sum().item<int64_t>();
   ASSERT_GT(prompt_positions, 0);
-  EXPECT_EQ(scores.masked_select(no_label).abs().max().item<double>(), 0.0) << "a first, prompt or padding position has a score";
+  EXPECT_EQ(scores.masked_select(no_label).abs().max().item<double>(), 0.0)
+      << "a first, prompt or padding position has a score";
   EXPECT_GT(scores.masked_select(no_label.logical_not()).abs().min().item<double>(), 0.0)
       << "a completion token has no score";
   for (const std::string layout : {"dp=2", "cp=2"}) {
@@ -128,11 +129,17 @@ TEST(ModelFolderRun, WhatTheRunIsGivenIsCheckedFirst) {
       {"pairs without prompts", "missing prompt field 'prompt'",
        [](nlohmann::json& j) { j["data"]["format"] = "prompt_completion", j["data"]["completion_field"] = "text"; }},
       {"slice past the end", "data.queries.slice [370, 380] goes past the 375 documents of",
-       [](nlohmann::json& j) { j["data"]["queries"] = {{"slice", {370, 380}}}; }},
+       [](nlohmann::json& j) {
+         j["data"]["queries"] = {{"slice", {370, 380}}};
+       }},
       {"empty slice", "data.queries.slice: expected [begin, end]",
-       [](nlohmann::json& j) { j["data"]["queries"] = {{"slice", {3, 3}}}; }},
+       [](nlohmann::json& j) {
+         j["data"]["queries"] = {{"slice", {3, 3}}};
+       }},
       {"nothing left to train on", "holds out all 375 documents",
-       [](nlohmann::json& j) { j["data"]["queries"] = {{"slice", {0, 375}}}; }},
+       [](nlohmann::json& j) {
+         j["data"]["queries"] = {{"slice", {0, 375}}};
+       }},
       {"unknown fit", "data.fit: unknown fit 'squeeze'", [](nlohmann::json& j) { j["data"]["fit"] = "squeeze"; }},
   };
   for (const auto& c : cases) {

@@ -34,7 +34,7 @@ CheckReport sample_report() {
 
 TEST(Report, JsonHasTheDocumentedSchema) {
   auto j = report_json(sample_report());
-  for (const char* key : {"tool", "topology", "world_size", "workload", "dtype", "convention", "backend", "steps",
+  for (const char* key : {"tool", "topology", "world_size", "workload", "config", "model", "dtype", "convention", "backend", "steps",
                           "seed", "mutation", "passed", "seconds", "checks", "notes", "first_divergence", "bite"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }

@@ -3,6 +3,7 @@
 // which tensor is off and by which factor. --bite plants known bugs and proves each is caught.
 #include <unistd.h>
 #include <CLI/CLI.hpp>
+#include <filesystem>
 
 #include <iostream>
 #include <memory>
@@ -73,6 +74,10 @@ Command parse(int argc, char** argv, int& early_exit) {
   app.add_option("--config", run_config,
                  "check this magic-run config (model, data, optimizer, schedule, reduction, weights, clipping, "
                  "dtype) on the layout for its first --steps steps, instead of the built-in workload");
+  std::string model;
+  app.add_option("--model", model,
+                 "a Hugging Face model folder (GPT-2 or GPT-NeoX: config.json, safetensors, tokenizer): the built-in "
+                 "workload trains it, with its tokenizer, instead of its own small GPT");
   app.add_option("--steps", s.steps, "training steps (with --config: the run's first K steps)")->capture_default_str();
   app.add_option("--dtype", dtype,
                  "fp64 | fp32 | bf16 | fp16 (bf16/fp16: fp32 master weights and reduction, fp16 loss scale 1024; "
@@ -132,6 +137,12 @@ Command parse(int argc, char** argv, int& early_exit) {
       }
     }
     require_mesh_topology(s.topology, "--config");
+    if (!model.empty()) throw InputError(str_cat("--model: comes from --config ", run_config, " (its model.path)"));
+  }
+  if (!model.empty()) {
+    require_mesh_topology(s.topology, "--model");
+    // Absolute: the workload's paths are resolved against the fixtures, not the working directory.
+    s.model_folder = std::filesystem::absolute(model).lexically_normal().string();
   }
   // 0 stands for "the default batch" inside CheckSettings; given on the command line it is an error.
   if (app.count("--batch") > 0 && s.batch_size < 1) {

@@ -39,9 +39,9 @@ struct TokenDataset {
   std::vector<Example> examples;
   int64_t pad_id = ByteTokenizer::kEndOfDocument;  // the input id of padding positions and rows
   // How the documents became examples, for the run's one-line summary.
-  int64_t documents = 0;          // documents tokenized
-  int64_t split_documents = 0;    // documents longer than max_len tokens (their end token included), cut into chunks
-  int64_t dropped_documents = 0;  // documents that gave no example (fewer than 2 tokens, or no label)
+  int64_t documents = 0;            // documents tokenized
+  int64_t split_documents = 0;      // documents longer than max_len tokens (their end token included), cut into chunks
+  int64_t dropped_documents = 0;    // documents that gave no example (fewer than 2 tokens, or no label)
   int64_t truncated_documents = 0;  // documents longer than max_len whose end was dropped (Fit::kTruncate)
   bool packed = false;
 

@@ -86,9 +86,9 @@ void print_report(const CheckReport& r, std::ostream& out) {
   // Below fp64 the header says what the policy was judged against.
   const std::string golden = golden_run(r.rows);
   out << "magic-check: " << r.topology << " (" << r.world_size << " ranks, " << r.backend << "), " << r.workload
-      << " workload" << (r.config.empty() ? "" : " of " + r.config) << ", " << r.dtype
-      << (golden.empty() ? "" : " (judged against " + golden + ")") << ", " << r.convention << " convention, "
-      << r.steps << " steps, seed " << r.seed;
+      << " workload" << (r.config.empty() ? "" : " of " + r.config) << (r.model.empty() ? "" : " on model " + r.model)
+      << ", " << r.dtype << (golden.empty() ? "" : " (judged against " + golden + ")") << ", " << r.convention
+      << " convention, " << r.steps << " steps, seed " << r.seed;
   if (!r.mutation.empty()) out << ", mutation " << r.mutation;
   out << "\n\n";
   // The tensor column fits the longest name ("blocks.0.attn.proj.weight[reduction]").
@@ -233,6 +233,7 @@ nlohmann::ordered_json report_json(const CheckReport& r) {
               {"world_size", r.world_size},
               {"workload", r.workload},
               {"config", r.config.empty() ? json(nullptr) : json(r.config)},
+              {"model", r.model.empty() ? json(nullptr) : json(r.model)},
               {"dtype", r.dtype},
               {"convention", r.convention},
               {"backend", r.backend},

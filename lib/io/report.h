@@ -37,6 +37,7 @@ struct CheckReport {
   int64_t world_size = 1;
   std::string workload, dtype, convention, backend;
   std::string config;  // the magic-run config checked (--config), "" for the built-in workload
+  std::string model;   // the model folder of the built-in workload (--model), "" for its own GPT
   int64_t steps = 0;
   uint64_t seed = 0;
   std::string mutation;  // planted in `rows` ("" for a clean run)

@@ -26,7 +26,8 @@ DocumentFields read_fields(const JsonFields& data) {
   if (format == "prompt_completion") {
     fields.prompt = data.string("prompt_field", "prompt");
     fields.text = data.string("completion_field", "completion");
-    if (data.has("text_field")) data.fail("text_field", "is for format \"text\"; pairs read prompt_field and completion_field");
+    if (data.has("text_field"))
+      data.fail("text_field", "is for format \"text\"; pairs read prompt_field and completion_field");
   } else if (format == "text") {
     fields.text = data.string("text_field", fields.text);
     for (const char* key : {"prompt_field", "completion_field"}) {
@@ -145,8 +146,8 @@ std::vector<TextDocument> slice_of(const std::vector<TextDocument>& documents, s
                                    const RunConfig& c) {
   const auto n = static_cast<int64_t>(documents.size());
   if (slice.second > n) {
-    throw InputError(str_cat(c.source, ": data.queries.slice [", slice.first, ", ", slice.second, "] goes past the ",
-                             n, " documents of ", c.query_path));
+    throw InputError(str_cat(c.source, ": data.queries.slice [", slice.first, ", ", slice.second, "] goes past the ", n,
+                             " documents of ", c.query_path));
   }
   if (c.query_path == c.train_path && slice.second - slice.first == n) {
     throw InputError(str_cat(c.source, ": data.queries.slice holds out all ", n, " documents of ", c.train_path,
@@ -194,8 +195,7 @@ LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const Parallelism
   for (const auto& ex : queries.examples) scored[ex.document] = true;
   for (size_t d = 0; d < scored.size(); ++d) {
     if (!scored[d]) {
-      throw InputError(
-          str_cat(c.query_path, ": query '", p.query_documents[d].id, "' has no token to predict"));
+      throw InputError(str_cat(c.query_path, ": query '", p.query_documents[d].id, "' has no token to predict"));
     }
   }
   p.train = train;
