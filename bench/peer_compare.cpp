@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_flags.h"
+#include "bench/child_run.h"
 #include "lib/core/strings.h"
 
 namespace {
@@ -39,44 +40,8 @@ namespace {
 using magic::format_fixed;
 using magic::split;
 using magic::str_cat;
-
-struct ChildRun {
-  int exit_code = -1;
-  std::string output;
-  double wall_s = 0, peak_rss_mib = 0;
-};
-
-// Runs argv with extra environment variables, capturing stdout and stderr together.
-ChildRun run_child(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env) {
-  int fds[2];
-  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
-  const auto start = std::chrono::steady_clock::now();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  ChildRun r;
-  char buffer[4096];
-  for (ssize_t n; (n = read(fds[0], buffer, sizeof buffer)) > 0;) r.output.append(buffer, static_cast<size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  struct rusage usage {};
-  wait4(pid, &status, 0, &usage);
-  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
-  return r;
-}
+using magic::bench::ChildRun;
+using magic::bench::run_child;
 
 double field(const std::string& text, const std::string& pattern, const std::string& what) {
   std::smatch m;

@@ -122,6 +122,7 @@ struct Source {
   std::string ours, theirs;
   std::function<at::Tensor(const at::Tensor&)> transform;  // their layout -> ours
   std::vector<int64_t> their_shape;
+  std::function<at::Tensor(const at::Tensor&)> inverse;  // ours -> their layout
 };
 
 at::Tensor as_is(const at::Tensor& t) {
@@ -134,12 +135,13 @@ at::Tensor transposed(const at::Tensor& t) {
 std::vector<Source> gpt2_sources(const GptConfig& c, int64_t positions) {
   const int64_t d = c.d_model, V = c.vocab, T = c.max_len;
   auto first_rows = [T](const at::Tensor& t) { return t.narrow(0, 0, T); };
-  std::vector<Source> s = {{"tok_emb", "wte.weight", as_is, {V, d}},
-                           {"pos_emb", "wpe.weight", first_rows, {positions, d}}};
+  // A written folder's table has exactly the run's rows (save_model_folder sets n_positions so).
+  std::vector<Source> s = {{"tok_emb", "wte.weight", as_is, {V, d}, as_is},
+                           {"pos_emb", "wpe.weight", first_rows, {positions, d}, as_is}};
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string ours = str_cat("blocks.", l, "."), theirs = str_cat("h.", l, ".");
     auto add = [&](const std::string& a, const std::string& b, auto fn, std::vector<int64_t> shape) {
-      s.push_back({ours + a, theirs + b, fn, std::move(shape)});
+      s.push_back({ours + a, theirs + b, fn, std::move(shape), fn});  // as_is and ᵀ are their own inverses
     };
     add("ln1.weight", "ln_1.weight", as_is, {d});
     add("ln1.bias", "ln_1.bias", as_is, {d});
@@ -154,33 +156,38 @@ std::vector<Source> gpt2_sources(const GptConfig& c, int64_t positions) {
     add("mlp.proj.weight", "mlp.c_proj.weight", transposed, {4 * d, d});
     add("mlp.proj.bias", "mlp.c_proj.bias", as_is, {d});
   }
-  s.push_back({"ln_f.weight", "ln_f.weight", as_is, {d}});
-  s.push_back({"ln_f.bias", "ln_f.bias", as_is, {d}});
-  if (!c.tied_head) s.push_back({"head.weight", "lm_head.weight", as_is, {V, d}});
+  s.push_back({"ln_f.weight", "ln_f.weight", as_is, {d}, as_is});
+  s.push_back({"ln_f.bias", "ln_f.bias", as_is, {d}, as_is});
+  if (!c.tied_head) s.push_back({"head.weight", "lm_head.weight", as_is, {V, d}, as_is});
   return s;
 }
 
 std::vector<Source> neox_sources(const GptConfig& c) {
   const int64_t d = c.d_model, V = c.vocab, H = c.n_heads, D = d / H;
-  // Rows (head h, part j, i) -> (part j, head h, i): q, k and v each contiguous, as ours.
-  auto regroup = [H, D](const at::Tensor& t) {
-    const std::vector<int64_t> rest(t.sizes().begin() + 1, t.sizes().end());
-    std::vector<int64_t> grouped = {H, 3, D};
-    grouped.insert(grouped.end(), rest.begin(), rest.end());
-    std::vector<int64_t> flat = {3 * H * D};
-    flat.insert(flat.end(), rest.begin(), rest.end());
-    return t.reshape(grouped).transpose(0, 1).reshape(flat);
+  // Rows (a, b, i) -> (b, a, i): their (head h, part j) to our (part j, head h), q, k and v each
+  // contiguous as ours, with (first, second) = (H, 3); (3, H) is the way back.
+  auto swap_row_groups = [](int64_t first, int64_t second, int64_t D) {
+    return [first, second, D](const at::Tensor& t) {
+      const std::vector<int64_t> rest(t.sizes().begin() + 1, t.sizes().end());
+      std::vector<int64_t> grouped = {first, second, D};
+      grouped.insert(grouped.end(), rest.begin(), rest.end());
+      std::vector<int64_t> flat = {first * second * D};
+      flat.insert(flat.end(), rest.begin(), rest.end());
+      return t.reshape(grouped).transpose(0, 1).reshape(flat);
+    };
   };
-  std::vector<Source> s = {{"tok_emb", "embed_in.weight", as_is, {V, d}}};
+  const auto regroup = swap_row_groups(H, 3, D), ungroup = swap_row_groups(3, H, D);
+  std::vector<Source> s = {{"tok_emb", "embed_in.weight", as_is, {V, d}, as_is}};
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string ours = str_cat("blocks.", l, "."), theirs = str_cat("layers.", l, ".");
-    auto add = [&](const std::string& a, const std::string& b, auto fn, std::vector<int64_t> shape) {
-      s.push_back({ours + a, theirs + b, fn, std::move(shape)});
+    auto add = [&](const std::string& a, const std::string& b, auto fn, std::vector<int64_t> shape,
+                   std::function<at::Tensor(const at::Tensor&)> inverse = as_is) {
+      s.push_back({ours + a, theirs + b, fn, std::move(shape), std::move(inverse)});
     };
     add("ln1.weight", "input_layernorm.weight", as_is, {d});
     add("ln1.bias", "input_layernorm.bias", as_is, {d});
-    add("attn.qkv.weight", "attention.query_key_value.weight", regroup, {3 * d, d});
-    add("attn.qkv.bias", "attention.query_key_value.bias", regroup, {3 * d});
+    add("attn.qkv.weight", "attention.query_key_value.weight", regroup, {3 * d, d}, ungroup);
+    add("attn.qkv.bias", "attention.query_key_value.bias", regroup, {3 * d}, ungroup);
     add("attn.proj.weight", "attention.dense.weight", as_is, {d, d});
     add("attn.proj.bias", "attention.dense.bias", as_is, {d});
     add("ln2.weight", "post_attention_layernorm.weight", as_is, {d});
@@ -190,9 +197,9 @@ std::vector<Source> neox_sources(const GptConfig& c) {
     add("mlp.proj.weight", "mlp.dense_4h_to_h.weight", as_is, {d, 4 * d});
     add("mlp.proj.bias", "mlp.dense_4h_to_h.bias", as_is, {d});
   }
-  s.push_back({"ln_f.weight", "final_layer_norm.weight", as_is, {d}});
-  s.push_back({"ln_f.bias", "final_layer_norm.bias", as_is, {d}});
-  if (!c.tied_head) s.push_back({"head.weight", "embed_out.weight", as_is, {V, d}});
+  s.push_back({"ln_f.weight", "final_layer_norm.weight", as_is, {d}, as_is});
+  s.push_back({"ln_f.bias", "final_layer_norm.bias", as_is, {d}, as_is});
+  if (!c.tied_head) s.push_back({"head.weight", "embed_out.weight", as_is, {V, d}, as_is});
   return s;
 }
 
@@ -285,10 +292,22 @@ ModelFolder read_model_config(const std::string& folder, int64_t sequence_length
   return m;
 }
 
+namespace {
+
+std::vector<Source> sources_of(const ModelFolder& m) {
+  return m.model_type == "gpt2" ? gpt2_sources(m.config, m.positions) : neox_sources(m.config);
+}
+
+std::string prefix_of(const ModelFolder& m) {
+  return m.model_type == "gpt2" ? "transformer." : "gpt_neox.";
+}
+
+}  // namespace
+
 TensorTree map_model_weights(const ModelFolder& m, const TensorTree& theirs, c10::ScalarType dtype,
                              const std::string& source) {
-  const std::string prefix = m.model_type == "gpt2" ? "transformer." : "gpt_neox.";
-  const auto sources = m.model_type == "gpt2" ? gpt2_sources(m.config, m.positions) : neox_sources(m.config);
+  const std::string prefix = prefix_of(m);
+  const auto sources = sources_of(m);
   // Their names with the architecture's prefix taken off; heads keep theirs.
   std::map<std::string, std::string> bare;  // bare name -> name in the file
   for (const auto& e : theirs) {
@@ -328,6 +347,16 @@ TensorTree map_model_weights(const ModelFolder& m, const TensorTree& theirs, c10
                              " model with this config.json"));
   }
   return params;
+}
+
+TensorTree their_weights(const ModelFolder& m) {
+  TensorTree theirs;
+  for (const auto& s : sources_of(m)) {
+    const bool is_head = s.ours == "head.weight";
+    const std::string name = is_head ? s.theirs : prefix_of(m) + s.theirs;
+    theirs.insert(name, s.inverse(m.params.at(s.ours)).contiguous());
+  }
+  return theirs;
 }
 
 ModelFolder load_model_folder(const std::string& folder, c10::ScalarType dtype, int64_t sequence_length) {

@@ -38,6 +38,11 @@ struct ModelFolder {
 // implement, or a sequence longer than the model's positions.
 ModelFolder read_model_config(const std::string& folder, int64_t sequence_length = 0);
 
+// The inverse of map_model_weights: `model.params` in the folder's names (body prefixed, as
+// transformers saves them) and layouts. A GPT-2 position table is written as it is: its rows
+// are the model's positions (save_model_folder writes n_positions to match).
+TensorTree their_weights(const ModelFolder& model);
+
 // config.json and the weights, converted to `dtype`. InputError naming the file and tensor for a
 // missing, misshaped, unknown, non-floating or non-finite tensor, or a damaged file.
 ModelFolder load_model_folder(const std::string& folder, c10::ScalarType dtype, int64_t sequence_length = 0);

@@ -37,9 +37,15 @@ Attribution run_attribution(const RunConfig& config, LmProblem problem, const At
   magic.replay_mode = options.replay_mode;
   const int64_t steps = p.step->num_steps();
   const int64_t replay_steps = steps * (options.per_query ? p.query->num_queries() : 1);
-  // REPLAY's meter starts with its first step (after training and the query gradient).
+  // REPLAY's meter starts as training ends (the query gradient and every REPLAY step timed), or,
+  // in a run resumed in REPLAY, with its first step.
   std::optional<ProgressMeter> training, replay;
   int64_t replayed = 0, replay_resumed = 0;
+  const auto start_replay_meter = [&] {
+    if (replay || !options.progress) return;
+    replay.emplace("REPLAY", replay_steps, *options.progress, options.terminal);
+    replay->resume_at(replay_resumed);
+  };
   magic.on_resume = [&](const ResumePoint& at) {
     replayed = replay_resumed = at.replay_steps_done;
     if (!options.progress) return;
@@ -65,6 +71,7 @@ Attribution run_attribution(const RunConfig& config, LmProblem problem, const At
     if (t + 1 == steps) {
       training->finish();
       if (a.training_warning) *options.progress << "magic-run: " << *a.training_warning << std::endl;
+      start_replay_meter();  // REPLAY starts now: its first step is timed too
     }
   };
   magic.on_replay_step = [&](int64_t t, const StepVjp&) {
@@ -72,10 +79,7 @@ Attribution run_attribution(const RunConfig& config, LmProblem problem, const At
     interrupt_if_asked(RunPhase::kReplay, t);
     ++replayed;
     if (!options.progress) return;
-    if (!replay) {
-      replay.emplace("REPLAY", replay_steps, *options.progress, options.terminal);
-      replay->resume_at(replay_resumed);
-    }
+    start_replay_meter();  // a run resumed in REPLAY trains no step
     replay->update(replayed);
     if (replayed == replay_steps) replay->finish();
   };

@@ -30,14 +30,17 @@ struct MemoryEstimate {
   int64_t state_bytes = 0;       // one state
   int64_t batch_bytes = 0;       // all steps' batches
   int64_t activation_bytes = 0;  // one REPLAY step's graph
+  int64_t working_bytes = 0;     // REPLAY's parameter-sized trees (16 of them)
   int64_t traced_bytes = 0;      // pipelined: the next step's traced graph
   int64_t dump_bytes = 0;        // --dump: every record, kept until the run ends
 
   double total() const {
     return static_cast<double>(states) * state_bytes + static_cast<double>(batch_bytes) +
-           static_cast<double>(activation_bytes) + static_cast<double>(traced_bytes) + static_cast<double>(dump_bytes);
+           static_cast<double>(activation_bytes) + static_cast<double>(working_bytes) +
+           static_cast<double>(traced_bytes) + static_cast<double>(dump_bytes);
   }
-  // "1.2 GiB (45 states of 1.3 MiB, batches 12.0 MiB, a step's activations 747 MiB)", pipelined
+  // "1.2 GiB (45 states of 1.3 MiB, batches 12.0 MiB, a step's activations 747 MiB, working trees
+  // 1.3 GiB)", pipelined
   // with ", the next step traced 373 MiB" before the ")", and ", the dump's records 598 MiB"
   std::string str() const;
 };
