@@ -77,9 +77,12 @@ TEST(RunRecord, MagicRunWritesTheResolvedConfigAndItsInputsChecksums) {
   const std::string out = testing::fresh_dir("run-record");
   const std::string yaml = testing::source_path("fixtures/runs/plan_small.yaml");
   const testing::CommandOutcome o =
-      testing::magic_run("--config " + yaml + " --training.steps 3 --optimizer.lr=0.02 --out " + out);
+      testing::magic_run("--config " + yaml + " --training.steps 3 --optimizer.lr=0.02 --html --out " + out);
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("3 steps of 8"), std::string::npos) << o.output;
+  // The report shows the config as the run read it: YAML, the overrides set.
+  const std::string html = testing::read_file(out + "/report.html");
+  EXPECT_NE(html.find("0.02"), std::string::npos);
   const json record = json::parse(testing::read_file(out + "/run.json"));
   EXPECT_EQ(record["tool"], "magic-run");
   EXPECT_FALSE(record["version"].get<std::string>().empty());

@@ -66,19 +66,7 @@ std::string pythia_shaped_folder() {
     return "";
   }
   const std::string dir = testing::fresh_dir("pythia-shaped");
-  ModelFolder m;
-  m.model_type = "gpt_neox";
-  m.positions = 2048;
-  m.config.vocab = 50304;
-  m.config.d_model = 128;
-  m.config.n_layers = 6;
-  m.config.n_heads = 4;
-  m.config.max_len = 2048;
-  m.config.positions = Positions::kRotary;
-  m.config.rotary_dims = 8;  // rotary_pct 0.25 of a head of 32
-  m.config.parallel_residual = true;
-  m.config.tied_head = false;
-  m.config.activation = Activation::kGeluErf;
+  ModelFolder m = pythia_14m_shape();
   m.params = gpt_init(m.config, at::kFloat, 14);
   save_model_folder(dir, m, 50256);
   fs::copy_file(npm + "/encoder.json", dir + "/vocab.json");

@@ -262,7 +262,7 @@ void report(const Flags& f, const RunConfig& config, const Attribution& a, const
   if (f.html) {
     AttributionPage page;
     page.config_path = config.source;
-    page.config_json = read_json_file(f.config_path).dump(2);
+    page.config_json = config.resolved.dump(2);  // as read (JSON or YAML), the overrides set
     page.layout = layout;
     page.train_path = config.train_path;
     page.ranking_note = note;

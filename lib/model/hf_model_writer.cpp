@@ -54,6 +54,24 @@ nlohmann::json model_folder_config(const ModelFolder& m, int64_t eos_token_id) {
   throw InputError(str_cat("save_model_folder: model_type '", m.model_type, "' (expected gpt2 or gpt_neox)"));
 }
 
+ModelFolder pythia_14m_shape() {
+  ModelFolder m;
+  m.model_type = "gpt_neox";
+  m.positions = 2048;
+  GptConfig& c = m.config;
+  c.vocab = 50304;
+  c.d_model = 128;
+  c.n_layers = 6;
+  c.n_heads = 4;
+  c.max_len = m.positions;
+  c.positions = Positions::kRotary;
+  c.rotary_dims = 8;  // int(32 * 0.25)
+  c.parallel_residual = true;
+  c.tied_head = false;
+  c.activation = Activation::kGeluErf;
+  return m;
+}
+
 void save_model_folder(const std::string& folder, const ModelFolder& m, int64_t eos_token_id, c10::ScalarType dtype) {
   const nlohmann::json config = model_folder_config(m, eos_token_id);
   std::error_code ec;

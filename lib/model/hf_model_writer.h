@@ -17,6 +17,11 @@ namespace magic {
 // end-of-text id of its tokenizer.
 nlohmann::json model_folder_config(const ModelFolder& model, int64_t eos_token_id);
 
+// The architecture of EleutherAI's Pythia-14m (GPT-NeoX: 6 layers, d 128, 4 heads, vocab 50304,
+// rotary on a quarter of each head, parallel residual, exact GELU, untied head, 2048 positions),
+// without weights: for test and bench folders of its size.
+ModelFolder pythia_14m_shape();
+
 // Creates `folder` if needed and writes config.json and model.safetensors (weights in `dtype`),
 // each through a temporary file renamed into place. InputError for an architecture the reader
 // would refuse.
