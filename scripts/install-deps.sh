@@ -7,9 +7,11 @@ set -euo pipefail
 # python3-torch: the independent PyTorch oracle of tests/python (run with /usr/bin/python3).
 # libicu-dev: Unicode classes and NFC for the BPE tokenizers (lib/text).
 # libyaml-cpp-dev: YAML run configs (lib/core/config_file.h).
+# libboost-dev: Boost.Beast and Asio (header-only) for the tracer's WebSocket server (lib/live).
+# python3-websockets: the tracer's Python client example (docs/tracer.md), run by a test.
 packages=(build-essential cmake ninja-build libtorch-dev libgloo-dev libgtest-dev
           librapidcheck-dev nlohmann-json3-dev libcli11-dev libopenblas0-openmp chromium
-          python3-torch libicu-dev libyaml-cpp-dev)
+          python3-torch libicu-dev libyaml-cpp-dev libboost-dev python3-websockets)
 # Node.js runs the tokenizer oracle of tests/js (an independent GPT-2 encoder from npm); a
 # machine that has node and npm already (from any source) keeps them.
 command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)

@@ -1,0 +1,77 @@
+// The tracer's server (docs/tracer.md, "The server"): HTTP and WebSocket on one port, on a thread
+// of its own (Boost.Beast over Asio). GET serves the viewer's files; /trace upgrades to a
+// WebSocket that streams the tracer's messages and takes control messages. Every client has its
+// own bounded queue (client_queue.h), so no client can block the run or grow its memory past a
+// fixed bound. Nothing a client sends can stop the server: every failure ends that client only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "lib/live/trace_event.h"
+
+namespace magic {
+
+struct ViewerAsset {
+  std::string content_type;
+  std::string body;
+};
+
+struct TraceServerOptions {
+  std::string bind = "127.0.0.1";
+  int port = 0;  // 0: a free port
+  size_t queue_bytes = size_t{8} << 20;
+  size_t max_frame_bytes = size_t{1} << 20;
+  int max_clients = 64;
+  std::map<std::string, ViewerAsset> assets;  // by path: "/", "/viewer.js"
+};
+
+// What the server does with a client's text message: a reply to that client, a message to all
+// (either may be empty).
+struct ClientReply {
+  std::string to_sender;
+  std::string to_all;
+};
+
+struct TraceServerHooks {
+  std::function<std::string()> hello;                           // the first message a client gets
+  std::function<ClientReply(const std::string& text)> message;  // a text frame from a client
+};
+
+struct TraceServerStats {
+  int64_t clients_served = 0;    // WebSocket clients accepted in all
+  int64_t records_dropped = 0;   // over every client
+  int64_t requests_refused = 0;  // HTTP 403/404/405/503 and failed handshakes
+};
+
+class TraceServer : public TraceOutput {
+ public:
+  // Binds and starts serving; throws InputError naming the address when it cannot bind.
+  TraceServer(TraceServerOptions options, TraceServerHooks hooks);
+  ~TraceServer() override;
+  TraceServer(const TraceServer&) = delete;
+  TraceServer& operator=(const TraceServer&) = delete;
+
+  int port() const;
+  const std::string& bind_address() const;
+
+  void publish(const std::shared_ptr<const TraceEvent>& event) override;
+  // A message for every client that is not a record (a control change).
+  void broadcast(const std::string& text);
+
+  // Sends what is queued (the end message last), waits up to `grace_ms` for clients to take it,
+  // closes every connection and stops the thread.
+  void close(int grace_ms = 2000);
+
+  TraceServerStats stats() const;
+
+  class Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace magic

@@ -1,0 +1,106 @@
+#include "lib/live/tracer_sink.h"
+
+#include "lib/core/dtype.h"
+
+namespace magic {
+namespace {
+
+using nlohmann::json;
+
+std::string tensor_dtype(const at::Tensor& t) {
+  return at::isFloatingType(t.scalar_type()) ? dtype_name(t.scalar_type())
+                                             : std::string(c10::toString(t.scalar_type()));
+}
+
+// REPLAY's per-step contribution to the scores (replay_backward.cpp's trace point).
+bool is_step_contribution(const TraceRecord& r) {
+  return r.kind == "score" && r.phase == "replay" && r.step >= 0 && r.name == "scores";
+}
+
+}  // namespace
+
+nlohmann::json record_message(const TraceOrigin& origin, const TraceRecord& record, const at::Tensor& tensor,
+                              const TraceRule& rule, nlohmann::json data) {
+  json m = {{"type", "record"},
+            {"run", origin.run},
+            {"rank", origin.rank},
+            {"coords", origin.coords},
+            {"step", record.step},
+            {"phase", record.phase},
+            {"order", record.order},
+            {"kind", record.kind},
+            {"layer", record.layer},
+            {"name", record.name},
+            {"shape", tensor.sizes().vec()},
+            {"dtype", tensor_dtype(tensor)},
+            {"compressor", compressor_name(rule.spec.kind)},
+            {"data", std::move(data)}};
+  return m;
+}
+
+TracerSink::TracerSink(TraceOrigin origin, TraceControl control, std::shared_ptr<const ProjectionVectors> vectors)
+    : origin_(std::move(origin)),
+      vectors_(std::move(vectors)),
+      control_(std::make_shared<const TraceControl>(std::move(control))) {}
+
+void TracerSink::set_control(TraceControl control) {
+  std::atomic_store(&control_,
+                    std::shared_ptr<const TraceControl>(std::make_shared<const TraceControl>(std::move(control))));
+}
+
+TraceControl TracerSink::control() const {
+  return *std::atomic_load(&control_);
+}
+
+nlohmann::json TracerSink::hello() const {
+  json mesh = json::array();
+  for (const MeshDim& d : origin_.mesh) mesh.push_back({{"name", d.name}, {"size", d.size}});
+  return {{"type", "hello"},        {"version", 1}, {"run", origin_.run},
+          {"ranks", origin_.ranks}, {"mesh", mesh}, {"control", control_json(control())}};
+}
+
+void TracerSink::write(const TraceRecord& record, const at::Tensor& tensor) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (finished_ || !identities_.insert(record_identity(record)).second) return;
+  emit(record, tensor);
+  if (!is_step_contribution(record)) return;
+  // Σ_{s ≥ t} dQ/dw_s: REPLAY walks the steps backwards.
+  at::NoGradGuard no_grad;
+  const at::Tensor dw = tensor.detach().to(at::kCPU).to(at::kDouble);
+  running_scores_ =
+      running_scores_.defined() && running_scores_.sizes() == dw.sizes() ? running_scores_ + dw : dw.clone();
+  TraceRecord running = record;
+  running.name = "running_scores";
+  emit(running, running_scores_);
+}
+
+void TracerSink::emit(const TraceRecord& record, const at::Tensor& tensor) {
+  const std::shared_ptr<const TraceControl> control = std::atomic_load(&control_);
+  if (control->paused) return;
+  const TraceRule* rule = matching_rule(*control, record);
+  if (rule == nullptr || !due(*rule, record)) return;
+  json data = compress(rule->spec, tensor, record.layer, vectors_.get());
+  json message = record_message(origin_, record, tensor, *rule, std::move(data));
+  message["seq"] = seq_++;
+  at::Tensor whole;
+  if (rule->spec.kind == Compressor::kNone) whole = tensor.detach().to(at::kCPU).clone().contiguous();
+  publish(TraceEvent::make(std::move(message), std::move(whole)));
+}
+
+void TracerSink::publish(const std::shared_ptr<const TraceEvent>& event) {
+  for (TraceOutput* out : outputs_) out->publish(event);
+}
+
+void TracerSink::announce(nlohmann::json message) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!finished_) publish(TraceEvent::make(std::move(message)));
+}
+
+void TracerSink::finish(const std::string& status) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (finished_) return;
+  finished_ = true;
+  publish(TraceEvent::make({{"type", "end"}, {"records", seq_.load()}, {"status", status}}));
+}
+
+}  // namespace magic

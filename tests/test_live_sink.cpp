@@ -1,0 +1,139 @@
+// The tracer sink, its client queue and its file: records selected by the control, sent once,
+// in order, with a drop count where a queue was full; the running scores; the file read back.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "lib/io/safetensors.h"
+#include "lib/live/client_queue.h"
+#include "lib/live/trace_file.h"
+#include "lib/live/tracer_sink.h"
+
+namespace magic {
+namespace {
+
+using nlohmann::json;
+
+struct Collected : TraceOutput {
+  std::vector<std::shared_ptr<const TraceEvent>> events;
+  void publish(const std::shared_ptr<const TraceEvent>& e) override { events.push_back(e); }
+};
+
+TraceOrigin origin() {
+  return {"run.json", 0, 1, {}, {}};
+}
+
+TEST(TracerSink, SendsWhatTheControlSelectsOnceInOrder) {
+  TracerSink sink(origin(), parse_control_message(R"({"type":"control","points":[
+      {"kind":"loss","compressor":"none"},{"kind":"activation","compressor":"stats","every":2}]})"));
+  Collected out;
+  sink.add_output(&out);
+  const at::Tensor x = at::ones({2, 3}, at::kDouble);
+  for (int64_t t = 0; t < 4; ++t) {
+    sink.write({"loss", "loss", "forward", "forward", t, "", {}}, at::scalar_tensor(1.5 + t, at::kDouble));
+    sink.write({"blocks.0", "activation", "forward", "forward", t, "blocks.0", {}}, x);
+    sink.write({"head.weight", "gradient", "backward", "first", t, "", {}}, x);  // no rule: not sent
+  }
+  // REPLAY recomputing step 1 makes its records again: sent once.
+  sink.write({"loss", "loss", "forward", "forward", 1, "", {}}, at::scalar_tensor(9.0, at::kDouble));
+  sink.finish("finished");
+  ASSERT_EQ(out.events.size(), 4u + 2u + 1u);
+  for (size_t i = 0; i + 1 < out.events.size(); ++i) {
+    EXPECT_TRUE(out.events[i]->record);
+    EXPECT_EQ(out.events[i]->message["seq"], static_cast<int64_t>(i));
+  }
+  EXPECT_EQ(out.events[0]->message["data"]["values"], json({1.5}));
+  EXPECT_EQ(out.events[0]->message["shape"], json::array());
+  EXPECT_EQ(out.events[1]->message["compressor"], "stats");
+  EXPECT_EQ(out.events[1]->message["layer"], "blocks.0");
+  EXPECT_EQ(out.events[1]->message["dtype"], "fp64");
+  EXPECT_EQ(out.events.back()->message["type"], "end");
+  EXPECT_EQ(out.events.back()->message["records"], 6);
+  EXPECT_EQ(json::parse(out.events[2]->text), out.events[2]->message);
+}
+
+TEST(TracerSink, PausedSendsNothingAndANewControlTakesEffectAtTheNextRecord) {
+  TracerSink sink(origin(), default_control());
+  Collected out;
+  sink.add_output(&out);
+  TraceControl paused = default_control();
+  paused.paused = true;
+  sink.set_control(paused);
+  sink.write({"loss", "loss", "forward", "forward", 0, "", {}}, at::ones({}));
+  EXPECT_TRUE(out.events.empty());
+  sink.set_control(parse_control_message(R"({"type":"control","points":[{"compressor":"empty"}]})"));
+  sink.write({"loss", "loss", "forward", "forward", 1, "", {}}, at::ones({}));
+  ASSERT_EQ(out.events.size(), 1u);
+  EXPECT_EQ(out.events[0]->message["compressor"], "empty");
+  EXPECT_EQ(out.events[0]->message["seq"], 0);
+}
+
+TEST(TracerSink, RunningScoresAreTheSumOfTheStepContributionsSoFar) {
+  TracerSink sink(origin(),
+                  parse_control_message(R"({"type":"control","points":[{"kind":"score","compressor":"none"}]})"));
+  Collected out;
+  sink.add_output(&out);
+  const std::vector<at::Tensor> dw = {at::tensor({1.0, 2.0}, at::kDouble), at::tensor({0.5, -4.0}, at::kDouble)};
+  sink.write({"scores", "score", "replay", "metagradient", 1, "", {}}, dw[1]);
+  sink.write({"scores", "score", "replay", "metagradient", 0, "", {}}, dw[0]);
+  ASSERT_EQ(out.events.size(), 4u);
+  EXPECT_EQ(out.events[1]->message["name"], "running_scores");
+  EXPECT_EQ(out.events[1]->message["data"]["values"], json({0.5, -4.0}));
+  EXPECT_EQ(out.events[3]->message["step"], 0);
+  EXPECT_EQ(out.events[3]->message["data"]["values"], json({1.5, -2.0}));
+}
+
+TEST(ClientQueue, DropsRecordsPastItsCapacityAndSaysHowManyBeforeTheNextMessage) {
+  ClientQueue q(100);
+  const auto msg = [](size_t n) { return std::make_shared<const std::string>(std::string(n, 'x')); };
+  EXPECT_EQ(q.push(msg(60), true), ClientQueue::Push::kQueued);
+  EXPECT_EQ(q.push(msg(60), true), ClientQueue::Push::kDropped);
+  EXPECT_EQ(q.push(msg(60), true), ClientQueue::Push::kDropped);
+  EXPECT_EQ((*q.pop())->size(), 60u);
+  EXPECT_EQ(q.push(msg(10), true), ClientQueue::Push::kQueued);
+  EXPECT_EQ(**q.pop(), dropped_message(2, 2));
+  EXPECT_EQ((*q.pop())->size(), 10u);
+  EXPECT_FALSE(q.pop().has_value());
+  EXPECT_EQ(q.bytes(), 0u);
+  // Other messages are kept past the capacity, up to twice it.
+  EXPECT_EQ(q.push(msg(90), true), ClientQueue::Push::kQueued);
+  EXPECT_EQ(q.push(msg(90), false), ClientQueue::Push::kQueued);
+  EXPECT_EQ(q.push(msg(90), false), ClientQueue::Push::kOverflow);
+  EXPECT_EQ(q.dropped_total(), 2);
+}
+
+TEST(TraceFile, RecordsAndWholeTensorsReadBack) {
+  const std::string folder = ::testing::TempDir() + "/trace-file-" + std::to_string(::getpid());
+  std::filesystem::remove_all(folder);
+  {
+    TracerSink sink(origin(), parse_control_message(R"({"type":"control","points":[
+        {"kind":"gradient","compressor":"none","max_elements":2},{"compressor":"stats"}]})"));
+    TraceFile file(folder, "", /*tensor_file_bytes=*/50);  // each 64-byte tensor fills a file
+    sink.add_output(&file);
+    for (int64_t t = 0; t < 3; ++t) {
+      sink.write({"w", "gradient", "backward", "first", t, "", {}}, at::arange(8, at::kDouble) * (t + 1));
+      sink.write({"loss", "loss", "forward", "forward", t, "", {}}, at::ones({}));
+    }
+    sink.finish("finished");
+  }
+  std::ifstream in(folder + "/records.jsonl");
+  std::vector<json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
+  ASSERT_EQ(lines.size(), 7u);
+  EXPECT_EQ(lines.back()["type"], "end");
+  std::set<std::string> files;
+  for (int64_t t = 0; t < 3; ++t) {
+    const json& g = lines[2 * t];
+    EXPECT_EQ(g["data"]["values"].size(), 2u);  // capped in the stream, whole in the file
+    const SafetensorsFile f = load_safetensors(folder + "/" + g["tensor"]["file"].get<std::string>());
+    EXPECT_TRUE(at::equal(f.tensors.at(g["tensor"]["key"].get<std::string>()), at::arange(8, at::kDouble) * (t + 1)));
+    files.insert(g["tensor"]["file"].get<std::string>());
+    EXPECT_FALSE(lines[2 * t + 1].contains("tensor"));
+  }
+  EXPECT_EQ(files.size(), 3u);  // 64 bytes each: every tensor filled a file
+  std::filesystem::remove_all(folder);
+}
+
+}  // namespace
+}  // namespace magic

@@ -1,0 +1,41 @@
+// A blocking WebSocket and HTTP client for the tracer's tests (Boost.Beast), with a deadline on
+// every read so that a server that stops answering fails the test instead of hanging it.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace magic::testing {
+
+struct HttpReply {
+  int status = 0;
+  std::string content_type;
+  std::string body;
+};
+
+// One GET (or another method) on 127.0.0.1:port; status 0 when the connection failed.
+HttpReply http_request(int port, const std::string& target, const std::string& method = "GET");
+
+class WsClient {
+ public:
+  // Connects to ws://127.0.0.1:port/target, sending `origin` when it is not empty. Throws
+  // std::runtime_error (with the HTTP status the server answered) when the handshake fails.
+  WsClient(int port, const std::string& target = "/trace", const std::string& origin = "");
+  ~WsClient();
+  WsClient(WsClient&&) noexcept;
+
+  void send_text(const std::string& text);
+  void send_binary(const std::string& bytes);
+  // The next message, or nullopt when the connection closed or `limit` passed.
+  std::optional<std::string> read(std::chrono::milliseconds limit = std::chrono::seconds(20));
+  // Closes the TCP connection without a WebSocket close (a vanished client).
+  void drop();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace magic::testing
