@@ -5,15 +5,14 @@
 
 #include <thread>
 
+#include "lib/live/trace_client.h"
 #include "lib/live/trace_control.h"
 #include "lib/live/trace_server.h"
-#include "tests/ws_client.h"
 
 namespace magic {
 namespace {
 
 using nlohmann::json;
-using testing::WsClient;
 
 // A server whose control is a plain TraceControl, as magic-run wires it to its tracer.
 struct Served {
@@ -43,7 +42,7 @@ struct Served {
   }
 };
 
-json next(WsClient& c) {
+json next(TraceClient& c) {
   const std::optional<std::string> m = c.read();
   if (!m) return json({{"type", "(nothing)"}});
   return json::parse(*m);
@@ -51,26 +50,26 @@ json next(WsClient& c) {
 
 TEST(TraceServer, ServesTheViewerAndRefusesEveryOtherPath) {
   Served s;
-  const auto page = testing::http_request(s.port(), "/");
+  const auto page = http_request(s.port(), "/");
   EXPECT_EQ(page.status, 200);
   EXPECT_EQ(page.body, "<html>viewer</html>");
   EXPECT_EQ(page.content_type, "text/html; charset=utf-8");
-  EXPECT_EQ(testing::http_request(s.port(), "/?ws=x").status, 200);
-  EXPECT_EQ(testing::http_request(s.port(), "/../etc/passwd").status, 404);
-  EXPECT_EQ(testing::http_request(s.port(), "/trace").status, 404);  // not an upgrade
-  EXPECT_EQ(testing::http_request(s.port(), "/", "POST").status, 405);
-  EXPECT_THROW(WsClient(s.port(), "/other"), std::runtime_error);
-  EXPECT_THROW(WsClient(s.port(), "/trace", "http://evil.example"), std::runtime_error);
-  EXPECT_THROW(WsClient(s.port(), "/trace", "http://127.0.0.1:1"), std::runtime_error);
-  WsClient own(s.port(), "/trace", "http://127.0.0.1:" + std::to_string(s.port()));
+  EXPECT_EQ(http_request(s.port(), "/?ws=x").status, 200);
+  EXPECT_EQ(http_request(s.port(), "/../etc/passwd").status, 404);
+  EXPECT_EQ(http_request(s.port(), "/trace").status, 404);  // not an upgrade
+  EXPECT_EQ(http_request(s.port(), "/", "POST").status, 405);
+  EXPECT_THROW(TraceClient(s.port(), "/other"), std::runtime_error);
+  EXPECT_THROW(TraceClient(s.port(), "/trace", "http://evil.example"), std::runtime_error);
+  EXPECT_THROW(TraceClient(s.port(), "/trace", "http://127.0.0.1:1"), std::runtime_error);
+  TraceClient own(s.port(), "/trace", "http://127.0.0.1:" + std::to_string(s.port()));
   EXPECT_EQ(next(own)["type"], "hello");
-  WsClient local(s.port(), "/trace", "http://localhost:" + std::to_string(s.port()));
+  TraceClient local(s.port(), "/trace", "http://localhost:" + std::to_string(s.port()));
   EXPECT_EQ(next(local)["type"], "hello");
 }
 
 TEST(TraceServer, StreamsRecordsInOrderAndAppliesControlsForEveryClient) {
   Served s;
-  WsClient a(s.port()), b(s.port());
+  TraceClient a(s.port()), b(s.port());
   EXPECT_EQ(next(a)["type"], "hello");
   EXPECT_EQ(next(b)["type"], "hello");
   for (int64_t i = 0; i < 100; ++i) s.record(i);
@@ -79,7 +78,7 @@ TEST(TraceServer, StreamsRecordsInOrderAndAppliesControlsForEveryClient) {
     EXPECT_EQ(next(b)["seq"], i);
   }
   a.send_text(R"({"type":"control","paused":true,"points":[{"compressor":"empty"}]})");
-  for (WsClient* c : {&a, &b}) {
+  for (TraceClient* c : {&a, &b}) {
     const json m = next(*c);
     EXPECT_EQ(m["type"], "control");
     EXPECT_EQ(m["control"]["paused"], true);
@@ -101,14 +100,14 @@ TEST(TraceServer, AFrameTooBigEndsThatClientOnlyAndAVanishedOneIsForgotten) {
   TraceServerOptions o;
   o.max_frame_bytes = 1024;
   Served s(o);
-  WsClient big(s.port()), gone(s.port()), good(s.port());
-  for (WsClient* c : {&big, &gone, &good}) next(*c);
+  TraceClient big(s.port()), gone(s.port()), good(s.port());
+  for (TraceClient* c : {&big, &gone, &good}) next(*c);
   big.send_text(std::string(2048, ' '));
   EXPECT_FALSE(big.read(std::chrono::seconds(5)).has_value());  // closed by the server
   gone.drop();
   for (int64_t i = 0; i < 50; ++i) s.record(i);
   for (int64_t i = 0; i < 50; ++i) EXPECT_EQ(next(good)["seq"], i);
-  WsClient late(s.port());
+  TraceClient late(s.port());
   EXPECT_EQ(next(late)["type"], "hello");
 }
 
@@ -116,16 +115,16 @@ TEST(TraceServer, AClientThatStopsReadingLosesRecordsAndIsToldHowMany) {
   TraceServerOptions o;
   o.queue_bytes = 64 * 1024;
   Served s(o);
-  WsClient slow(s.port());
+  TraceClient slow(s.port());
   next(slow);
-  // 4000 records of ~1 KiB: far more than the queue and the sockets' buffers hold while the
+  // 40000 records of ~1 KiB (40 MB): far more than the queue and the sockets' buffers hold while the
   // client reads nothing. publish() must return for every one of them.
-  for (int64_t i = 0; i < 4000; ++i) s.record(i, 1000);
+  for (int64_t i = 0; i < 40000; ++i) s.record(i, 1000);
   EXPECT_GT(s.server->stats().records_dropped, 0);
   // Now read everything: each record is the previous one's successor, or a drop notice accounts
   // for the gap exactly.
   int64_t expected = 0, received = 0, dropped = 0;
-  while (expected < 4000) {
+  while (expected < 40000) {
     const json m = next(slow);
     ASSERT_NE(m["type"], "(nothing)") << "stream ended at seq " << expected;
     if (m["type"] == "dropped") {
@@ -139,13 +138,13 @@ TEST(TraceServer, AClientThatStopsReadingLosesRecordsAndIsToldHowMany) {
     ++received;
   }
   EXPECT_GT(dropped, 0);
-  EXPECT_EQ(received + dropped, 4000);
+  EXPECT_EQ(received + dropped, 40000);
   EXPECT_EQ(s.server->stats().records_dropped, dropped);
 }
 
 TEST(TraceServer, ClosingSendsWhatIsQueuedThenEndsEveryConnection) {
   Served s;
-  WsClient a(s.port());
+  TraceClient a(s.port());
   next(a);
   s.record(0);
   s.server->publish(TraceEvent::make({{"type", "end"}, {"records", 1}}));
@@ -153,7 +152,7 @@ TEST(TraceServer, ClosingSendsWhatIsQueuedThenEndsEveryConnection) {
   EXPECT_EQ(next(a)["seq"], 0);
   EXPECT_EQ(next(a)["type"], "end");
   EXPECT_FALSE(a.read(std::chrono::seconds(5)).has_value());
-  EXPECT_EQ(testing::http_request(s.port(), "/").status, 0);
+  EXPECT_EQ(http_request(s.port(), "/").status, 0);
 }
 
 TEST(TraceServer, APortInUseIsRefusedByName) {

@@ -101,6 +101,13 @@ TEST(ClientQueue, DropsRecordsPastItsCapacityAndSaysHowManyBeforeTheNextMessage)
   EXPECT_EQ(q.push(msg(90), false), ClientQueue::Push::kQueued);
   EXPECT_EQ(q.push(msg(90), false), ClientQueue::Push::kOverflow);
   EXPECT_EQ(q.dropped_total(), 2);
+  // Dropped records with nothing after them are announced once the queue runs dry.
+  ClientQueue tail(10);
+  EXPECT_EQ(tail.push(msg(8), true), ClientQueue::Push::kQueued);
+  EXPECT_EQ(tail.push(msg(8), true), ClientQueue::Push::kDropped);
+  EXPECT_EQ((*tail.pop())->size(), 8u);
+  EXPECT_EQ(**tail.pop(), dropped_message(1, 1));
+  EXPECT_FALSE(tail.pop().has_value());
 }
 
 TEST(TraceFile, RecordsAndWholeTensorsReadBack) {

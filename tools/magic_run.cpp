@@ -22,6 +22,7 @@
 #include "lib/io/atomic_folder.h"
 #include "lib/io/output_path.h"
 #include "lib/io/score_file.h"
+#include "lib/live/live_tracer.h"
 #include "lib/trace/dump_sink.h"
 #include "lib/train/attribution.h"
 #include "lib/train/attribution_html.h"
@@ -34,6 +35,7 @@
 #include "lib/train/run_config.h"
 #include "lib/train/run_folder.h"
 #include "lib/train/run_record.h"
+#include "tools/viewer_assets.h"
 
 namespace {
 
@@ -75,9 +77,10 @@ struct Flags {
   std::optional<LdsOptions> lds;  // --validate lds
   ResumeMode resume = ResumeMode::kFresh;
   bool keep_checkpoints = false;
-  std::string dump_dir;                   // --dump: the run's trace records (docs/dump-format.md)
-  std::vector<ConfigOverride> overrides;  // --section.key VALUE: config keys set on the command line
-  std::vector<std::string> command;       // the command line, for run.json
+  std::string dump_dir;                      // --dump: the run's trace records (docs/dump-format.md)
+  std::optional<CheckedTraceOptions> trace;  // --trace-port, --trace-file: the live tracer (docs/tracer.md)
+  std::vector<ConfigOverride> overrides;     // --section.key VALUE: config keys set on the command line
+  std::vector<std::string> command;          // the command line, for run.json
 };
 
 // Whether one of the two paths is the other or lies inside it.
@@ -145,6 +148,20 @@ Flags parse(int argc, char** argv, int& early_exit) {
   app.add_flag("--restart", restart, "discard an interrupted run's checkpoints and begin again");
   app.add_option("--dump", f.dump_dir,
                  "write the run's trace records to this new folder, for magic-compare (docs/dump-format.md)");
+  TraceOptions trace;
+  app.add_option("--trace-port", trace.port,
+                 "serve the tensor tracer's viewer and WebSocket stream on this port of 127.0.0.1 (0: a free "
+                 "port; docs/tracer.md)");
+  app.add_option("--trace-bind", trace.bind, "with --trace-port: listen on this address instead")
+      ->capture_default_str();
+  app.add_option("--trace-file", trace.file_dir, "write the tracer's records to this new folder (docs/tracer.md)");
+  app.add_option("--trace-points", trace.points_file,
+                 "the tracer's control to start with: a JSON file of rules (docs/tracer.md, \"Messages\")");
+  app.add_option("--trace-vectors", trace.vectors_file,
+                 "a safetensors file of one vector per layer, for the tracer's projection compressor");
+  app.add_option("--trace-wait", trace.wait_seconds,
+                 "with --trace-port: wait up to this many seconds for a first client before training (under "
+                 "--topology, less than --timeout)");
   app.add_flag("--keep-checkpoints", f.keep_checkpoints,
                "keep the run's checkpoints in training.spill_dir when it ends (removed by default)");
   app.add_option("--topology", topology, "run distributed on this mesh layout: dp=N[,cp=C][,fsdp=F]");
@@ -203,6 +220,16 @@ Flags parse(int argc, char** argv, int& early_exit) {
     require_writable_directory(f.dump_dir, "--dump");
   }
   if (app.count("--export-plan") > 0) check_plan_flags(f);
+  if (app.count("--trace-bind") > 0 && !trace.port) throw InputError("--trace-bind: needs --trace-port");
+  // The other ranks wait for rank 0 at their first collective, for --timeout at most.
+  if (f.program && trace.wait_seconds >= timeout_s) {
+    throw InputError(str_cat("--trace-wait ", trace.wait_seconds, ": under --topology, expected less than --timeout (",
+                             timeout_s, " s): the other ranks wait for rank 0 that long"));
+  }
+  if (trace.enabled() || !trace.points_file.empty() || !trace.vectors_file.empty()) {
+    // A rank finds the folder its rank 0 may have begun writing already: checked once, by the launcher.
+    f.trace = check_trace_options(trace, /*folder_must_be_new=*/!dist::running_as_rank());
+  }
   return f;
 }
 
@@ -374,6 +401,24 @@ void write_dump(const Flags& f, const dist::Runtime* runtime, const Parallelism&
   std::cout << "dump: " << entries.size() << " records" << (runtime ? " per rank" : "") << " in " << f.dump_dir << "\n";
 }
 
+// Who the tracer's records come from: the run, this rank and its place in the mesh.
+TraceOrigin trace_origin(const Flags& f, const dist::Runtime* runtime, const Parallelism& parallelism) {
+  TraceOrigin o;
+  o.run = f.config_path;
+  if (runtime) {
+    o.rank = runtime->rank();
+    o.ranks = runtime->world_size();
+    o.mesh = parallelism.trace_layout().mesh;
+    o.coords = parallelism.trace_layout().coords;
+  }
+  return o;
+}
+
+std::optional<TraceRelay> trace_relay(const dist::Runtime* runtime) {
+  if (runtime == nullptr || runtime->world_size() == 1) return std::nullopt;
+  return TraceRelay{runtime->store_for_another_thread(), runtime->rank(), runtime->world_size()};
+}
+
 // The attribution, its validation and its report, once the run's folder is settled.
 int attribute_with(const Flags& f, const RunConfig& config, const dist::Runtime* runtime, LmProblem problem,
                    const AttributionOptions& options) {
@@ -447,10 +492,21 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
                 << m.max_len << "); tokenizer: " << problem.tokenizer->description() << std::endl;
     }
   }
-  // Trace records are kept while the run goes (lib/trace) and written once it has finished.
+  // Trace records are kept while the run goes (lib/trace) and written once it has finished; the
+  // tracer streams the ones its control selects as they are made (lib/live).
   std::optional<DumpSink> sink;
+  std::optional<LiveTracer> tracer;
+  if (f.trace)
+    tracer.emplace(*f.trace, trace_origin(f, runtime, *parallelism), viewer_assets(), trace_relay(runtime),
+                   speaks ? &std::cout : nullptr);
+  if (tracer) tracer->wait_for_client(speaks ? &std::cout : nullptr);
+  std::vector<TraceSink*> sinks;
+  if (!f.dump_dir.empty()) sinks.push_back(&sink.emplace());
+  if (tracer) sinks.push_back(tracer->sink());
+  TeeSink both(sinks);
   std::optional<ScopedTraceSink> listening;
-  if (!f.dump_dir.empty()) listening.emplace(&sink.emplace());
+  if (sinks.size() == 1) listening.emplace(sinks[0]);
+  if (sinks.size() > 1) listening.emplace(&both);
   const int rc = settling(lease, f, [&] {
     // The plan is read off the problem just built (the batches the step will consume), before
     // training, so another implementation can start on it while this run trains. Written once the
@@ -462,10 +518,9 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
     }
     return attribute_with(f, config, runtime, std::move(problem), options);
   });
-  if (sink && rc == kExitOk) {
-    listening.reset();
-    write_dump(f, runtime, *parallelism, sink->entries());
-  }
+  listening.reset();
+  if (tracer) tracer->finish(rc == kExitOk ? "finished" : "failed");
+  if (sink && rc == kExitOk) write_dump(f, runtime, *parallelism, sink->entries());
   return rc;
 }
 

@@ -32,6 +32,12 @@ ClientQueue::Push ClientQueue::push(std::shared_ptr<const std::string> message, 
 
 std::optional<std::shared_ptr<const std::string>> ClientQueue::pop() {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (messages_.empty() && dropped_since_notice_ > 0) {
+    // Records dropped with nothing queued after them: the notice goes now, not at the next push.
+    const int64_t count = dropped_since_notice_;
+    dropped_since_notice_ = 0;
+    return std::make_shared<const std::string>(dropped_message(count, dropped_total_));
+  }
   if (messages_.empty()) return std::nullopt;
   std::shared_ptr<const std::string> m = std::move(messages_.front());
   messages_.pop_front();

@@ -388,6 +388,10 @@ void TraceServer::close(int grace_ms) {
   impl_->thread.join();
 }
 
+int TraceServer::clients() const {
+  return impl_->live_clients;
+}
+
 TraceServerStats TraceServer::stats() const {
   TraceServerStats s;
   s.clients_served = impl_->clients_served;

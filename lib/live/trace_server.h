@@ -67,6 +67,8 @@ class TraceServer : public TraceOutput {
   void close(int grace_ms = 2000);
 
   TraceServerStats stats() const;
+  // WebSocket clients connected now.
+  int clients() const;
 
   class Impl;
 

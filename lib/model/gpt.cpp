@@ -54,7 +54,9 @@ at::Tensor causal_self_attention(const GptConfig& c, const at::Tensor& x, const 
   at::Tensor scores = kernels::matmul(q * attention_scale_of(c), k.transpose(-2, -1));
   at::Tensor future = layout.key_positions.unsqueeze(0) > layout.positions.unsqueeze(1);
   scores = scores + at::where(future, -std::numeric_limits<double>::infinity(), 0.0).to(scores.scalar_type());
-  at::Tensor y = kernels::matmul(kernels::softmax(scores, -1), v).transpose(1, 2).reshape({B, T, c.d_model});
+  const at::Tensor probabilities = kernels::softmax(scores, -1);
+  if (tracing()) trace_attention(probabilities, str_cat("blocks.", layer));
+  at::Tensor y = kernels::matmul(probabilities, v).transpose(1, 2).reshape({B, T, c.d_model});
   return kernels::linear(y, p.at(block(layer, "attn.proj.weight")), p.at(block(layer, "attn.proj.bias")));
 }
 

@@ -22,6 +22,7 @@ std::string record_key(size_t index) {
 }  // namespace
 
 void DumpSink::write(const TraceRecord& record, const at::Tensor& tensor) {
+  if (record.kind == "attention") return;  // the tracer's alone: [batch, heads, T, T] per layer and step
   std::lock_guard<std::mutex> lock(mutex_);
   if (identities_.count(record_identity(record))) return;
   at::Tensor copy = tensor.detach().to(at::kCPU).clone().contiguous();

@@ -39,4 +39,8 @@ class ScopedTraceContext {
 void trace_activation(const at::Tensor& value, const std::string& name, const std::string& kind,
                       const std::string& layer);
 
+// A layer's attention probabilities [batch, heads, queries, keys] in the context's step: kind
+// "attention", for the tracer's compressors only (a dump leaves them out: docs/dump-format.md).
+void trace_attention(const at::Tensor& probabilities, const std::string& layer);
+
 }  // namespace magic

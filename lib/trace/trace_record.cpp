@@ -21,7 +21,7 @@ std::string placement_text(const Placement& p) {
 const std::vector<std::string>& trace_kinds() {
   static const std::vector<std::string> kinds = {
       "input",  "activation", "logits",    "loss",  "gradient", "reduced_gradient",
-      "update", "parameter",  "cotangent", "score", "other"};
+      "update", "parameter",  "cotangent", "score", "other", "attention"};
   return kinds;
 }
 

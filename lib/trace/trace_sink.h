@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include "lib/core/tensor_tree.h"
 #include "lib/trace/trace_record.h"
@@ -19,6 +20,18 @@ class TraceSink {
   virtual ~TraceSink() = default;
   // May be called from more than one thread (pipelined REPLAY); a sink serializes itself.
   virtual void write(const TraceRecord& record, const at::Tensor& tensor) = 0;
+};
+
+// Several sinks behind one trace point (--dump and the tracer at once): each record to each, in order.
+class TeeSink : public TraceSink {
+ public:
+  explicit TeeSink(std::vector<TraceSink*> sinks) : sinks_(std::move(sinks)) {}
+  void write(const TraceRecord& record, const at::Tensor& tensor) override {
+    for (TraceSink* s : sinks_) s->write(record, tensor);
+  }
+
+ private:
+  std::vector<TraceSink*> sinks_;
 };
 
 namespace trace_detail {

@@ -106,7 +106,19 @@ std::unique_ptr<Runtime> Runtime::connect(const Rendezvous& r, BackendKind backe
     store = c10::make_intrusive<c10d::PrefixStore>(str_cat("/worker/attempt_", attempt), store);
     progress_store = c10::make_intrusive<c10d::PrefixStore>(str_cat("/worker/attempt_", attempt), progress_store);
   }
-  return std::make_unique<Runtime>(r.rank, r.world_size, store, backend, timeout, progress_store);
+  auto runtime = std::make_unique<Runtime>(r.rank, r.world_size, store, backend, timeout, progress_store);
+  runtime->connect_client_ = [r, options]() -> c10::intrusive_ptr<c10d::Store> {
+    c10::intrusive_ptr<c10d::Store> client = c10::make_intrusive<c10d::TCPStore>(r.master_addr, options);
+    if (const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT"); attempt != nullptr && r.agent_store) {
+      client = c10::make_intrusive<c10d::PrefixStore>(str_cat("/worker/attempt_", attempt), client);
+    }
+    return client;
+  };
+  return runtime;
+}
+
+c10::intrusive_ptr<c10d::Store> Runtime::store_for_another_thread() const {
+  return connect_client_ ? connect_client_() : store_;
 }
 
 Runtime::Runtime(int rank, int world_size, c10::intrusive_ptr<c10d::Store> store, BackendKind backend,

@@ -43,6 +43,9 @@ class Runtime {
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   const std::shared_ptr<Group>& world() const { return world_; }
+  // A store client for a thread of this rank's own (the tracer's relay): a new connection to the
+  // rendezvous store where clients cannot be shared between threads; the store itself otherwise.
+  c10::intrusive_ptr<c10d::Store> store_for_another_thread() const;
   std::chrono::milliseconds timeout() const { return timeout_; }
 
   // Every rank calls it with the same arguments, in the same order (as torch.distributed's
@@ -66,6 +69,7 @@ class Runtime {
   std::chrono::milliseconds timeout_;
   std::unique_ptr<ProgressPublisher> progress_;
   std::shared_ptr<Group> world_;
+  std::function<c10::intrusive_ptr<c10d::Store>()> connect_client_;  // set by connect()
   mutable int64_t groups_created_ = 0;
   mutable std::map<std::pair<std::string, std::vector<int>>, std::shared_ptr<Group>> shared_groups_;
 };

@@ -1,4 +1,4 @@
-#include "tests/ws_client.h"
+#include "lib/live/trace_client.h"
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -7,7 +7,7 @@
 
 #include <stdexcept>
 
-namespace magic::testing {
+namespace magic {
 
 namespace net = boost::asio;
 namespace beast = boost::beast;
@@ -33,13 +33,14 @@ HttpReply http_request(int port, const std::string& target, const std::string& m
   return {static_cast<int>(res.result_int()), std::string(res[http::field::content_type]), res.body()};
 }
 
-struct WsClient::State {
+struct TraceClient::State {
   net::io_context io;
   websocket::stream<beast::tcp_stream> ws{io};
   beast::flat_buffer buffer;
 };
 
-WsClient::WsClient(int port, const std::string& target, const std::string& origin) : state_(std::make_unique<State>()) {
+TraceClient::TraceClient(int port, const std::string& target, const std::string& origin)
+    : state_(std::make_unique<State>()) {
   beast::get_lowest_layer(state_->ws).expires_after(std::chrono::seconds(10));
   beast::get_lowest_layer(state_->ws)
       .connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
@@ -54,20 +55,20 @@ WsClient::WsClient(int port, const std::string& target, const std::string& origi
   beast::get_lowest_layer(state_->ws).expires_never();
 }
 
-WsClient::~WsClient() = default;
-WsClient::WsClient(WsClient&&) noexcept = default;
+TraceClient::~TraceClient() = default;
+TraceClient::TraceClient(TraceClient&&) noexcept = default;
 
-void WsClient::send_text(const std::string& text) {
+void TraceClient::send_text(const std::string& text) {
   state_->ws.text(true);
   state_->ws.write(net::buffer(text));
 }
 
-void WsClient::send_binary(const std::string& bytes) {
+void TraceClient::send_binary(const std::string& bytes) {
   state_->ws.binary(true);
   state_->ws.write(net::buffer(bytes));
 }
 
-std::optional<std::string> WsClient::read(std::chrono::milliseconds limit) {
+std::optional<std::string> TraceClient::read(std::chrono::milliseconds limit) {
   std::optional<std::string> out;
   state_->buffer.clear();
   state_->ws.async_read(state_->buffer, [&](beast::error_code ec, size_t) {
@@ -85,9 +86,9 @@ std::optional<std::string> WsClient::read(std::chrono::milliseconds limit) {
   return out;
 }
 
-void WsClient::drop() {
+void TraceClient::drop() {
   beast::error_code ignored;
   beast::get_lowest_layer(state_->ws).socket().close(ignored);
 }
 
-}  // namespace magic::testing
+}  // namespace magic

@@ -1,5 +1,6 @@
-// A blocking WebSocket and HTTP client for the tracer's tests (Boost.Beast), with a deadline on
-// every read so that a server that stops answering fails the test instead of hanging it.
+// A blocking client of the tracer's server (Boost.Beast): WebSocket and plain HTTP, with a
+// deadline on every read so that a server that stops answering never hangs the caller. The tests,
+// the load bench and the fuzzer use it.
 #pragma once
 
 #include <chrono>
@@ -7,7 +8,7 @@
 #include <optional>
 #include <string>
 
-namespace magic::testing {
+namespace magic {
 
 struct HttpReply {
   int status = 0;
@@ -18,13 +19,13 @@ struct HttpReply {
 // One GET (or another method) on 127.0.0.1:port; status 0 when the connection failed.
 HttpReply http_request(int port, const std::string& target, const std::string& method = "GET");
 
-class WsClient {
+class TraceClient {
  public:
   // Connects to ws://127.0.0.1:port/target, sending `origin` when it is not empty. Throws
   // std::runtime_error (with the HTTP status the server answered) when the handshake fails.
-  WsClient(int port, const std::string& target = "/trace", const std::string& origin = "");
-  ~WsClient();
-  WsClient(WsClient&&) noexcept;
+  TraceClient(int port, const std::string& target = "/trace", const std::string& origin = "");
+  ~TraceClient();
+  TraceClient(TraceClient&&) noexcept;
 
   void send_text(const std::string& text);
   void send_binary(const std::string& bytes);
@@ -38,4 +39,4 @@ class WsClient {
   std::unique_ptr<State> state_;
 };
 
-}  // namespace magic::testing
+}  // namespace magic

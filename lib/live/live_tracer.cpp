@@ -1,0 +1,133 @@
+#include "lib/live/live_tracer.h"
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "lib/core/error.h"
+#include "lib/core/json_fields.h"
+#include "lib/core/strings.h"
+#include "lib/io/atomic_folder.h"
+#include "lib/live/trace_file.h"
+#include "lib/live/trace_relay.h"
+
+namespace magic {
+
+class LiveTracer::Relay {
+ public:
+  std::unique_ptr<RelaySender> sender;      // ranks other than 0
+  std::unique_ptr<RelayReceiver> receiver;  // rank 0 of a mesh with a server
+};
+
+CheckedTraceOptions check_trace_options(const TraceOptions& options, bool folder_must_be_new) {
+  CheckedTraceOptions checked{options, default_control(), nullptr};
+  if (options.port && (*options.port < 0 || *options.port > 65535)) {
+    throw InputError(str_cat("--trace-port ", *options.port, ": expected a port from 0 to 65535 (0: any free port)"));
+  }
+  if (!options.points_file.empty()) {
+    const nlohmann::json j = read_json_file(options.points_file);
+    try {
+      checked.control = parse_control(j);
+    } catch (const ControlError& e) {
+      throw InputError(str_cat("--trace-points ", options.points_file, ": ", e.field(), ": ", e.message()));
+    }
+  }
+  if (!options.vectors_file.empty()) {
+    checked.vectors = std::make_shared<const ProjectionVectors>(ProjectionVectors::load(options.vectors_file));
+  }
+  if (!options.file_dir.empty() && folder_must_be_new) require_new_folder(options.file_dir, "--trace-file");
+  if (!options.enabled() && (!options.points_file.empty() || !options.vectors_file.empty())) {
+    throw InputError("--trace-points and --trace-vectors: need --trace-port or --trace-file");
+  }
+  if (!(options.wait_seconds >= 0 && options.wait_seconds <= 3600)) {
+    throw InputError(str_cat("--trace-wait ", options.wait_seconds, ": expected seconds from 0 to 3600"));
+  }
+  if (options.wait_seconds > 0 && !options.port) throw InputError("--trace-wait: needs --trace-port");
+  return checked;
+}
+
+LiveTracer::LiveTracer(const CheckedTraceOptions& checked, TraceOrigin origin,
+                       std::map<std::string, ViewerAsset> assets, std::optional<TraceRelay> relay, std::ostream* say)
+    : sink_(std::move(origin), checked.control, checked.vectors),
+      relay_(std::make_unique<Relay>()),
+      options_wait_seconds_(checked.options.wait_seconds) {
+  const TraceOptions& o = checked.options;
+  const int64_t rank = sink_.origin().rank;
+  if (!o.file_dir.empty()) {
+    const std::string prefix = relay && relay->world > 1 ? str_cat("rank", rank, ".") : "";
+    file_ = std::make_unique<TraceFile>(o.file_dir, prefix);
+    sink_.add_output(file_.get());
+  }
+  if (!o.port) return;
+  if (rank != 0) {
+    // This rank's records go to rank 0's server; the controls come back from it.
+    relay_->sender =
+        std::make_unique<RelaySender>(relay->store, rank, [this](TraceControl c) { sink_.set_control(std::move(c)); });
+    sink_.add_output(relay_->sender.get());
+    return;
+  }
+  TraceServerOptions so;
+  so.bind = o.bind;
+  so.port = *o.port;
+  so.assets = std::move(assets);
+  TraceServerHooks hooks;
+  hooks.hello = [this] { return sink_.hello().dump(); };
+  hooks.message = [this](const std::string& text) {
+    ClientReply reply;
+    try {
+      TraceControl control = parse_control_message(text);
+      sink_.set_control(control);
+      if (relay_->receiver) relay_->receiver->publish_control(control);
+      // Through the sink, so the file and every client see the change in order with the records.
+      sink_.announce({{"type", "control"}, {"control", control_json(control)}});
+    } catch (const ControlError& e) {
+      reply.to_sender = nlohmann::json({{"type", "error"}, {"field", e.field()}, {"message", e.message()}})
+                            .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
+    return reply;
+  };
+  server_ = std::make_unique<TraceServer>(std::move(so), std::move(hooks));
+  sink_.add_output(server_.get());
+  if (relay && relay->world > 1)
+    relay_->receiver = std::make_unique<RelayReceiver>(relay->store, relay->world, server_.get());
+  if (say) {
+    *say << "trace: serving http://" << o.bind << ":" << server_->port() << "/ (viewer) and ws://" << o.bind << ":"
+         << server_->port() << "/trace" << std::endl;
+  }
+}
+
+LiveTracer::~LiveTracer() {
+  try {
+    finish("failed");
+  } catch (...) {
+    // Unwinding from a failed run: the tracer's own end must not hide the run's error.
+  }
+}
+
+void LiveTracer::wait_for_client(std::ostream* say) {
+  const double seconds = options_wait_seconds_;
+  if (!server_ || seconds <= 0 || server_->clients() > 0) return;
+  if (say) *say << "trace: waiting up to " << seconds << " s for a client before training" << std::endl;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  while (server_->clients() == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (say)
+    *say << "trace: " << (server_->clients() > 0 ? "a client is connected" : "no client came; training") << std::endl;
+}
+
+int LiveTracer::port() const {
+  return server_ ? server_->port() : -1;
+}
+
+void LiveTracer::finish(const std::string& status) {
+  if (finished_) return;
+  finished_ = true;
+  if (relay_->sender) relay_->sender->finish();
+  if (relay_->receiver) relay_->receiver->finish();
+  sink_.finish(status);
+  if (server_) server_->close();
+  if (file_) static_cast<TraceFile*>(file_.get())->close();
+}
+
+}  // namespace magic
