@@ -226,7 +226,7 @@ Flags parse(int argc, char** argv, int& early_exit) {
     throw InputError(str_cat("--trace-wait ", trace.wait_seconds, ": under --topology, expected less than --timeout (",
                              timeout_s, " s): the other ranks wait for rank 0 that long"));
   }
-  if (trace.enabled() || !trace.points_file.empty() || !trace.vectors_file.empty()) {
+  if (trace.enabled() || !trace.points_file.empty() || !trace.vectors_file.empty() || trace.wait_seconds != 0) {
     // A rank finds the folder its rank 0 may have begun writing already: checked once, by the launcher.
     f.trace = check_trace_options(trace, /*folder_must_be_new=*/!dist::running_as_rank());
   }
@@ -416,7 +416,8 @@ TraceOrigin trace_origin(const Flags& f, const dist::Runtime* runtime, const Par
 
 std::optional<TraceRelay> trace_relay(const dist::Runtime* runtime) {
   if (runtime == nullptr || runtime->world_size() == 1) return std::nullopt;
-  return TraceRelay{runtime->store_for_another_thread(), runtime->rank(), runtime->world_size()};
+  return TraceRelay{runtime->store_for_another_thread(), runtime->store_for_another_thread(), runtime->rank(),
+                    runtime->world_size()};
 }
 
 // The attribution, its validation and its report, once the run's folder is settled.
@@ -458,6 +459,12 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
     options.progress = &progress;
     options.terminal = isatty(runtime ? STDOUT_FILENO : STDERR_FILENO) != 0;
   }
+  // The tracer's server binds now, so a port in use is refused before the data is loaded.
+  std::optional<LiveTracer> tracer;
+  if (f.trace) {
+    tracer.emplace(*f.trace, trace_origin(f, runtime, *parallelism), viewer_assets(), trace_relay(runtime),
+                   speaks ? &std::cout : nullptr);
+  }
   LmProblem problem = build_lm_problem(config, parallelism);
   const int64_t queries = problem.query->num_queries();
   if (!f.dump_dir.empty()) require_dump_memory(f, config, runtime, problem, memory);
@@ -495,10 +502,6 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
   // Trace records are kept while the run goes (lib/trace) and written once it has finished; the
   // tracer streams the ones its control selects as they are made (lib/live).
   std::optional<DumpSink> sink;
-  std::optional<LiveTracer> tracer;
-  if (f.trace)
-    tracer.emplace(*f.trace, trace_origin(f, runtime, *parallelism), viewer_assets(), trace_relay(runtime),
-                   speaks ? &std::cout : nullptr);
   if (tracer) tracer->wait_for_client(speaks ? &std::cout : nullptr);
   std::vector<TraceSink*> sinks;
   if (!f.dump_dir.empty()) sinks.push_back(&sink.emplace());

@@ -1,5 +1,7 @@
 #include "lib/live/live_tracer.h"
 
+#include <arpa/inet.h>
+
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -21,6 +23,17 @@ class LiveTracer::Relay {
 
 CheckedTraceOptions check_trace_options(const TraceOptions& options, bool folder_must_be_new) {
   CheckedTraceOptions checked{options, default_control(), nullptr};
+  if (!options.enabled()) {
+    for (const auto& [flag, set] : {std::pair<const char*, bool>{"--trace-points", !options.points_file.empty()},
+                                    {"--trace-vectors", !options.vectors_file.empty()},
+                                    {"--trace-wait", options.wait_seconds != 0}}) {
+      if (set) throw InputError(str_cat(flag, ": needs --trace-port or --trace-file"));
+    }
+  }
+  in6_addr any{};
+  if (inet_pton(AF_INET, options.bind.c_str(), &any) != 1 && inet_pton(AF_INET6, options.bind.c_str(), &any) != 1) {
+    throw InputError(str_cat("--trace-bind ", options.bind, ": expected an IP address"));
+  }
   if (options.port && (*options.port < 0 || *options.port > 65535)) {
     throw InputError(str_cat("--trace-port ", *options.port, ": expected a port from 0 to 65535 (0: any free port)"));
   }
@@ -36,9 +49,6 @@ CheckedTraceOptions check_trace_options(const TraceOptions& options, bool folder
     checked.vectors = std::make_shared<const ProjectionVectors>(ProjectionVectors::load(options.vectors_file));
   }
   if (!options.file_dir.empty() && folder_must_be_new) require_new_folder(options.file_dir, "--trace-file");
-  if (!options.enabled() && (!options.points_file.empty() || !options.vectors_file.empty())) {
-    throw InputError("--trace-points and --trace-vectors: need --trace-port or --trace-file");
-  }
   if (!(options.wait_seconds >= 0 && options.wait_seconds <= 3600)) {
     throw InputError(str_cat("--trace-wait ", options.wait_seconds, ": expected seconds from 0 to 3600"));
   }
@@ -53,6 +63,7 @@ LiveTracer::LiveTracer(const CheckedTraceOptions& checked, TraceOrigin origin,
       options_wait_seconds_(checked.options.wait_seconds) {
   const TraceOptions& o = checked.options;
   const int64_t rank = sink_.origin().rank;
+  if (relay) gate_ = relay->gate;
   if (!o.file_dir.empty()) {
     const std::string prefix = relay && relay->world > 1 ? str_cat("rank", rank, ".") : "";
     file_ = std::make_unique<TraceFile>(o.file_dir, prefix);
@@ -106,14 +117,31 @@ LiveTracer::~LiveTracer() {
 
 void LiveTracer::wait_for_client(std::ostream* say) {
   const double seconds = options_wait_seconds_;
-  if (!server_ || seconds <= 0 || server_->clients() > 0) return;
-  if (say) *say << "trace: waiting up to " << seconds << " s for a client before training" << std::endl;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-  while (server_->clients() == 0 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (seconds <= 0) return;
+  const auto limit = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  const std::string go = "magic-trace/go";
+  if (!server_) {
+    // Another rank: held until rank 0 has its client (or gave up waiting); never past the limit.
+    try {
+      if (gate_) gate_->wait({go}, limit + std::chrono::seconds(5));
+    } catch (const std::exception&) {
+    }
+    return;
   }
-  if (say)
-    *say << "trace: " << (server_->clients() > 0 ? "a client is connected" : "no client came; training") << std::endl;
+  if (server_->clients() == 0) {
+    if (say) *say << "trace: waiting up to " << seconds << " s for a client before training" << std::endl;
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (server_->clients() == 0 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (say) {
+      *say << "trace: " << (server_->clients() > 0 ? "a client is connected" : "no client came; training") << std::endl;
+    }
+  }
+  try {
+    if (gate_) gate_->set(go, std::vector<uint8_t>{'1'});
+  } catch (const std::exception&) {
+  }
 }
 
 int LiveTracer::port() const {

@@ -39,7 +39,8 @@ CheckedTraceOptions check_trace_options(const TraceOptions& options, bool folder
 // Where ranks other than 0 send their records: the run's store (the launcher's or torchrun's),
 // so the tracer needs no collective of its own and never joins the run's order of collectives.
 struct TraceRelay {
-  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::Store> store;  // the relay thread's
+  c10::intrusive_ptr<c10d::Store> gate;   // the rank's own thread's: --trace-wait holds every rank
   int64_t rank = 0;
   int64_t world = 1;
 };
@@ -54,7 +55,8 @@ class LiveTracer {
   LiveTracer& operator=(const LiveTracer&) = delete;
 
   TraceSink* sink() { return &sink_; }
-  // Rank 0 with a server: waits until a client is connected or --trace-wait's seconds pass.
+  // Rank 0 with a server waits until a client is connected or --trace-wait's seconds pass; the
+  // other ranks wait for rank 0, so that no rank's first records go out before the client is there.
   void wait_for_client(std::ostream* say);
   // Publishes the end message ("finished" or "failed"), lets clients take what is queued, closes.
   void finish(const std::string& status);
@@ -68,6 +70,7 @@ class LiveTracer {
   std::unique_ptr<TraceOutput> file_;
   std::unique_ptr<Relay> relay_;
   double options_wait_seconds_ = 0;
+  c10::intrusive_ptr<c10d::Store> gate_;
   bool finished_ = false;
 };
 

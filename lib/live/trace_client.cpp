@@ -5,6 +5,8 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 
+#include <array>
+#include <functional>
 #include <stdexcept>
 
 namespace magic {
@@ -31,6 +33,27 @@ HttpReply http_request(int port, const std::string& target, const std::string& m
   http::read(stream, buffer, res, ec);
   if (ec && ec != http::error::end_of_stream) return {};
   return {static_cast<int>(res.result_int()), std::string(res[http::field::content_type]), res.body()};
+}
+
+std::string send_raw(int port, const std::string& bytes, bool half_close, std::chrono::milliseconds linger) {
+  net::io_context io;
+  tcp::socket socket(io);
+  beast::error_code ec;
+  socket.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)), ec);
+  if (ec) return {};
+  net::write(socket, net::buffer(bytes), ec);
+  if (half_close) socket.shutdown(tcp::socket::shutdown_send, ec);
+  std::string received;
+  std::array<char, 4096> chunk{};
+  std::function<void()> read_more = [&] {
+    socket.async_read_some(net::buffer(chunk), [&](beast::error_code e, size_t n) {
+      received.append(chunk.data(), n);
+      if (!e) read_more();
+    });
+  };
+  read_more();
+  io.run_for(linger);
+  return received;
 }
 
 struct TraceClient::State {

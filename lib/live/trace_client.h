@@ -19,6 +19,12 @@ struct HttpReply {
 // One GET (or another method) on 127.0.0.1:port; status 0 when the connection failed.
 HttpReply http_request(int port, const std::string& target, const std::string& method = "GET");
 
+// Sends `bytes` on a plain TCP connection to 127.0.0.1:port (no protocol: junk, a partial
+// request), then half-closes it when `half_close`, and reads what comes back for at most
+// `linger`. Returns what the server sent.
+std::string send_raw(int port, const std::string& bytes, bool half_close,
+                     std::chrono::milliseconds linger = std::chrono::milliseconds(200));
+
 class TraceClient {
  public:
   // Connects to ws://127.0.0.1:port/target, sending `origin` when it is not empty. Throws

@@ -1,0 +1,174 @@
+// The tracer in real magic-run runs: tracing changes no value (scores bit-identical; the traced
+// tensors are the run's own to the bit), every client gets each record in order or a drop count,
+// a mesh's ranks all reach rank 0's server, and bad trace flags are refused by name.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "lib/io/safetensors.h"
+#include "lib/live/trace_server.h"
+#include "lib/trace/dump_reader.h"
+#include "tests/live_run.h"
+#include "tests/support.h"
+
+namespace magic {
+namespace {
+
+using nlohmann::json;
+using testing::BackgroundRun;
+using testing::StreamCheck;
+
+std::string write_text(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+at::Tensor scores_of(const std::string& out) {
+  return load_safetensors(out + "/scores.safetensors").tensors.at("scores");
+}
+
+std::vector<json> read_jsonl(const std::string& path) {
+  std::vector<json> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
+  return lines;
+}
+
+TEST(LiveRun, TracingChangesNoScoreAndTheTracedTensorsAreTheRunsOwnToTheBit) {
+  testing::TinyRun tiny;
+  tiny.optimizer = "adamw";
+  tiny.clip = true;
+  const std::string config = testing::write_tiny_run_config("live-bit", tiny);
+  const std::string plain = testing::fresh_dir("live-bit-plain"), dumped = testing::fresh_dir("live-bit-dumped"),
+                    dump = testing::fresh_dir("live-bit-dump"), traced = testing::fresh_dir("live-bit-traced"),
+                    file = testing::fresh_dir("live-bit-file");
+  // Every record whole: the file keeps each tensor in safetensors.
+  const std::string points = write_text("live-bit-points.json", R"({"points": [{"compressor": "none"}]})");
+  ASSERT_EQ(testing::magic_run("--config " + config + " --out " + plain).exit_code, 0);
+  ASSERT_EQ(testing::magic_run("--config " + config + " --out " + dumped + " --dump " + dump).exit_code, 0);
+  const auto t = testing::magic_run("--config " + config + " --out " + traced + " --trace-file " + file +
+                                    " --trace-points " + points);
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  EXPECT_TRUE(at::equal(scores_of(plain), scores_of(traced)));
+  EXPECT_TRUE(at::equal(scores_of(plain), scores_of(dumped)));
+
+  // The dump of a run without the tracer is what the run computed; the tracer's file must hold
+  // the same tensors, bit for bit: every record the dump has, the final step's gradients included.
+  std::map<std::string, at::Tensor> recorded;
+  for (const DumpTensor& d : read_dump(dump).tensors) recorded[record_identity(d.record.record)] = d.whole;
+  std::map<std::string, SafetensorsFile> files;
+  int64_t compared = 0, last_step_gradients = 0;
+  for (const json& m : read_jsonl(file + "/records.jsonl")) {
+    if (m["type"] != "record" || !m.contains("tensor")) continue;
+    const TraceRecord r{m["name"], m["kind"], m["phase"], m["order"], m["step"], m["layer"], {}};
+    const auto it = recorded.find(record_identity(r));
+    if (it == recorded.end()) continue;  // the tracer's own records (running scores, attention)
+    const std::string name = m["tensor"]["file"];
+    if (!files.count(name)) files[name] = load_safetensors(file + "/" + name);
+    EXPECT_TRUE(at::equal(files[name].tensors.at(m["tensor"]["key"].get<std::string>()), it->second))
+        << record_place(r);
+    ++compared;
+    if (r.step == tiny.steps - 1 && r.kind == "reduced_gradient") ++last_step_gradients;
+  }
+  EXPECT_EQ(compared, static_cast<int64_t>(recorded.size()));  // every dumped record was traced
+  EXPECT_GT(last_step_gradients, 10);
+  for (const std::string& d : {plain, dumped, dump, traced, file}) std::filesystem::remove_all(d);
+}
+
+TEST(LiveRun, EightClientsEachGetEveryRecordInOrderOrADropCount) {
+  testing::TinyRun tiny;
+  tiny.steps = 30;
+  const std::string config = testing::write_tiny_run_config("live-eight", tiny);
+  const std::string points = write_text("live-eight-points.json", R"({"points": [{"compressor": "stats"}]})");
+  BackgroundRun run("--config " + config + " --trace-port 0 --trace-wait 60 --trace-points " + points,
+                    ::testing::TempDir() + "/live-eight.log");
+  const int port = run.port();
+  ASSERT_GT(port, 0) << run.join().output;
+  std::vector<StreamCheck> checks(8);
+  std::vector<std::thread> clients;
+  for (size_t c = 0; c < checks.size(); ++c) {
+    clients.emplace_back([&, c] {
+      TraceClient client(port);
+      checks[c] = testing::read_stream(client);
+    });
+  }
+  for (auto& t : clients) t.join();
+  const auto outcome = run.join();
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  for (const StreamCheck& c : checks) {
+    EXPECT_EQ(c.error, "");
+    EXPECT_GT(c.records, 0);
+    EXPECT_GT(c.end_records, 0);
+    // A client that connected as the run began saw (or was told of) nearly all of them.
+    EXPECT_GE(c.records + c.dropped, c.end_records / 2);
+  }
+  // The first client held the run until it came: it accounts for every record.
+  int64_t complete = 0;
+  for (const StreamCheck& c : checks) complete += c.records + c.dropped == c.end_records ? 1 : 0;
+  EXPECT_GE(complete, 1);
+}
+
+TEST(LiveRun, EveryRankOfAMeshReachesRankZerosServerAndWritesItsFile) {
+  testing::TinyRun tiny;
+  const std::string config = testing::write_tiny_run_config("live-mesh", tiny);
+  const std::string file = testing::fresh_dir("live-mesh-file");
+  BackgroundRun run("--config " + config + " --topology dp=2 --trace-port 0 --trace-wait 30 --trace-file " + file,
+                    ::testing::TempDir() + "/live-mesh.log");
+  const int port = run.port();
+  ASSERT_GT(port, 0) << run.join().output;
+  TraceClient client(port);
+  const StreamCheck seen = testing::read_stream(client);
+  const auto outcome = run.join();
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_EQ(seen.error, "");
+  ASSERT_EQ(seen.next_seq.size(), 2u);
+  // --trace-wait holds every rank until the client is there: both ranks' streams are whole.
+  EXPECT_EQ(seen.dropped, 0);
+  for (int64_t rank : {0, 1}) {
+    const std::vector<json> lines = read_jsonl(file + "/rank" + std::to_string(rank) + ".records.jsonl");
+    ASSERT_FALSE(lines.empty());
+    EXPECT_EQ(lines.back()["type"], "end");
+    EXPECT_EQ(seen.next_seq.at(rank), lines.back()["records"].get<int64_t>()) << "rank " << rank;
+    EXPECT_EQ(lines.front()["rank"], rank);
+    EXPECT_EQ(lines.front()["coords"][0], rank);  // dp comes first in the mesh
+  }
+  std::filesystem::remove_all(file);
+}
+
+TEST(LiveRun, BadTraceFlagsAreRefusedByNameBeforeTheRunStarts) {
+  const std::string config = testing::write_tiny_run_config("live-flags", testing::TinyRun{});
+  const std::string full = testing::fresh_dir("live-flags-full");
+  std::filesystem::create_directories(full);
+  std::ofstream(full + "/x") << "x";
+  const std::string bad_points = write_text("live-flags-points.json", R"({"points": [{"compressor": "zip"}]})");
+  const std::string not_vectors = write_text("live-flags-vectors.safetensors", "not a safetensors file");
+  // A port another server holds.
+  TraceServer busy(TraceServerOptions{}, TraceServerHooks{[] { return std::string("{}"); },
+                                                          [](const std::string&) { return ClientReply{}; }});
+  const std::string taken = std::to_string(busy.port());
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--trace-port " + taken, "--trace-port " + taken + ": cannot bind 127.0.0.1:" + taken},
+      {"--trace-port 70000", "--trace-port 70000: expected a port from 0 to 65535"},
+      {"--trace-file " + full, "--trace-file " + full},
+      {"--trace-port 0 --trace-points " + bad_points, "points[0].compressor: expected one of none, stats"},
+      {"--trace-port 0 --trace-vectors " + not_vectors, not_vectors},
+      {"--trace-points " + bad_points, "--trace-points: needs --trace-port or --trace-file"},
+      {"--trace-wait 5", "--trace-wait: needs --trace-port or --trace-file"},
+      {"--trace-file " + full + "-new --trace-wait 5", "--trace-wait: needs --trace-port"},
+      {"--trace-bind 0.0.0.0", "--trace-bind: needs --trace-port"},
+      {"--trace-port 0 --trace-bind nowhere", "--trace-bind nowhere: expected an IP address"},
+      {"--trace-port 0 --trace-wait 90 --topology dp=2", "expected less than --timeout"},
+  };
+  for (const auto& [flags, expected] : cases) {
+    const auto r = testing::magic_run("--config " + config + " " + flags);
+    EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << flags << "\n" << r.output;
+    EXPECT_EQ(r.output.find("magic-run:"), r.output.rfind("magic-run:")) << "one line: " << r.output;
+  }
+  std::filesystem::remove_all(full);
+}
+
+}  // namespace
+}  // namespace magic
