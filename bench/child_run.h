@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -22,9 +23,11 @@ struct ChildRun {
   double wall_s = 0, peak_rss_mib = 0;
 };
 
-// Runs argv with extra environment variables, capturing stdout and stderr together.
+// Runs argv with extra environment variables, capturing stdout and stderr together; `on_line`,
+// when given, hears each line as the child writes it (to start clients once a server is up).
 inline ChildRun run_child(const std::vector<std::string>& argv,
-                          const std::vector<std::pair<std::string, std::string>>& env) {
+                          const std::vector<std::pair<std::string, std::string>>& env,
+                          const std::function<void(const std::string&)>& on_line = {}) {
   int fds[2];
   if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
   const auto start = std::chrono::steady_clock::now();
@@ -44,7 +47,13 @@ inline ChildRun run_child(const std::vector<std::string>& argv,
   close(fds[1]);
   ChildRun r;
   char buffer[4096];
-  for (ssize_t n; (n = read(fds[0], buffer, sizeof buffer)) > 0;) r.output.append(buffer, static_cast<size_t>(n));
+  size_t heard = 0;  // r.output up to here was passed to on_line
+  for (ssize_t n; (n = read(fds[0], buffer, sizeof buffer)) > 0;) {
+    r.output.append(buffer, static_cast<size_t>(n));
+    for (size_t end; on_line && (end = r.output.find('\n', heard)) != std::string::npos; heard = end + 1) {
+      on_line(r.output.substr(heard, end - heard));
+    }
+  }
   close(fds[0]);
   int status = 0;
   struct rusage usage {};

@@ -29,7 +29,9 @@ namespace {
 using namespace magic;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
 TraceRecord make_record(int64_t i) {
   return {"blocks.1.attn.qkv.weight", "gradient", "backward", "first", i, "blocks.1", {}};
@@ -96,7 +98,7 @@ int main(int argc, char** argv) {
   }
   const int64_t points = 2 + config.n_layers + static_cast<int64_t>(params.size());
   std::cout << "a GPT step (d_model 16, 2 layers, batch 8 x 128, fp64): " << format_fixed(step * 1e3, 2) << " ms; its "
-            << points << " trace points with no sink: " << format_fixed(points * per_point_ns, 1) << " ns = "
-            << format_sci(points * per_point_ns * 1e-9 / step, 1) << " of the step\n";
+            << points << " trace points with no sink: " << format_fixed(points * per_point_ns, 1)
+            << " ns = " << format_sci(points * per_point_ns * 1e-9 / step, 1) << " of the step\n";
   return 0;
 }

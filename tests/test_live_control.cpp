@@ -4,6 +4,11 @@
 
 #include "lib/live/trace_control.h"
 
+#include <set>
+#include <sstream>
+
+#include "tests/support.h"
+
 namespace magic {
 namespace {
 
@@ -89,6 +94,39 @@ TEST(TraceControl, PatternsMatchAsTextWithStarsOnly) {
   EXPECT_FALSE(pattern_matches("blocks.[0-9]", "blocks.1"));
   // A hostile pattern finishes at once (no exponential backtracking).
   EXPECT_FALSE(pattern_matches(std::string(100, '*') + "b", std::string(10000, 'a')));
+}
+
+// docs/tracer.md's examples are what the code reads and writes: its control message (```json) is
+// accepted, and each server message (```jsonl, one per line) is JSON of a documented type, whose
+// embedded controls parse too.
+TEST(TraceControl, TheDocsExamplesAreMessagesTheTracerReadsAndWrites) {
+  std::istringstream text(testing::read_file(testing::source_path("docs/tracer.md")));
+  std::string block, fence;
+  int controls = 0, messages = 0;
+  const std::set<std::string> types = {"hello", "record", "dropped", "control", "error", "end"};
+  for (std::string line; std::getline(text, line);) {
+    if (fence.empty() && (line == "```json" || line == "```jsonl")) {
+      fence = line;
+      block.clear();
+    } else if (!fence.empty() && line.rfind("```", 0) == 0) {
+      if (fence == "```json") {
+        EXPECT_NO_THROW(parse_control_message(block)) << block;
+        ++controls;
+      }
+      fence.clear();
+    } else if (fence == "```jsonl") {
+      const nlohmann::json m = nlohmann::json::parse(line);
+      EXPECT_TRUE(types.count(m.at("type").get<std::string>())) << line;
+      if (m.contains("control")) {
+        EXPECT_NO_THROW(parse_control(m["control"])) << line;
+      }
+      ++messages;
+    } else if (!fence.empty()) {
+      block += line + "\n";
+    }
+  }
+  EXPECT_GE(controls, 1);
+  EXPECT_EQ(messages, 6);
 }
 
 TEST(TraceControl, TheDefaultKeepsLossWholeScoresByTheirEndsAndTheRestAsStatistics) {

@@ -17,7 +17,6 @@ namespace {
 
 using nlohmann::json;
 using testing::BackgroundRun;
-using testing::StreamCheck;
 
 std::string write_text(const std::string& name, const std::string& text) {
   const std::string path = ::testing::TempDir() + "/" + name;
@@ -91,7 +90,7 @@ TEST(LiveRun, EightClientsEachGetEveryRecordInOrderOrADropCount) {
   for (size_t c = 0; c < checks.size(); ++c) {
     clients.emplace_back([&, c] {
       TraceClient client(port);
-      checks[c] = testing::read_stream(client);
+      checks[c] = read_stream(client);
     });
   }
   for (auto& t : clients) t.join();
@@ -119,7 +118,7 @@ TEST(LiveRun, EveryRankOfAMeshReachesRankZerosServerAndWritesItsFile) {
   const int port = run.port();
   ASSERT_GT(port, 0) << run.join().output;
   TraceClient client(port);
-  const StreamCheck seen = testing::read_stream(client);
+  const StreamCheck seen = read_stream(client);
   const auto outcome = run.join();
   ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
   EXPECT_EQ(seen.error, "");
@@ -135,6 +134,38 @@ TEST(LiveRun, EveryRankOfAMeshReachesRankZerosServerAndWritesItsFile) {
     EXPECT_EQ(lines.front()["coords"][0], rank);  // dp comes first in the mesh
   }
   std::filesystem::remove_all(file);
+}
+
+// docs/tracer_client.py (Debian's python3-websockets) against a real run: the projection of each
+// block's hidden states onto demo-persona-vectors' direction (two chapters of Proverbs), per layer
+// and step, and the loss.
+TEST(LiveRun, ThePythonClientCollectsTheProjectionPerLayerOverSteps) {
+  const std::string demo = testing::source_path("fixtures/runs/demo.json");
+  const std::string vectors = ::testing::TempDir() + "/live-persona.safetensors";
+  const auto made = testing::run_command(std::string(MAGIC_PERSONA_VECTORS_BINARY) + " --config " + demo +
+                                         " --a Prv10 --b Prv11 --out " + vectors);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  testing::BackgroundRun run(
+      "--config " + demo + " --training.steps 6 --trace-port 0 --trace-wait 60 --trace-vectors " + vectors,
+      ::testing::TempDir() + "/live-persona.log");
+  const int port = run.port();
+  ASSERT_GT(port, 0) << run.join().output;
+  const std::string out = ::testing::TempDir() + "/live-persona.json";
+  const auto client = testing::run_command("/usr/bin/python3 " + testing::source_path("docs/tracer_client.py") +
+                                           " ws://127.0.0.1:" + std::to_string(port) + "/trace --json " + out);
+  const auto outcome = run.join();
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  ASSERT_EQ(client.exit_code, 0) << client.output;
+  const json series = json::parse(testing::read_file(out));
+  for (const std::string layer : {"blocks.0", "blocks.1"}) {
+    ASSERT_TRUE(series["projection"].contains(layer)) << series.dump();
+    EXPECT_EQ(series["projection"][layer].size(), 6u) << layer;  // one mean per training step
+  }
+  EXPECT_EQ(series["loss"].size(), 6u);
+  EXPECT_EQ(series["dropped"], 0);
+  EXPECT_NE(client.output.find("2 layers over 6 steps"), std::string::npos) << client.output;
+  std::filesystem::remove(vectors);
+  std::filesystem::remove(out);
 }
 
 TEST(LiveRun, BadTraceFlagsAreRefusedByNameBeforeTheRunStarts) {
@@ -167,6 +198,13 @@ TEST(LiveRun, BadTraceFlagsAreRefusedByNameBeforeTheRunStarts) {
     EXPECT_NE(r.output.find(expected), std::string::npos) << flags << "\n" << r.output;
     EXPECT_EQ(r.output.find("magic-run:"), r.output.rfind("magic-run:")) << "one line: " << r.output;
   }
+  // Refused after the tracer started (a query index checked once the data is loaded): the trace
+  // folder it began is gone again.
+  const std::string folder = testing::fresh_dir("live-flags-late");
+  const auto late = testing::magic_run("--config " + config + " --per-query --query 99 --trace-file " + folder);
+  EXPECT_EQ(late.exit_code, 2) << late.output;
+  EXPECT_NE(late.output.find("--query 99"), std::string::npos) << late.output;
+  EXPECT_FALSE(std::filesystem::exists(folder));
   std::filesystem::remove_all(full);
 }
 

@@ -7,6 +7,7 @@
 
 #include "lib/io/safetensors.h"
 #include "lib/live/client_queue.h"
+#include "lib/live/stream_check.h"
 #include "lib/live/trace_file.h"
 #include "lib/live/tracer_sink.h"
 
@@ -19,6 +20,10 @@ struct Collected : TraceOutput {
   std::vector<std::shared_ptr<const TraceEvent>> events;
   void publish(const std::shared_ptr<const TraceEvent>& e) override { events.push_back(e); }
 };
+
+json msg(const std::shared_ptr<const TraceEvent>& e) {
+  return json::parse(e->text);
+}
 
 TraceOrigin origin() {
   return {"run.json", 0, 1, {}, {}};
@@ -41,16 +46,16 @@ TEST(TracerSink, SendsWhatTheControlSelectsOnceInOrder) {
   ASSERT_EQ(out.events.size(), 4u + 2u + 1u);
   for (size_t i = 0; i + 1 < out.events.size(); ++i) {
     EXPECT_TRUE(out.events[i]->record);
-    EXPECT_EQ(out.events[i]->message["seq"], static_cast<int64_t>(i));
+    EXPECT_EQ(msg(out.events[i])["seq"], static_cast<int64_t>(i));
   }
-  EXPECT_EQ(out.events[0]->message["data"]["values"], json({1.5}));
-  EXPECT_EQ(out.events[0]->message["shape"], json::array());
-  EXPECT_EQ(out.events[1]->message["compressor"], "stats");
-  EXPECT_EQ(out.events[1]->message["layer"], "blocks.0");
-  EXPECT_EQ(out.events[1]->message["dtype"], "fp64");
-  EXPECT_EQ(out.events.back()->message["type"], "end");
-  EXPECT_EQ(out.events.back()->message["records"], 6);
-  EXPECT_EQ(json::parse(out.events[2]->text), out.events[2]->message);
+  EXPECT_EQ(msg(out.events[0])["data"]["values"], json({1.5}));
+  EXPECT_EQ(msg(out.events[0])["shape"], json::array());
+  EXPECT_EQ(msg(out.events[1])["compressor"], "stats");
+  EXPECT_EQ(msg(out.events[1])["layer"], "blocks.0");
+  EXPECT_EQ(msg(out.events[1])["dtype"], "fp64");
+  EXPECT_EQ(msg(out.events.back())["type"], "end");
+  EXPECT_EQ(msg(out.events.back())["records"], 6);
+  EXPECT_EQ(out.events[2]->seq, 2);
 }
 
 TEST(TracerSink, PausedSendsNothingAndANewControlTakesEffectAtTheNextRecord) {
@@ -65,8 +70,8 @@ TEST(TracerSink, PausedSendsNothingAndANewControlTakesEffectAtTheNextRecord) {
   sink.set_control(parse_control_message(R"({"type":"control","points":[{"compressor":"empty"}]})"));
   sink.write({"loss", "loss", "forward", "forward", 1, "", {}}, at::ones({}));
   ASSERT_EQ(out.events.size(), 1u);
-  EXPECT_EQ(out.events[0]->message["compressor"], "empty");
-  EXPECT_EQ(out.events[0]->message["seq"], 0);
+  EXPECT_EQ(msg(out.events[0])["compressor"], "empty");
+  EXPECT_EQ(msg(out.events[0])["seq"], 0);
 }
 
 TEST(TracerSink, RunningScoresAreTheSumOfTheStepContributionsSoFar) {
@@ -78,10 +83,10 @@ TEST(TracerSink, RunningScoresAreTheSumOfTheStepContributionsSoFar) {
   sink.write({"scores", "score", "replay", "metagradient", 1, "", {}}, dw[1]);
   sink.write({"scores", "score", "replay", "metagradient", 0, "", {}}, dw[0]);
   ASSERT_EQ(out.events.size(), 4u);
-  EXPECT_EQ(out.events[1]->message["name"], "running_scores");
-  EXPECT_EQ(out.events[1]->message["data"]["values"], json({0.5, -4.0}));
-  EXPECT_EQ(out.events[3]->message["step"], 0);
-  EXPECT_EQ(out.events[3]->message["data"]["values"], json({1.5, -2.0}));
+  EXPECT_EQ(msg(out.events[1])["name"], "running_scores");
+  EXPECT_EQ(msg(out.events[1])["data"]["values"], json({0.5, -4.0}));
+  EXPECT_EQ(msg(out.events[3])["step"], 0);
+  EXPECT_EQ(msg(out.events[3])["data"]["values"], json({1.5, -2.0}));
 }
 
 TEST(ClientQueue, DropsRecordsPastItsCapacityAndSaysHowManyBeforeTheNextMessage) {
@@ -108,6 +113,31 @@ TEST(ClientQueue, DropsRecordsPastItsCapacityAndSaysHowManyBeforeTheNextMessage)
   EXPECT_EQ((*tail.pop())->size(), 8u);
   EXPECT_EQ(**tail.pop(), dropped_message(1, 1));
   EXPECT_FALSE(tail.pop().has_value());
+}
+
+TEST(StreamCheck, PassesAStreamWhoseGapsAreAccountedForAndFailsEveryOtherKind) {
+  const auto record = [](int64_t rank, int64_t seq) {
+    return json({{"type", "record"}, {"rank", rank}, {"seq", seq}, {"kind", "loss"}});
+  };
+  const auto dropped = [](int64_t count, int64_t total) {
+    return json({{"type", "dropped"}, {"count", count}, {"total", total}});
+  };
+  const auto end = [](int64_t n) { return json({{"type", "end"}, {"records", n}}); };
+  const auto check = [](const std::vector<json>& stream) {
+    StreamCheck c;
+    for (const json& m : stream) {
+      if (!c.take(m)) break;
+    }
+    return c.error;
+  };
+  EXPECT_EQ(check({record(0, 3), record(0, 4), dropped(2, 2), record(0, 7), dropped(1, 3), end(9)}), "");
+  EXPECT_NE(check({record(0, 3), record(0, 5), end(6)}), "");                 // a gap nobody announced
+  EXPECT_NE(check({record(0, 3), dropped(2, 2), record(0, 5), end(6)}), "");  // a notice larger than the gap
+  EXPECT_NE(check({record(0, 3), record(0, 3), end(4)}), "");                 // a repeat
+  EXPECT_NE(check({record(0, 3), dropped(2, 3), record(0, 6), end(7)}), "");  // a total that is not the sum
+  EXPECT_NE(check({record(0, 3), record(0, 4), end(9)}), "");                 // records missing at the end
+  EXPECT_EQ(check({record(0, 0), record(1, 0), record(1, 1), record(0, 1), end(2)}), "");  // ranks interleave
+  EXPECT_NE(check({record(0, 0), record(1, 1), record(1, 0), end(1)}), "");
 }
 
 TEST(TraceFile, RecordsAndWholeTensorsReadBack) {

@@ -153,9 +153,14 @@ void LiveTracer::finish(const std::string& status) {
   finished_ = true;
   if (relay_->sender) relay_->sender->finish();
   if (relay_->receiver) relay_->receiver->finish();
+  const bool nothing = sink_.records() == 0;
   sink_.finish(status);
   if (server_) server_->close();
-  if (file_) static_cast<TraceFile*>(file_.get())->close();
+  if (!file_) return;
+  file_->close();
+  // A run refused before it traced anything leaves no trace folder; a run that failed later
+  // keeps what it traced up to its failure (the end line says "failed").
+  if (nothing && status != "finished") file_->remove();
 }
 
 }  // namespace magic

@@ -11,6 +11,7 @@
 #include <ostream>
 #include <string>
 
+#include "lib/live/trace_file.h"
 #include "lib/live/trace_server.h"
 #include "lib/live/tracer_sink.h"
 
@@ -67,7 +68,7 @@ class LiveTracer {
  private:
   TracerSink sink_;
   std::unique_ptr<TraceServer> server_;
-  std::unique_ptr<TraceOutput> file_;
+  std::unique_ptr<TraceFile> file_;
   std::unique_ptr<Relay> relay_;
   double options_wait_seconds_ = 0;
   c10::intrusive_ptr<c10d::Store> gate_;

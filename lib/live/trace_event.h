@@ -13,9 +13,11 @@
 namespace magic {
 
 struct TraceEvent {
-  nlohmann::json message;
-  std::string text;     // message, serialized once for every client
+  // The message, serialized once for every client. Only the text is kept: a queue of parsed JSON
+  // would hold many times the bytes it counts.
+  std::string text;
   bool record = false;  // a "record" message (counted by seq and by drop counts)
+  int64_t seq = -1;     // a record's
   at::Tensor tensor;    // a detached CPU copy when the record's compressor is `none`; else undefined
 
   static std::shared_ptr<const TraceEvent> make(nlohmann::json message, at::Tensor tensor = {});

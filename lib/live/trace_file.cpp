@@ -25,6 +25,7 @@ std::string trace_tensor_file_name(const std::string& prefix, int64_t index) {
 TraceFile::TraceFile(std::string folder, std::string prefix, size_t tensor_file_bytes)
     : folder_(std::move(folder)), prefix_(std::move(prefix)), tensor_file_bytes_(tensor_file_bytes) {
   std::error_code ec;
+  created_folder_ = !std::filesystem::exists(folder_);
   std::filesystem::create_directories(folder_, ec);
   records_path_ = (std::filesystem::path(folder_) / (prefix_ + "records.jsonl")).string();
   records_ = std::fopen(records_path_.c_str(), "w");
@@ -44,10 +45,10 @@ void TraceFile::publish(const std::shared_ptr<const TraceEvent>& event) {
   if (records_ == nullptr) return;
   std::string line = event->text;
   if (event->tensor.defined()) {
-    const std::string key = "r" + padded(event->message.value("seq", int64_t{0}), 6);
-    nlohmann::json m = event->message;
-    m["tensor"] = {{"file", trace_tensor_file_name(prefix_, tensor_files_)}, {"key", key}};
-    line = m.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    const std::string key = "r" + padded(event->seq, 6);
+    // The message is one JSON object: the tensor's place goes in before its closing brace.
+    const nlohmann::json place = {{"file", trace_tensor_file_name(prefix_, tensor_files_)}, {"key", key}};
+    line.insert(line.rfind('}'), ",\"tensor\":" + place.dump());
     pending_.insert(key, event->tensor);
     pending_bytes_ += event->tensor.numel() * event->tensor.element_size();
   }
@@ -64,6 +65,16 @@ void TraceFile::flush_tensors() {
   ++tensor_files_;
   pending_ = TensorTree();
   pending_bytes_ = 0;
+}
+
+void TraceFile::remove() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::error_code ec;
+  std::filesystem::remove(records_path_, ec);
+  for (int64_t i = 0; i < tensor_files_; ++i) {
+    std::filesystem::remove(std::filesystem::path(folder_) / trace_tensor_file_name(prefix_, i), ec);
+  }
+  if (created_folder_ && std::filesystem::is_empty(folder_, ec)) std::filesystem::remove(folder_, ec);
 }
 
 void TraceFile::close() {

@@ -25,6 +25,8 @@ class TraceFile : public TraceOutput {
   // Writes the held tensors and closes the file (also done by the destructor).
   void close();
   const std::string& records_path() const { return records_path_; }
+  // After close(): removes the files this writer made, and the folder when it is left empty.
+  void remove();
 
  private:
   void flush_tensors();
@@ -38,6 +40,7 @@ class TraceFile : public TraceOutput {
   TensorTree pending_;
   size_t pending_bytes_ = 0;
   int64_t tensor_files_ = 0;
+  bool created_folder_ = false;
 };
 
 // "tensors-00003.safetensors" (with the prefix).

@@ -95,6 +95,7 @@ class WebSocketSession : public std::enable_shared_from_this<WebSocketSession> {
   }
 
   int64_t dropped() const { return queue_.dropped_total(); }
+  size_t queued_bytes() const { return queue_.bytes(); }
   // Server thread: nothing queued and nothing being written.
   bool drained() const { return closed_ || (!writing_ && queue_.bytes() == 0); }
 
@@ -355,37 +356,58 @@ void TraceServer::broadcast(const std::string& text) {
 
 void TraceServer::close(int grace_ms) {
   if (!impl_->thread.joinable()) return;
+  // Let the clients take what is queued (the end message last), then close them. A client that
+  // takes nothing for a while (stalled, gone) is not waited for: the run's end never waits on it.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
-  // Let the clients take what is queued (the end message last), then close them.
+  size_t least_queued = SIZE_MAX;
+  auto last_progress = std::chrono::steady_clock::now();
   for (;;) {
-    std::promise<bool> drained;
+    std::promise<size_t> queued;
     net::post(impl_->io, [&] {
-      bool all = true;
-      for (const auto& s : impl_->sessions_now()) all = all && s->drained();
-      drained.set_value(all);
+      size_t bytes = 0;
+      for (const auto& s : impl_->sessions_now()) bytes += s->drained() ? 0 : s->queued_bytes() + 1;
+      queued.set_value(bytes);
     });
-    if (drained.get_future().get() || std::chrono::steady_clock::now() >= deadline) break;
+    const size_t now_queued = queued.get_future().get();
+    const auto now = std::chrono::steady_clock::now();
+    if (now_queued == 0 || now >= deadline) break;
+    if (now_queued < least_queued) {
+      least_queued = now_queued;
+      last_progress = now;
+    } else if (now - last_progress > std::chrono::milliseconds(200)) {
+      break;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  // A client that took everything gets a close handshake; one that did not (stalled, gone) loses
+  // its connection at once.
   net::post(impl_->io, [impl = impl_] {
     beast::error_code ignored;
     impl->acceptor.close(ignored);
-    for (const auto& s : impl->sessions_now()) s->close();
+    for (const auto& s : impl->sessions_now()) {
+      if (s->drained()) {
+        s->close();
+      } else {
+        s->abort();
+      }
+    }
   });
   const auto wait_until = [](const std::function<bool()>& done, int ms) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
     while (!done() && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
   };
-  wait_until([&] { return impl_->live_clients == 0; }, 500);
-  // A client that does not answer the close handshake loses its connection.
+  wait_until([&] { return impl_->live_clients == 0; }, 300);
   net::post(impl_->io, [impl = impl_] {
     for (const auto& s : impl->sessions_now()) s->abort();
   });
-  // With every socket closed the loop runs out of work and returns, releasing its handlers.
-  wait_until([&] { return impl_->stopped.load(); }, 1000);
+  wait_until([&] { return impl_->stopped.load(); }, 100);
   impl_->io.stop();
   impl_->thread.join();
+  // Run what the closed sockets completed, so that their handlers (and the sessions they hold)
+  // are released.
+  impl_->io.restart();
+  impl_->io.poll();
 }
 
 int TraceServer::clients() const {

@@ -25,7 +25,7 @@ struct TraceServerOptions {
   int port = 0;  // 0: a free port
   size_t queue_bytes = size_t{8} << 20;
   size_t max_frame_bytes = size_t{1} << 20;
-  int max_clients = 64;
+  int max_clients = 16;
   std::map<std::string, ViewerAsset> assets;  // by path: "/", "/viewer.js"
 };
 

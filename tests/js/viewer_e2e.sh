@@ -4,8 +4,13 @@
 # test (viewer_test.js) switches the gradients' compressor to tiles with the page's flag picker,
 # waits for the records of the new kind, for every trace point kind and for the run's end, and
 # saves a screenshot.
-#   tests/js/viewer_e2e.sh MAGIC_RUN [SCREENSHOT.png]
+#   tests/js/viewer_e2e.sh MAGIC_RUN [SCREENSHOT.png]   (STEPS=N: training steps, default 12;
+#   docs/tracer.png is the whole demo, STEPS=32)
 set -euo pipefail
+if [ "${MAGIC_NO_BROWSER:-}" = 1 ]; then
+  echo "viewer_e2e: skipped (MAGIC_NO_BROWSER=1)"
+  exit 77
+fi
 run=$1
 shot=${2:-}
 src="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -16,7 +21,8 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-"$run" --config "$src/fixtures/runs/demo.json" --optimizer.clip_norm 1.0 --trace-port 0 --trace-wait 120 \
+"$run" --config "$src/fixtures/runs/demo.json" --training.steps "${STEPS:-12}" --optimizer.clip_norm 1.0 \
+  --trace-port 0 --trace-wait 120 \
   --out "$tmp/out" > "$tmp/run.log" 2>&1 &
 pid=$!
 url=""

@@ -269,7 +269,7 @@ function refreshRow(kind) {
   $(`row-${kind}`).className = c === 'off' ? 'off' : '';
   const p = paramsFor(kind, c);
   $(`params-${kind}`).textContent = Object.entries(p)
-    .map(([k, v]) => (Array.isArray(v) ? v.join('×') : `${k} ${v}`)).join(', ');
+    .map(([k, v]) => (Array.isArray(v) ? v.join('×') : k === 'max_elements' ? `≤${v}` : `${k} ${v}`)).join(', ');
 }
 
 /**
