@@ -30,7 +30,8 @@ std::string first_divergence_unavailable(const CheckSettings& s);
 // parameters are.
 void record_hvp(const TensorTree& hvp, int64_t step, const std::vector<Placement>& placements);
 
-// Keeps this process's trace records while it lives.
+// Keeps this process's trace records while it lives, beside any sink already listening (the
+// live tracer of a rank of magic-check: docs/tracer.md).
 class TraceRecorder {
  public:
   TraceRecorder() : listening_(&sink_) {}
@@ -38,7 +39,7 @@ class TraceRecorder {
 
  private:
   DumpSink sink_;
-  ScopedTraceSink listening_;
+  ScopedAddedTraceSink listening_;
 };
 
 // Every rank of one distributed run: its records into `folder` (its rank file; once every rank's

@@ -194,7 +194,7 @@ void record_replay(const TensorTree& query_gradient, const ReplayProducts& repla
 
 PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Runtime& runtime,
                                    const std::string& mutation, const ReferenceRun& reference,
-                                   const std::string& trace_folder) {
+                                   const std::string& trace_folder, TraceSink* live) {
   const std::vector<TrainState>& teacher = reference.states;
   const RunConfig config = lm_check_config(settings);
   const dist::MeshParts parts = lm_mesh_parts(runtime, settings.topology, config.model);
@@ -207,7 +207,10 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
   const auto step = planted_step(mutation, *problem.step, problem.optimizer);
   const auto query = planted_query(mutation, *problem.query, settings.topology.dp());
   const bool probe = has_reduction_rows(settings);
-  // From here on (the workload's clip norm, computed above, is no record of this run).
+  // From here on (the workload's clip norm, computed above, is no record of this run): the live
+  // tracer, and beside it the first divergence's recorder.
+  std::optional<ScopedTraceSink> listening;
+  if (live != nullptr) listening.emplace(live);
   std::optional<TraceRecorder> recorder;
   if (!trace_folder.empty()) recorder.emplace();
   // c of the reduction probe: the gradient the step returns is Σ_r partial_r / S (/ R under AVG).

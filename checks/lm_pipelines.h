@@ -43,10 +43,11 @@ TensorTree hvp_direction(const TensorTree& params, uint64_t seed);
 // Every rank calls it; the outputs are replicated. The grad, optimizer and REPLAY-product rows are
 // evaluated at the teacher's states (and cotangents). `mutation` names the planted variant ("" for none).
 // `trace_folder`: where the ranks write the run's trace records for the first divergence
-// (first_divergence.h); "" records nothing.
+// (first_divergence.h); "" records nothing. `live`: the rank's live tracer (docs/tracer.md), which
+// hears the run's trace points from where its records begin; null: none.
 PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Runtime& runtime,
                                    const std::string& mutation, const ReferenceRun& teacher,
-                                   const std::string& trace_folder = "");
+                                   const std::string& trace_folder = "", TraceSink* live = nullptr);
 ReferenceRun run_reference_lm(const CheckSettings& settings);
 
 // The training examples (chunks of at most max_len tokens) the lm workload draws batches from.

@@ -21,10 +21,11 @@ namespace {
 // `whole_records`: rank 0's records of a workload that holds them whole (three-pool).
 PipelineOutputs run_distributed(const CheckSettings& s, const dist::Runtime& runtime, const std::string& mutation,
                                 const ReferenceRun& reference, const std::string& trace_folder,
-                                std::vector<DumpSink::Entry>& whole_records) {
-  if (s.resolved_workload() == "lm") return run_distributed_lm(s, runtime, mutation, reference, trace_folder);
-  return run_distributed_spd(s, runtime, mutation, reference.states,
-                             reference.trace.empty() ? nullptr : &whole_records);
+                                std::vector<DumpSink::Entry>& whole_records, TracerSink* tracer) {
+  if (tracer != nullptr) tracer->begin_run(traced_run_name(mutation));
+  if (s.resolved_workload() == "lm") return run_distributed_lm(s, runtime, mutation, reference, trace_folder, tracer);
+  return run_distributed_spd(s, runtime, mutation, reference.states, reference.trace.empty() ? nullptr : &whole_records,
+                             tracer);
 }
 
 // Where run `index` of this check writes its trace records ("" when none are kept).
@@ -122,7 +123,11 @@ CheckReport report_header(const CheckRequest& request) {
   return report;
 }
 
-CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime) {
+std::string traced_run_name(const std::string& mutation) {
+  return mutation.empty() ? "clean" : "mutation " + mutation;
+}
+
+CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime, TracerSink* tracer) {
   const auto start = std::chrono::steady_clock::now();
   const CheckSettings& s = request.settings;
   std::vector<Mutation> mutations;
@@ -147,7 +152,7 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime)
   const auto run = [&](const CheckSettings& settings, const std::string& mutation) {
     whole_records.emplace_back();
     runs.push_back(run_distributed(settings, runtime, mutation, reference,
-                                   run_trace_folder(request, reference, runs.size()), whole_records.back()));
+                                   run_trace_folder(request, reference, runs.size()), whole_records.back(), tracer));
   };
   if (request.mode != CheckMode::kMutate) run(s, "");
   // A --bite mutation is judged by its first failing level: its run computes the levels up to

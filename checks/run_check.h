@@ -11,6 +11,7 @@
 #include "checks/pipeline_outputs.h"
 #include "lib/distributed/runtime/runtime.h"
 #include "lib/io/report.h"
+#include "lib/live/tracer_sink.h"
 
 namespace magic::checks {
 
@@ -46,11 +47,16 @@ struct CheckRequest {
 // --bite skips a mutation expected at such a level, saying so, rather than call it caught or missed.
 std::string unjudged_level(const std::vector<CheckRow>& clean, const std::string& level);
 
+// The run's name in the live tracer's records (TraceOrigin::run): "clean", or "mutation NAME".
+std::string traced_run_name(const std::string& mutation);
+
 // The report's description of the run (layout, workload, dtype, ...) with no rows yet: what
 // run_check fills in, and what a run that fails before rank 0 reports carries.
 CheckReport report_header(const CheckRequest& request);
 
 // Every rank calls it. Rank 0 gets the full report; other ranks an empty one (exit code 0).
-CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime);
+// `tracer`: the rank's live tracer (docs/tracer.md): each distributed run is begun on it by name
+// ("clean", "mutation NAME") and streams its records; the reference is not traced.
+CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime, TracerSink* tracer = nullptr);
 
 }  // namespace magic::checks

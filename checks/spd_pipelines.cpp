@@ -292,7 +292,7 @@ struct SpdRecords {
 
 PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::Runtime& runtime,
                                     const std::string& mutation, const std::vector<TrainState>& teacher,
-                                    std::vector<DumpSink::Entry>* records) {
+                                    std::vector<DumpSink::Entry>* records, TraceSink* live) {
   const SpdProblem p = spd_problem(settings);
   const dist::ThreePoolLayout layout(settings.topology, p.config.n_sites);
   layout.check_batch(settings.global_batch(), "--batch");
@@ -396,7 +396,13 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
     whole.scores = result.scores;
   }
   spd.finish();
-  if (records != nullptr && runtime.rank() == 0) *records = whole.entries();
+  if ((records != nullptr || live != nullptr) && runtime.rank() == 0) {
+    std::vector<DumpSink::Entry> entries = whole.entries();
+    if (live != nullptr) {
+      for (const DumpSink::Entry& e : entries) live->write(e.record, e.tensor);
+    }
+    if (records != nullptr) *records = std::move(entries);
+  }
   return out;
 }
 

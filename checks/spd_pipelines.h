@@ -37,9 +37,11 @@ SpdProblem spd_problem(const CheckSettings& settings);
 // Every rank calls it; the grad level is evaluated at `teacher` (the reference's states).
 // `mutation` names the planted variant of the three-pool conventions ("" for none).
 // `records`: on rank 0, the run's records for the first divergence, whole (first_divergence.h).
+// `live`: the rank's live tracer (docs/tracer.md); rank 0 writes the run's whole records to it
+// once they are assembled (this workload has no trace points of its own); null: none.
 PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::Runtime& runtime,
                                     const std::string& mutation, const std::vector<TrainState>& teacher,
-                                    std::vector<DumpSink::Entry>* records = nullptr);
+                                    std::vector<DumpSink::Entry>* records = nullptr, TraceSink* live = nullptr);
 ReferenceRun run_reference_spd(const CheckSettings& settings);
 
 }  // namespace magic::checks

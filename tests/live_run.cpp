@@ -5,10 +5,11 @@
 
 namespace magic::testing {
 
-BackgroundRun::BackgroundRun(const std::string& args, std::string log) : log_(std::move(log)) {
+BackgroundRun::BackgroundRun(const std::string& args, std::string log, const std::string& binary)
+    : log_(std::move(log)) {
   std::filesystem::remove(log_);
-  thread_ = std::thread([this, args] {
-    outcome_ = run_command(std::string(MAGIC_RUN_BINARY) + " " + args + " > " + log_ + " 2>&1");
+  thread_ = std::thread([this, args, binary] {
+    outcome_ = run_command(binary + " " + args + " > " + log_ + " 2>&1");
     finished_ = true;
   });
 }
@@ -34,6 +35,20 @@ CommandOutcome BackgroundRun::join() {
   if (thread_.joinable()) thread_.join();
   outcome_.output = std::filesystem::exists(log_) ? read_file(log_) : outcome_.output;
   return outcome_;
+}
+
+WatchedRun watch_run(const std::string& args, const std::string& log, const std::string& binary) {
+  BackgroundRun run(args, log, binary);
+  WatchedRun watched;
+  const int port = run.port();
+  if (port > 0) {
+    TraceClient client(port);
+    watched.seen = read_stream(client);
+  } else {
+    watched.seen.error = "the run served no tracer port";
+  }
+  watched.outcome = run.join();
+  return watched;
 }
 
 }  // namespace magic::testing

@@ -1,5 +1,5 @@
-// The tests that talk to the tracer of a real magic-run start it on a thread of its own, its
-// output in a log, where the tracer's port is read.
+// The tests that talk to the tracer of a real magic-run (or magic-check) start it on a thread of
+// its own, its output in a log, where the tracer's port is read.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -18,8 +18,8 @@ namespace magic::testing {
 
 class BackgroundRun {
  public:
-  // Starts `MAGIC_RUN_BINARY args`, its stdout and stderr into `log`.
-  BackgroundRun(const std::string& args, std::string log);
+  // Starts `binary args`, its stdout and stderr into `log`.
+  BackgroundRun(const std::string& args, std::string log, const std::string& binary = MAGIC_RUN_BINARY);
   ~BackgroundRun();
   BackgroundRun(const BackgroundRun&) = delete;
   BackgroundRun& operator=(const BackgroundRun&) = delete;
@@ -37,5 +37,14 @@ class BackgroundRun {
   std::thread thread_;
   std::atomic<bool> finished_{false};
 };
+
+// One client's view of a whole run: `binary args` started in the background, one client connected
+// as soon as the tracer serves, the stream read to its end, the run waited for. `seen.error` says
+// when no port was served.
+struct WatchedRun {
+  StreamCheck seen;
+  CommandOutcome outcome{-1, ""};
+};
+WatchedRun watch_run(const std::string& args, const std::string& log, const std::string& binary = MAGIC_RUN_BINARY);
 
 }  // namespace magic::testing

@@ -76,12 +76,29 @@ TEST(TraceControl, EveryRefusalNamesTheField) {
   EXPECT_EQ(refusal(R"({"type": "control", "points": [{"compressor": "none", "max_elements": 1e9}]})"),
             "points[0].max_elements");
   EXPECT_EQ(refusal(R"({"type": "control", "points": [{"compressor": "none", "every": 0}]})"), "points[0].every");
+  EXPECT_EQ(refusal(R"({"type": "control", "points": [{"compressor": "none", "run": 1}]})"), "points[0].run");
+  EXPECT_EQ(refusal(R"({"type": "control", "points": [{"compressor": "none", "run": ""}]})"), "points[0].run");
   EXPECT_EQ(refusal(R"({"type": "control", "points": [{"compressor": "none", "expr": "__import__"}]})"),
             "points[0].expr");
   std::string many = R"({"type": "control", "points": [)";
   for (int i = 0; i < 65; ++i) many += std::string(i ? "," : "") + R"({"compressor": "empty"})";
   EXPECT_EQ(refusal(many + "]}"), "points");
   EXPECT_EQ(refusal(R"({"type": "control", "points": [{"compressor": "empty"}]})"), "(accepted)");
+}
+
+// magic-check streams several runs (the clean one, each mutation's): a rule may pick runs by name.
+TEST(TraceControl, ARuleWithARunMatchesTheRecordsOfThatRunOnly) {
+  const TraceControl c = parse_control_message(R"({"type": "control", "points": [
+      {"run": "mutation *", "kind": "loss", "compressor": "none"},
+      {"run": "clean", "compressor": "stats"}]})");
+  const TraceRecord loss{"loss", "loss", "forward", "forward", 0, "", {}};
+  const TraceRecord grad{"head.weight", "gradient", "backward", "first", 0, "", {}};
+  EXPECT_EQ(matching_rule(c, loss, "clean")->spec.kind, Compressor::kStats);
+  EXPECT_EQ(matching_rule(c, loss, "mutation missing-reduce")->spec.kind, Compressor::kNone);
+  EXPECT_EQ(matching_rule(c, grad, "mutation missing-reduce"), nullptr);
+  EXPECT_EQ(matching_rule(c, grad, "fixtures/runs/demo.json"), nullptr);
+  EXPECT_EQ(control_json(parse_control(control_json(c))), control_json(c));
+  EXPECT_EQ(control_json(c)["points"][1]["run"], "clean");
 }
 
 TEST(TraceControl, PatternsMatchAsTextWithStarsOnly) {

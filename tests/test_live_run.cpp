@@ -113,13 +113,9 @@ TEST(LiveRun, EveryRankOfAMeshReachesRankZerosServerAndWritesItsFile) {
   testing::TinyRun tiny;
   const std::string config = testing::write_tiny_run_config("live-mesh", tiny);
   const std::string file = testing::fresh_dir("live-mesh-file");
-  BackgroundRun run("--config " + config + " --topology dp=2 --trace-port 0 --trace-wait 30 --trace-file " + file,
-                    ::testing::TempDir() + "/live-mesh.log");
-  const int port = run.port();
-  ASSERT_GT(port, 0) << run.join().output;
-  TraceClient client(port);
-  const StreamCheck seen = read_stream(client);
-  const auto outcome = run.join();
+  const auto [seen, outcome] =
+      testing::watch_run("--config " + config + " --topology dp=2 --trace-port 0 --trace-wait 30 --trace-file " + file,
+                         ::testing::TempDir() + "/live-mesh.log");
   ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
   EXPECT_EQ(seen.error, "");
   ASSERT_EQ(seen.next_seq.size(), 2u);

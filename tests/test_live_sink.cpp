@@ -89,6 +89,60 @@ TEST(TracerSink, RunningScoresAreTheSumOfTheStepContributionsSoFar) {
   EXPECT_EQ(msg(out.events[3])["data"]["values"], json({1.5, -2.0}));
 }
 
+// magic-check's runs on one sink: each run's records carry its name, a record of the same
+// identity is sent again in the next run, and the running scores start again.
+TEST(TracerSink, EachRunIsSentWholeUnderItsNameWithItsOwnRunningScores) {
+  TracerSink sink(origin(), parse_control_message(R"({"type":"control","points":[{"compressor":"none"}]})"));
+  Collected out;
+  sink.add_output(&out);
+  const at::Tensor dw = at::tensor({1.0, -2.0}, at::kDouble);
+  for (const std::string run : {"clean", "mutation missing-reduce"}) {
+    sink.begin_run(run);
+    EXPECT_EQ(sink.hello()["run"], run);
+    sink.write({"loss", "loss", "forward", "forward", 0, "", {}}, at::scalar_tensor(2.0, at::kDouble));
+    sink.write({"loss", "loss", "forward", "forward", 0, "", {}}, at::scalar_tensor(2.0, at::kDouble));
+    sink.write({"scores", "score", "replay", "metagradient", 0, "", {}}, dw);
+  }
+  // Per run: the loss once, the step's contribution and the running scores.
+  ASSERT_EQ(out.events.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(msg(out.events[i])["run"], i < 3 ? "clean" : "mutation missing-reduce") << i;
+    EXPECT_EQ(msg(out.events[i])["seq"], static_cast<int64_t>(i));  // seq counts the rank's records across runs
+  }
+  EXPECT_EQ(msg(out.events[5])["name"], "running_scores");
+  EXPECT_EQ(msg(out.events[5])["data"]["values"], json({1.0, -2.0}));  // not 2, -4: started again
+}
+
+// The first-divergence recorder of magic-check is added beside the live tracer: both hear every
+// trace point, and the tracer listens alone again once the recorder's scope ends.
+TEST(ScopedAddedTraceSink, BothSinksHearEveryRecordAndTheOneBeforeIsRestored) {
+  Collected first_out, second_out;
+  TracerSink first(origin(), parse_control_message(R"({"type":"control","points":[{"compressor":"empty"}]})"));
+  TracerSink second(origin(), parse_control_message(R"({"type":"control","points":[{"compressor":"empty"}]})"));
+  first.add_output(&first_out);
+  second.add_output(&second_out);
+  const at::Tensor x = at::ones({2});
+  {
+    const ScopedTraceSink listening(&first);
+    {
+      const ScopedAddedTraceSink added(&second);
+      trace_point(x, [] { return TraceRecord{"a", "other", "optimizer", "first", 0, "", {}}; });
+    }
+    trace_point(x, [] { return TraceRecord{"b", "other", "optimizer", "first", 0, "", {}}; });
+  }
+  EXPECT_FALSE(tracing());
+  ASSERT_EQ(first_out.events.size(), 2u);
+  ASSERT_EQ(second_out.events.size(), 1u);
+  EXPECT_EQ(msg(second_out.events[0])["name"], "a");
+  EXPECT_EQ(msg(first_out.events[1])["name"], "b");
+  {
+    const ScopedAddedTraceSink alone(&second);  // nothing listened before: it listens alone
+    trace_point(x, [] { return TraceRecord{"c", "other", "optimizer", "first", 0, "", {}}; });
+  }
+  EXPECT_EQ(second_out.events.size(), 2u);
+  EXPECT_FALSE(tracing());
+}
+
 TEST(ClientQueue, DropsRecordsPastItsCapacityAndSaysHowManyBeforeTheNextMessage) {
   ClientQueue q(100);
   const auto msg = [](size_t n) { return std::make_shared<const std::string>(std::string(n, 'x')); };

@@ -21,12 +21,17 @@
 #include "lib/core/scratch_folder.h"
 #include "lib/core/stop_signal.h"
 #include "lib/core/strings.h"
+#include "lib/distributed/parallel/data_parallel.h"
 #include "lib/distributed/runtime/progress.h"
 #include "lib/distributed/runtime/rank_program.h"
 #include "lib/io/output_path.h"
 #include "lib/io/report.h"
+#include "lib/live/live_tracer.h"
+#include "lib/live/trace_server.h"
 #include "lib/train/distributed_lm.h"
 #include "lib/train/memory_estimate.h"
+#include "tools/trace_flags.h"
+#include "tools/viewer_assets.h"
 
 namespace {
 
@@ -37,7 +42,8 @@ struct Command {
   std::string json_path, junit_path;
   dist::RankProgram program;
   bool list_mutations = false;
-  int64_t mutation_runs = 0;  // --bite: the planted runs beside the clean one
+  int64_t mutation_runs = 0;                 // --bite: the planted runs beside the clean one
+  std::optional<CheckedTraceOptions> trace;  // --trace-port, --trace-file: the live tracer (docs/tracer.md)
 };
 
 void list_mutations(std::ostream& out) {
@@ -113,6 +119,8 @@ Command parse(int argc, char** argv, int& early_exit) {
   app.add_option("--backend", backend, "gloo (CPU); nccl is reserved for CUDA builds (not available yet)")
       ->capture_default_str();
   app.add_option("--timeout", timeout_s, "seconds before a collective gives up on a peer")->capture_default_str();
+  TraceOptions trace;
+  add_trace_flags(app, trace);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -167,6 +175,15 @@ Command parse(int argc, char** argv, int& early_exit) {
   c.program.backend = s.backend;
   c.program.timeout = s.timeout;
   c.program.validate();
+  c.trace = checked_trace_flags(app, trace, timeout_s);
+  if (c.trace && c.program.launch == "threads") {
+    throw InputError(str_cat(trace.port ? "--trace-port" : "--trace-file",
+                             ": not with --launch threads (its rank threads share one process's trace points); use "
+                             "--launch spawn"));
+  }
+  // Rank 0 binds its server once the ranks start, after the launcher's reference: a port in use
+  // is refused now instead.
+  if (trace.port && *trace.port != 0 && !dist::running_as_rank()) require_trace_port_free(trace.bind, *trace.port);
   if (bite && !mutate.empty()) throw InputError("--bite and --mutate: give one or the other");
   if (bite) c.request.mode = checks::CheckMode::kBite;
   if (!mutate.empty()) {
@@ -188,9 +205,33 @@ Command parse(int argc, char** argv, int& early_exit) {
   return c;
 }
 
+// Who the tracer's records come from: the check, this rank and, on a mesh, its coordinates. Each
+// distributed run then names itself (checks::traced_run_name).
+TraceOrigin check_trace_origin(const checks::CheckSettings& s, const dist::Runtime& runtime) {
+  TraceOrigin o;
+  o.run = str_cat("magic-check ", s.topology.str());
+  o.rank = runtime.rank();
+  o.ranks = runtime.world_size();
+  if (s.resolved_workload() == "lm") {
+    const TraceLayout layout = dist::mesh_trace_layout(dist::MeshLayout(s.topology), runtime.rank(), s.convention);
+    o.mesh = layout.mesh;
+    o.coords = layout.coords;
+  }
+  return o;
+}
+
 int run_rank(const Command& c, const dist::Runtime& runtime) {
-  const CheckReport report = checks::run_check(c.request, runtime);
-  if (runtime.rank() != 0) return kExitOk;
+  const bool speaks = runtime.rank() == 0;
+  std::optional<LiveTracer> tracer;
+  if (c.trace) {
+    tracer.emplace(*c.trace, check_trace_origin(c.request.settings, runtime), viewer_assets(), trace_relay(&runtime),
+                   speaks ? &std::cout : nullptr);
+    tracer->wait_for_client(speaks ? &std::cout : nullptr);
+  }
+  const CheckReport report = checks::run_check(c.request, runtime, tracer ? tracer->sink() : nullptr);
+  // The check ran to its report, whatever the verdict: the stream's end says "finished".
+  if (tracer) tracer->finish("finished");
+  if (!speaks) return kExitOk;
   dist::set_phase("writing the report");
   print_report(report, std::cout);
   if (!c.json_path.empty()) write_json_report(c.json_path, report);

@@ -35,6 +35,7 @@
 #include "lib/train/run_config.h"
 #include "lib/train/run_folder.h"
 #include "lib/train/run_record.h"
+#include "tools/trace_flags.h"
 #include "tools/viewer_assets.h"
 
 namespace {
@@ -149,19 +150,7 @@ Flags parse(int argc, char** argv, int& early_exit) {
   app.add_option("--dump", f.dump_dir,
                  "write the run's trace records to this new folder, for magic-compare (docs/dump-format.md)");
   TraceOptions trace;
-  app.add_option("--trace-port", trace.port,
-                 "serve the tensor tracer's viewer and WebSocket stream on this port of 127.0.0.1 (0: a free "
-                 "port; docs/tracer.md)");
-  app.add_option("--trace-bind", trace.bind, "with --trace-port: listen on this address instead")
-      ->capture_default_str();
-  app.add_option("--trace-file", trace.file_dir, "write the tracer's records to this new folder (docs/tracer.md)");
-  app.add_option("--trace-points", trace.points_file,
-                 "the tracer's control to start with: a JSON file of rules (docs/tracer.md, \"Messages\")");
-  app.add_option("--trace-vectors", trace.vectors_file,
-                 "a safetensors file of one vector per layer, for the tracer's projection compressor");
-  app.add_option("--trace-wait", trace.wait_seconds,
-                 "with --trace-port: wait up to this many seconds for a first client before training (under "
-                 "--topology, less than --timeout)");
+  add_trace_flags(app, trace);
   app.add_flag("--keep-checkpoints", f.keep_checkpoints,
                "keep the run's checkpoints in training.spill_dir when it ends (removed by default)");
   app.add_option("--topology", topology, "run distributed on this mesh layout: dp=N[,cp=C][,fsdp=F]");
@@ -220,16 +209,7 @@ Flags parse(int argc, char** argv, int& early_exit) {
     require_writable_directory(f.dump_dir, "--dump");
   }
   if (app.count("--export-plan") > 0) check_plan_flags(f);
-  if (app.count("--trace-bind") > 0 && !trace.port) throw InputError("--trace-bind: needs --trace-port");
-  // The other ranks wait for rank 0 at their first collective, for --timeout at most.
-  if (f.program && trace.wait_seconds >= timeout_s) {
-    throw InputError(str_cat("--trace-wait ", trace.wait_seconds, ": under --topology, expected less than --timeout (",
-                             timeout_s, " s): the other ranks wait for rank 0 that long"));
-  }
-  if (trace.enabled() || !trace.points_file.empty() || !trace.vectors_file.empty() || trace.wait_seconds != 0) {
-    // A rank finds the folder its rank 0 may have begun writing already: checked once, by the launcher.
-    f.trace = check_trace_options(trace, /*folder_must_be_new=*/!dist::running_as_rank());
-  }
+  f.trace = checked_trace_flags(app, trace, f.program ? std::optional<double>(timeout_s) : std::nullopt);
   return f;
 }
 
@@ -412,12 +392,6 @@ TraceOrigin trace_origin(const Flags& f, const dist::Runtime* runtime, const Par
     o.coords = parallelism.trace_layout().coords;
   }
   return o;
-}
-
-std::optional<TraceRelay> trace_relay(const dist::Runtime* runtime) {
-  if (runtime == nullptr || runtime->world_size() == 1) return std::nullopt;
-  return TraceRelay{runtime->store_for_another_thread(), runtime->store_for_another_thread(), runtime->rank(),
-                    runtime->world_size()};
 }
 
 // The attribution, its validation and its report, once the run's folder is settled.

@@ -129,13 +129,13 @@ void LiveTracer::wait_for_client(std::ostream* say) {
     return;
   }
   if (server_->clients() == 0) {
-    if (say) *say << "trace: waiting up to " << seconds << " s for a client before training" << std::endl;
+    if (say) *say << "trace: waiting up to " << seconds << " s for a client before starting" << std::endl;
     const auto until = std::chrono::steady_clock::now() + limit;
     while (server_->clients() == 0 && std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (say) {
-      *say << "trace: " << (server_->clients() > 0 ? "a client is connected" : "no client came; training") << std::endl;
+      *say << "trace: " << (server_->clients() > 0 ? "a client is connected" : "no client came; starting") << std::endl;
     }
   }
   try {

@@ -55,7 +55,7 @@ class LiveTracer {
   LiveTracer(const LiveTracer&) = delete;
   LiveTracer& operator=(const LiveTracer&) = delete;
 
-  TraceSink* sink() { return &sink_; }
+  TracerSink* sink() { return &sink_; }
   // Rank 0 with a server waits until a client is connected or --trace-wait's seconds pass; the
   // other ranks wait for rank 0, so that no rank's first records go out before the client is there.
   void wait_for_client(std::ostream* say);

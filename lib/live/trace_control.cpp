@@ -10,7 +10,7 @@ namespace {
 using nlohmann::json;
 
 const std::set<std::string>& rule_keys() {
-  static const std::set<std::string> keys = {"kind",  "phase",      "order",        "name", "layer",
+  static const std::set<std::string> keys = {"kind",  "phase",      "order",        "name", "layer", "run",
                                              "every", "compressor", "max_elements", "grid", "k"};
   return keys;
 }
@@ -52,7 +52,7 @@ TraceRule parse_rule(const json& j, const std::string& at) {
     if (!rule_keys().count(item.key())) {
       throw ControlError(
           at + "." + item.key(),
-          "unknown field (known: kind, phase, order, name, layer, every, compressor, max_elements, grid, k)");
+          "unknown field (known: kind, phase, order, name, layer, run, every, compressor, max_elements, grid, k)");
     }
   }
   TraceRule rule;
@@ -61,6 +61,7 @@ TraceRule parse_rule(const json& j, const std::string& at) {
   if (j.contains("order")) rule.order = vocabulary_field(j["order"], at + ".order", trace_orders());
   if (j.contains("name")) rule.name = text_field(j["name"], at + ".name");
   if (j.contains("layer")) rule.layer = text_field(j["layer"], at + ".layer");
+  if (j.contains("run")) rule.run = text_field(j["run"], at + ".run");
   if (j.contains("every")) rule.every = bounded_integer(j["every"], at + ".every", 1, 1000000);
   if (!j.contains("compressor")) throw ControlError(at + ".compressor", "missing (one of " + compressor_names() + ")");
   const std::string name = text_field(j["compressor"], at + ".compressor");
@@ -122,6 +123,7 @@ json rule_json(const TraceRule& r) {
   put("order", r.order);
   put("name", r.name);
   put("layer", r.layer);
+  put("run", r.run);
   if (r.every != 1) j["every"] = r.every;
   j["compressor"] = compressor_name(r.spec.kind);
   if (r.spec.kind == Compressor::kNone) j["max_elements"] = r.spec.max_elements;
@@ -198,11 +200,11 @@ bool pattern_matches(const std::string& pattern, const std::string& text) {
   return p == pattern.size();
 }
 
-const TraceRule* matching_rule(const TraceControl& control, const TraceRecord& record) {
+const TraceRule* matching_rule(const TraceControl& control, const TraceRecord& record, const std::string& run) {
   for (const TraceRule& r : control.points) {
     if (field_matches(r.kind, record.kind) && field_matches(r.phase, record.phase) &&
         field_matches(r.order, record.order) && field_matches(r.name, record.name) &&
-        field_matches(r.layer, record.layer)) {
+        field_matches(r.layer, record.layer) && field_matches(r.run, run)) {
       return &r;
     }
   }

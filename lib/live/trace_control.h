@@ -18,6 +18,9 @@ namespace magic {
 struct TraceRule {
   // Each set field must match the record (exactly, or as a pattern where '*' is any run of characters).
   std::optional<std::string> kind, phase, order, name, layer;
+  // The run the record belongs to (TraceOrigin::run: magic-run's config, magic-check's "clean" or
+  // "mutation NAME").
+  std::optional<std::string> run;
   int64_t every = 1;  // records of steps with step % every == 0; records of no step always
   CompressorSpec spec;
 };
@@ -54,8 +57,8 @@ TraceControl default_control();
 // '*' matches any run of characters, every other character itself.
 bool pattern_matches(const std::string& pattern, const std::string& text);
 
-// The first rule that matches `record`, or nullptr (the record is not sent).
-const TraceRule* matching_rule(const TraceControl& control, const TraceRecord& record);
+// The first rule that matches `record` of run `run`, or nullptr (the record is not sent).
+const TraceRule* matching_rule(const TraceControl& control, const TraceRecord& record, const std::string& run = "");
 // Whether `rule`'s step filter keeps `record`.
 bool due(const TraceRule& rule, const TraceRecord& record);
 

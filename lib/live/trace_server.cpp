@@ -259,7 +259,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
 }  // namespace
 
-void TraceServer::Impl::listen() {
+namespace {
+
+// Opens, binds and listens on options' address; InputError naming the flag when it cannot.
+void open_listening(tcp::acceptor& acceptor, const TraceServerOptions& options) {
   beast::error_code ec;
   const net::ip::address address = net::ip::make_address(options.bind, ec);
   if (ec) throw InputError(str_cat("--trace-bind ", options.bind, ": expected an IP address"));
@@ -275,6 +278,23 @@ void TraceServer::Impl::listen() {
   if (ec) refuse("bind");
   acceptor.listen(net::socket_base::max_listen_connections, ec);
   if (ec) refuse("listen on");
+}
+
+}  // namespace
+
+void require_trace_port_free(const std::string& bind, int port) {
+  net::io_context io;
+  tcp::acceptor acceptor(io);
+  TraceServerOptions options;
+  options.bind = bind;
+  options.port = port;
+  open_listening(acceptor, options);
+  beast::error_code ignored;
+  acceptor.close(ignored);
+}
+
+void TraceServer::Impl::listen() {
+  open_listening(acceptor, options);
   const int port = acceptor.local_endpoint().port();
   for (const std::string& host : {std::string("127.0.0.1"), std::string("localhost"), options.bind}) {
     origins.insert(str_cat("http://", host, ":", port));

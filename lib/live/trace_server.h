@@ -76,4 +76,9 @@ class TraceServer : public TraceOutput {
   std::shared_ptr<Impl> impl_;
 };
 
+// Throws the InputError TraceServer would where `bind`:`port` cannot be listened on now: a tool
+// that starts its server later, in another process (magic-check's rank 0), refuses a port in use
+// before its expensive part. Opens no thread, so a launcher can still fork after it.
+void require_trace_port_free(const std::string& bind, int port);
+
 }  // namespace magic

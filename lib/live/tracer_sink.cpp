@@ -52,11 +52,24 @@ TraceControl TracerSink::control() const {
   return *std::atomic_load(&control_);
 }
 
+void TracerSink::begin_run(std::string run) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  origin_.run = std::move(run);
+  identities_.clear();
+  running_scores_ = at::Tensor();
+}
+
+TraceOrigin TracerSink::origin() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return origin_;
+}
+
 nlohmann::json TracerSink::hello() const {
+  const TraceOrigin o = origin();
   json mesh = json::array();
-  for (const MeshDim& d : origin_.mesh) mesh.push_back({{"name", d.name}, {"size", d.size}});
-  return {{"type", "hello"},        {"version", 1}, {"run", origin_.run},
-          {"ranks", origin_.ranks}, {"mesh", mesh}, {"control", control_json(control())}};
+  for (const MeshDim& d : o.mesh) mesh.push_back({{"name", d.name}, {"size", d.size}});
+  return {{"type", "hello"},  {"version", 1}, {"run", o.run},
+          {"ranks", o.ranks}, {"mesh", mesh}, {"control", control_json(control())}};
 }
 
 void TracerSink::write(const TraceRecord& record, const at::Tensor& tensor) {
@@ -77,7 +90,7 @@ void TracerSink::write(const TraceRecord& record, const at::Tensor& tensor) {
 void TracerSink::emit(const TraceRecord& record, const at::Tensor& tensor) {
   const std::shared_ptr<const TraceControl> control = std::atomic_load(&control_);
   if (control->paused) return;
-  const TraceRule* rule = matching_rule(*control, record);
+  const TraceRule* rule = matching_rule(*control, record, origin_.run);
   if (rule == nullptr || !due(*rule, record)) return;
   json data = compress(rule->spec, tensor, record.layer, vectors_.get());
   json message = record_message(origin_, record, tensor, *rule, std::move(data));

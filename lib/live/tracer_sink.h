@@ -36,6 +36,11 @@ class TracerSink : public TraceSink {
 
   void write(const TraceRecord& record, const at::Tensor& tensor) override;
 
+  // Starts the next run of a process that makes several (magic-check: the clean run, then each
+  // mutation's): its records carry `run`, and a record of it is sent even where an earlier run
+  // made one of the same identity. The running scores start again.
+  void begin_run(std::string run);
+
   // Replaces the control (any thread); the next record reads the new one.
   void set_control(TraceControl control);
   TraceControl control() const;
@@ -48,18 +53,19 @@ class TracerSink : public TraceSink {
   void announce(nlohmann::json message);
 
   int64_t records() const { return seq_; }
-  const TraceOrigin& origin() const { return origin_; }
+  // Who emits the records; its run is the one begun last.
+  TraceOrigin origin() const;
 
  private:
   void emit(const TraceRecord& record, const at::Tensor& tensor);
   void publish(const std::shared_ptr<const TraceEvent>& event);
 
-  const TraceOrigin origin_;
+  TraceOrigin origin_;  // its run changes under mutex_ (begin_run)
   const std::shared_ptr<const ProjectionVectors> vectors_;
   std::shared_ptr<const TraceControl> control_;  // read and replaced with std::atomic_load/store
   std::vector<TraceOutput*> outputs_;
 
-  std::mutex mutex_;  // the identities, the running scores, seq and the order of publishing
+  mutable std::mutex mutex_;  // the origin's run, the identities, the running scores, seq and the order of publishing
   std::set<std::string> identities_;
   at::Tensor running_scores_;
   std::atomic<int64_t> seq_{0};

@@ -30,4 +30,17 @@ ScopedTraceSink::~ScopedTraceSink() {
   trace_detail::active_sink.store(previous_, std::memory_order_release);
 }
 
+namespace {
+
+std::vector<TraceSink*> listening_and(TraceSink* sink) {
+  std::vector<TraceSink*> sinks;
+  if (TraceSink* before = trace_detail::active_sink.load(std::memory_order_acquire)) sinks.push_back(before);
+  sinks.push_back(sink);
+  return sinks;
+}
+
+}  // namespace
+
+ScopedAddedTraceSink::ScopedAddedTraceSink(TraceSink* sink) : tee_(listening_and(sink)), listening_(&tee_) {}
+
 }  // namespace magic

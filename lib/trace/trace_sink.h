@@ -68,4 +68,17 @@ class ScopedTraceSink {
   TraceSink* previous_;
 };
 
+// Adds `sink` beside the one already listening (if any) for the scope's lifetime: both get every
+// record, the one before first. magic-check's first-divergence recorder and the live tracer.
+class ScopedAddedTraceSink {
+ public:
+  explicit ScopedAddedTraceSink(TraceSink* sink);
+  ScopedAddedTraceSink(const ScopedAddedTraceSink&) = delete;
+  ScopedAddedTraceSink& operator=(const ScopedAddedTraceSink&) = delete;
+
+ private:
+  TeeSink tee_;
+  ScopedTraceSink listening_;
+};
+
 }  // namespace magic

@@ -3,10 +3,13 @@
 //
 //   node tests/js/viewer_test.js --url http://127.0.0.1:PORT/ --screenshot OUT.png
 //        [--timeout-ms 60000] [--switch activation=tile] [--expect-kinds loss,activation,...] [--wait-end]
+//        [--expect-runs N]
 //
 // Opens the page, waits for records, switches one kind's compressor with the flag picker as a user
 // would (the control round trip), waits for the expected kinds, takes a screenshot and prints one
-// JSON line (with --wait-end, the screenshot waits for the run's end message). Exit: 0 passed, 1 failed (reason on stderr), 2 bad arguments.
+// JSON line (with --wait-end, the screenshot waits for the run's end message). --expect-runs N
+// (magic-check --bite: the clean run and each mutation's) waits for records of N runs, then picks
+// the first in the page's run picker and requires the page to show it. Exit: 0 passed, 1 failed (reason on stderr), 2 bad arguments.
 
 const { chromium } = require('playwright-core');
 
@@ -16,12 +19,12 @@ const COMPRESSORS = ['none', 'stats', 'tile', 'projection', 'top', 'empty'];
 
 function usage(reason) {
   process.stderr.write(`viewer_test: ${reason}\nusage: node viewer_test.js --url URL --screenshot OUT.png ` +
-    '[--timeout-ms N] [--switch KIND=COMPRESSOR] [--expect-kinds K1,K2,...] [--wait-end]\n');
+    '[--timeout-ms N] [--switch KIND=COMPRESSOR] [--expect-kinds K1,K2,...] [--wait-end] [--expect-runs N]\n');
   process.exit(2);
 }
 
 function parseArgs(argv) {
-  const opts = { url: null, screenshot: null, timeoutMs: 60000, switchKind: 'activation', switchTo: 'tile', expectKinds: [], waitEnd: false };
+  const opts = { url: null, screenshot: null, timeoutMs: 60000, switchKind: 'activation', switchTo: 'tile', expectKinds: [], waitEnd: false, expectRuns: 0 };
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i];
     if (flag === '--wait-end') {
@@ -29,7 +32,7 @@ function parseArgs(argv) {
       continue;
     }
     const value = argv[i + 1];
-    if (!['--url', '--screenshot', '--timeout-ms', '--switch', '--expect-kinds'].includes(flag)) usage(`unknown argument ${flag}`);
+    if (!['--url', '--screenshot', '--timeout-ms', '--switch', '--expect-kinds', '--expect-runs'].includes(flag)) usage(`unknown argument ${flag}`);
     if (value === undefined || value.startsWith('--')) usage(`${flag} needs a value`);
     i++;
     if (flag === '--url') opts.url = value;
@@ -37,6 +40,10 @@ function parseArgs(argv) {
     if (flag === '--timeout-ms') {
       opts.timeoutMs = Number(value);
       if (!Number.isInteger(opts.timeoutMs) || opts.timeoutMs <= 0) usage(`--timeout-ms must be a positive integer, got ${value}`);
+    }
+    if (flag === '--expect-runs') {
+      opts.expectRuns = Number(value);
+      if (!Number.isInteger(opts.expectRuns) || opts.expectRuns <= 0) usage(`--expect-runs must be a positive integer, got ${value}`);
     }
     if (flag === '--switch') {
       const m = /^([a-z_]+)=([a-z]+)$/.exec(value);
@@ -77,7 +84,7 @@ async function run(opts) {
   let switched = false;
   let everConnected = false;   // the server closes after "end", so report whether the page connected
   const pageErrors = [];
-  const summary = { connected: false, records: 0, dropped: 0, byKind: {}, switched: false, missingKinds: opts.expectKinds };
+  const summary = { connected: false, records: 0, dropped: 0, byKind: {}, switched: false, missingKinds: opts.expectKinds, runs: [], shownRun: null };
 
   // The watchdog makes sure a wedged browser cannot hang the test past its timeout.
   const watchdog = setTimeout(() => {
@@ -139,6 +146,21 @@ async function run(opts) {
       reason = 'timed out waiting for the end of the run';
     }
 
+    if (!reason && opts.expectRuns) {
+      if (!(await waitInPage(page, deadline, (n) => window.__trace.runs.length >= n, opts.expectRuns))) {
+        reason = `records of fewer than ${opts.expectRuns} runs arrived`;
+      } else {
+        // Pick the first run as a user would: the status bar must name it.
+        const first = await page.evaluate(() => window.__trace.runs[0]);
+        await page.waitForTimeout(300);   // the picker's options are refilled on the next redraw
+        await page.selectOption('#run-name', first);
+        const shown = await waitInPage(page, deadline,
+          (name) => document.getElementById('st-run').textContent === name, first);
+        summary.shownRun = await page.evaluate(() => document.getElementById('st-run').textContent);
+        if (!shown) reason = `picked run "${first}" in the run picker, but the page shows "${summary.shownRun}"`;
+      }
+    }
+
     // Let the page's throttled redraw catch up so the screenshot shows the latest records.
     await page.waitForTimeout(500);
     await page.screenshot({ path: opts.screenshot });
@@ -146,7 +168,7 @@ async function run(opts) {
     const t = await page.evaluate(() => window.__trace);
     const seen = new Set(Object.keys(t.byKind).map((key) => key.split('/')[0]));
     summary.missingKinds = opts.expectKinds.filter((k) => !seen.has(k));
-    Object.assign(summary, { connected: everConnected || t.connected, records: t.records, dropped: t.dropped, byKind: t.byKind });
+    Object.assign(summary, { connected: everConnected || t.connected, records: t.records, dropped: t.dropped, byKind: t.byKind, runs: t.runs });
     if (!reason && summary.missingKinds.length) reason = `expected kinds never seen: ${summary.missingKinds.join(', ')}`;
     if (!reason && pageErrors.length) reason = `the page threw: ${pageErrors[0]}`;
   } catch (e) {

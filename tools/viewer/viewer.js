@@ -1,5 +1,5 @@
 'use strict';
-// Live viewer for magic-run's tensor tracer. The wire protocol is docs/tracer.md: JSON text frames
+// Live viewer for the tensor tracer of magic-run and magic-check. The wire protocol is docs/tracer.md: JSON text frames
 // over a WebSocket at /trace of the server that serves this page. No framework, no build step.
 
 const KINDS = ['input', 'activation', 'logits', 'loss', 'gradient', 'reduced_gradient', 'update',
@@ -9,6 +9,7 @@ const MATCH_FIELDS = ['kind', 'phase', 'order', 'name', 'layer'];
 const DEFAULT_PARAMS = { tile: { grid: [32, 32] }, top: { k: 10 } };
 const MAX_POINTS = 2000;     // per series: a long run must not grow the page without bound
 const MAX_KEYS = 256;        // distinct tile / score records kept for the selects
+const MAX_RUNS = 64;         // runs kept (magic-check --bite: the clean run and each mutation's)
 const MAX_MESSAGES = 60;
 const REDRAW_MS = 200;       // at most ~5 redraws a second, however fast records arrive
 const PALETTE = ['#2f6fdb', '#e4572e', '#2a9d5c', '#9b59b6', '#d4a017', '#17a2b8', '#c2185b',
@@ -17,26 +18,54 @@ const PALETTE = ['#2f6fdb', '#e4572e', '#2a9d5c', '#9b59b6', '#d4a017', '#17a2b8
 // What tests read (tests/js/viewer_test.js); updated as messages arrive.
 const trace = window.__trace = {
   connected: false, records: 0, dropped: 0, byKind: {}, lastControl: null, errors: [], ended: false,
+  runs: [],                 // the runs records came from, in the order they first came
 };
 
 const state = {
   conn: 'connecting',
-  run: '',
+  run: '',                  // the hello's run: the run in progress when this client came
   lastStep: null,
   lastPhase: '',
-  loss: new Map(),          // series label -> Series of numbers
-  activation: new Map(),    // layer label -> Series of stats objects
-  projection: new Map(),    // layer label -> Series of numbers
-  projectionVectors: new Set(),   // names of the vectors projected onto
-  lambda: new Map(),        // rank label -> Map(step -> sum of norm^2)
-  tiles: new Map(),         // record name -> latest tile record
-  latestTile: '',
-  scores: new Map(),        // key: the name, with ' (final)' for step -1 -> latest top record
-  latestScore: '',
+  runs: new Map(),          // run name -> what the charts show of it (newRunData)
+  latestRun: '',            // the run of the latest record
   pickerParams: {},         // kind -> parameters of the rule in force (kept when re-applied)
   otherRules: [],           // {rule, shadowed}: rules the table cannot show
   selectsDirty: false,
 };
+
+/** What the charts show of one run: each record updates the data of the run it names. */
+function newRunData() {
+  return {
+    loss: new Map(),          // series label -> Series of numbers
+    activation: new Map(),    // layer label -> Series of stats objects
+    projection: new Map(),    // layer label -> Series of numbers
+    projectionVectors: new Set(),   // names of the vectors projected onto
+    lambda: new Map(),        // rank label -> Map(step -> sum of norm^2)
+    tiles: new Map(),         // record name -> latest tile record
+    latestTile: '',
+    scores: new Map(),        // key: the name, with ' (final)' for step -1 -> latest top record
+    latestScore: '',
+  };
+}
+const NO_RUN = newRunData();
+
+function runData(name) {
+  let d = state.runs.get(name);
+  if (!d) {
+    d = newRunData();
+    state.runs.set(name, d);
+    capMap(state.runs, MAX_RUNS);
+    trace.runs = [...state.runs.keys()];
+    state.selectsDirty = true;
+  }
+  return d;
+}
+
+/** The run the charts show: the one picked, else the run of the latest record. */
+function shownRunName() {
+  return $('run-name').value || state.latestRun;
+}
+const shownRun = () => state.runs.get(shownRunName()) || NO_RUN;
 
 let socket = null;
 let retryMs = 1000;
@@ -203,39 +232,42 @@ function onRecord(r) {
   trace.byKind[key] = (trace.byKind[key] || 0) + 1;
   if (isNum(r.step) && r.step >= 0) state.lastStep = r.step;
   state.lastPhase = r.phase || '';
+  const run = String(r.run ?? '');
+  state.latestRun = run;
+  const view = runData(run);
 
   const d = r.data || {};
   const layer = seriesLabel(r.layer || r.name || '?', r.rank);
   if (r.kind === 'loss') {
     const y = r.compressor === 'none' ? (d.values || [])[0] : r.compressor === 'stats' ? d.mean : undefined;
-    if (isNum(y)) seriesFor(state.loss, seriesLabel('loss', r.rank)).push(r.step, y);
+    if (isNum(y)) seriesFor(view.loss, seriesLabel('loss', r.rank)).push(r.step, y);
   }
   if (r.kind === 'activation' && r.compressor === 'stats') {
-    seriesFor(state.activation, layer).push(r.step, d);
+    seriesFor(view.activation, layer).push(r.step, d);
   }
   if (r.compressor === 'tile' && Array.isArray(d.grid)) {
-    state.tiles.delete(r.name);   // re-insert so that eviction drops the stalest name
-    state.tiles.set(r.name, r);
-    capMap(state.tiles, MAX_KEYS);
-    state.latestTile = r.name;
+    view.tiles.delete(r.name);   // re-insert so that eviction drops the stalest name
+    view.tiles.set(r.name, r);
+    capMap(view.tiles, MAX_KEYS);
+    view.latestTile = r.name;
     state.selectsDirty = true;
   }
   if (r.kind === 'cotangent' && r.phase === 'replay' && r.compressor === 'stats' && isNum(d.norm)) {
-    let steps = state.lambda.get(seriesLabel('λ', r.rank));
-    if (!steps) { steps = new Map(); state.lambda.set(seriesLabel('λ', r.rank), steps); }
+    let steps = view.lambda.get(seriesLabel('λ', r.rank));
+    if (!steps) { steps = new Map(); view.lambda.set(seriesLabel('λ', r.rank), steps); }
     steps.set(r.step, (steps.get(r.step) || 0) + d.norm * d.norm);
     capMap(steps, MAX_POINTS);
   }
   if (r.kind === 'score' && r.compressor === 'top' && d.largest) {
     const k = r.step < 0 ? `${r.name} (final)` : r.name;
-    state.scores.set(k, r);
-    capMap(state.scores, MAX_KEYS);
-    state.latestScore = k;
+    view.scores.set(k, r);
+    capMap(view.scores, MAX_KEYS);
+    view.latestScore = k;
     state.selectsDirty = true;
   }
   if (r.compressor === 'projection' && isNum(d.mean)) {
-    seriesFor(state.projection, layer).push(r.step, d.mean);
-    if (d.vector && state.projectionVectors.size < MAX_KEYS) state.projectionVectors.add(d.vector);
+    seriesFor(view.projection, layer).push(r.step, d.mean);
+    if (d.vector && view.projectionVectors.size < MAX_KEYS) view.projectionVectors.add(d.vector);
   }
 }
 
@@ -603,8 +635,9 @@ function toSeries(map, pick) {
 }
 
 function renderStatus() {
-  $('st-run').textContent = state.run || '—';
-  $('st-run').title = state.run;
+  const run = shownRunName() || state.run;
+  $('st-run').textContent = run || '—';
+  $('st-run').title = run;
   $('st-records').textContent = trace.records.toLocaleString();
   $('st-dropped').textContent = trace.dropped.toLocaleString();
   $('st-step').textContent = state.lastStep === null ? '—' : `${state.lastStep}${state.lastPhase ? ` (${state.lastPhase})` : ''}`;
@@ -624,7 +657,8 @@ function syncSelect(select, keys) {
 
 function renderTile() {
   const chosen = $('tile-name').value;
-  const rec = state.tiles.get(chosen || state.latestTile);
+  const view = shownRun();
+  const rec = view.tiles.get(chosen || view.latestTile);
   const field = $('tile-field').value;
   $('tile-title').textContent = rec
     ? `${rec.name} · step ${rec.step} · [${(rec.shape || []).join(',')}]${rec.rank ? ` · rank ${rec.rank}` : ''}`
@@ -633,7 +667,7 @@ function renderTile() {
 }
 
 function lambdaSeries() {
-  return [...state.lambda.entries()].map(([label, steps]) => {
+  return [...shownRun().lambda.entries()].map(([label, steps]) => {
     const xs = [...steps.keys()].sort((a, b) => a - b);
     return { label: `${label} total`, xs, ys: xs.map((x) => Math.sqrt(steps.get(x))) };
   });
@@ -642,9 +676,10 @@ function lambdaSeries() {
 /** The score record to show: the final scores once they came, else the running scores, else any. */
 function chosenScore() {
   const chosen = $('scores-name').value;
-  if (chosen) return state.scores.get(chosen);
-  for (const k of ['scores (final)', 'running_scores']) if (state.scores.has(k)) return state.scores.get(k);
-  return state.scores.get(state.latestScore);
+  const { scores, latestScore } = shownRun();
+  if (chosen) return scores.get(chosen);
+  for (const k of ['scores (final)', 'running_scores']) if (scores.has(k)) return scores.get(k);
+  return scores.get(latestScore);
 }
 
 function scoreTable(title, part) {
@@ -688,29 +723,32 @@ function renderCounts() {
 }
 
 function render() {
-  renderStatus();
   if (state.selectsDirty) {
     state.selectsDirty = false;
-    syncSelect($('tile-name'), [...state.tiles.keys()].sort());
-    syncSelect($('scores-name'), [...state.scores.keys()].sort());
+    syncSelect($('run-name'), [...state.runs.keys()]);
+    const shown = shownRun();
+    syncSelect($('tile-name'), [...shown.tiles.keys()].sort());
+    syncSelect($('scores-name'), [...shown.scores.keys()].sort());
   }
-  const loss = toSeries(state.loss);
+  renderStatus();
+  const view = shownRun();
+  const loss = toSeries(view.loss);
   const lastLoss = loss.length ? loss[0].ys[loss[0].ys.length - 1] : null;
   $('loss-sub').textContent = lastLoss === null ? '' : `latest ${fmt(lastLoss)}`;
   drawLineChart($('chart-loss'), loss, { empty: 'waiting for loss records' });
 
   const stat = $('act-stat').value;
-  drawLineChart($('chart-activation'), toSeries(state.activation, (d) => d && d[stat]),
+  drawLineChart($('chart-activation'), toSeries(view.activation, (d) => d && d[stat]),
     { empty: 'waiting for activation records with compressor "stats"' });
 
   renderTile();
   drawLineChart($('chart-lambda'), lambdaSeries(),
     { logY: $('lambda-log').checked, empty: 'waiting for REPLAY cotangent records ("stats")' });
 
-  const vectors = [...state.projectionVectors];
+  const vectors = [...view.projectionVectors];
   $('proj-sub').textContent = vectors.length === 1 ? `mean projection onto ${vectors[0]}`
     : vectors.length ? `mean projection onto each layer's vector` : 'mean of the projections';
-  drawLineChart($('chart-projection'), toSeries(state.projection),
+  drawLineChart($('chart-projection'), toSeries(view.projection),
     { empty: 'no projection records (pick "projection" for activation)' });
   renderScores();
   renderCounts();
@@ -732,6 +770,8 @@ function init() {
   for (const id of ['act-stat', 'tile-name', 'tile-field', 'scores-name', 'lambda-log']) {
     $(id).addEventListener('change', () => { dirty = true; });
   }
+  // Another run has other tile and score records to pick from.
+  $('run-name').addEventListener('change', () => { state.selectsDirty = true; dirty = true; });
   window.addEventListener('resize', () => { dirty = true; });
   renderOtherRules();
   startRedrawLoop();
