@@ -96,7 +96,9 @@ TEST(LiveCheck, TheStreamedTensorsAreTheRunsOwnRecords) {
     kinds.insert(m["kind"].get<std::string>());
     steps.insert(m["step"].dump());
   }
-  EXPECT_GE(compared, static_cast<int64_t>(reference.size()) / 2) << "of " << reference.size();
+  std::cout << "live check: " << compared << " streamed tensors equal the reference's records (of " << reference.size()
+            << " reference records; kinds " << kinds.size() << ")" << std::endl;
+  EXPECT_EQ(compared, static_cast<int64_t>(reference.size()));  // every record the reference made was streamed
   for (const std::string kind : {"input", "activation", "loss", "gradient", "update", "cotangent", "score"})
     EXPECT_TRUE(kinds.count(kind)) << kind;
   EXPECT_EQ(steps, (std::set<std::string>{"-1", "0", "1", "2"}));
