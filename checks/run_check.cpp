@@ -14,6 +14,7 @@
 #include "checks/spd_pipelines.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/progress.h"
+#include "lib/live/tracer_sink.h"
 
 namespace magic::checks {
 namespace {

@@ -11,7 +11,10 @@
 #include "checks/pipeline_outputs.h"
 #include "lib/distributed/runtime/runtime.h"
 #include "lib/io/report.h"
-#include "lib/live/tracer_sink.h"
+
+namespace magic {
+class TracerSink;  // lib/live/tracer_sink.h
+}  // namespace magic
 
 namespace magic::checks {
 

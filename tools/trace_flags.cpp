@@ -18,7 +18,7 @@ void add_trace_flags(CLI::App& app, TraceOptions& options) {
   app.add_option("--trace-vectors", options.vectors_file,
                  "a safetensors file of one vector per layer, for the tracer's projection compressor");
   app.add_option("--trace-wait", options.wait_seconds,
-                 "with --trace-port: wait up to this many seconds for a first client before training (under "
+                 "with --trace-port: wait up to this many seconds for a first client before the run starts (under "
                  "--topology, less than --timeout)");
 }
 
