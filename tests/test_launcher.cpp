@@ -24,6 +24,7 @@
 #include "lib/core/error.h"
 #include "lib/distributed/runtime/launcher.h"
 #include "lib/distributed/runtime/progress.h"
+#include "lib/distributed/runtime/rank_failure.h"
 #include "lib/distributed/runtime/runtime.h"
 #include "tests/support.h"
 
@@ -54,6 +55,7 @@ struct Spawned {
   int exit_code = -1;
   std::string log;
   double seconds = 0;
+  dist::RankFailure blamed;  // the rank the launcher named (spawn_shell, spawn_forked: rank and kind)
 };
 
 // Every rank runs `script` under /bin/sh (RANK, WORLD_SIZE and MAGIC_PID_DIR set).
@@ -69,6 +71,7 @@ Spawned spawn_shell(const std::string& script, int64_t world_size, std::chrono::
   std::ostringstream log;
   const auto start = Clock::now();
   Spawned out;
+  options.failure = &out.blamed;
   out.exit_code = dist::spawn_ranks(options, log);
   out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   out.log = log.str();
@@ -329,6 +332,8 @@ Spawned spawn_forked(const std::function<int()>& rank_main, int64_t world_size, 
     options.name = "launcher-test";
     options.log_root = logs_root();
     options.rank_main = rank_main;
+    dist::RankFailure blamed;
+    options.failure = &blamed;
     std::ofstream log(log_path);
     int code = 99;
     try {
@@ -336,6 +341,8 @@ Spawned spawn_forked(const std::function<int()>& rank_main, int64_t world_size, 
     } catch (const std::exception& e) {
       log << "threw: " << e.what() << "\n";
     }
+    // The named rank, for the test to read back (the helper's memory is gone with it).
+    log << "blamed rank " << blamed.rank << " kind " << blamed.kind << "\n";
     log.close();
     std::cout.flush();
     std::_Exit(code);
@@ -346,6 +353,11 @@ Spawned spawn_forked(const std::function<int()>& rank_main, int64_t world_size, 
   out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   out.log = testing::read_file(log_path);
+  std::smatch blamed;
+  if (std::regex_search(out.log, blamed, std::regex("blamed rank (-?\\d+) kind (\\S*)"))) {
+    out.blamed.rank = std::stoi(blamed[1]);
+    out.blamed.kind = blamed[2];
+  }
   return out;
 }
 
@@ -463,6 +475,105 @@ TEST(Launcher, ARankKilledBySigpipeDoesNotHideThePeerWhoseDeathCausedIt) {
   EXPECT_NE(o.log.find("rank 1 of 2 (pid"), std::string::npos) << o.log;
   EXPECT_NE(o.log.find("was killed by signal 9 (SIGKILL)"), std::string::npos) << o.log;
   EXPECT_NE(o.log.find("rank 0: was killed by signal 13 (SIGPIPE)"), std::string::npos) << o.log;
+}
+
+// A store client of the launcher's store, as a rank connects to it.
+std::unique_ptr<c10d::TCPStore> connect_to_launcher(const dist::Rendezvous& r) {
+  c10d::TCPStoreOptions client;
+  client.port = static_cast<uint16_t>(r.master_port);
+  client.isServer = false;
+  client.waitWorkers = false;
+  return std::make_unique<c10d::TCPStore>(r.master_addr, client);
+}
+
+int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Issue 42 item 7. Rank 0, a bystander, fails waiting in a collective and exits first; rank 1
+// raises its own error 30 ms after rank 0 is gone (three polls), so the launcher sees the
+// bystander's failure first. Each leaves its record as a real rank does (Runtime::record_failure).
+// The raiser is named, with its phase and message, and the bystander follows on its own line.
+TEST(Launcher, ARankWithItsOwnErrorIsNamedBeforeABystanderThatFailedFirst) {
+  const std::string pids_dir = fresh_dir("own-error");
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    SCOPED_TRACE("attempt " + std::to_string(attempt));
+    fs::remove_all(pids_dir);
+    fs::create_directories(pids_dir);
+    setenv("MAGIC_PID_DIR", pids_dir.c_str(), 1);
+    const auto rank_main = [pids_dir] {
+      const dist::Rendezvous r = dist::Rendezvous::from_env();
+      dist::write_rank_pid_file(r.rank);
+      const auto store = connect_to_launcher(r);
+      const std::string phase = "step gradients at step 0";
+      if (r.rank == 0) {
+        const std::string waiting = "all_reduce on group 'world'";
+        dist::write_progress(*store, 0, {true, phase, waiting});
+        dist::write_failure(*store, {0, false, "distributed failure", phase, waiting,
+                                     "rank 0: all_reduce on group 'world' failed: a peer died", now_us()});
+        std::cerr << "launcher-test: rank 0: distributed failure: rank 0: all_reduce failed: a peer died\n";
+        return 2;
+      }
+      wait_until_dead(wait_for_pids(pids_dir, 2)[0]);
+      std::this_thread::sleep_for(30ms);
+      dist::write_failure(*store, {1, true, "failed", phase, "", "index out of range in self", now_us()});
+      std::cerr << "launcher-test: rank 1: failed: index out of range in self\n";
+      return 2;
+    };
+    const Spawned o = spawn_forked(rank_main, 2, pids_dir + "/stdout");
+    unsetenv("MAGIC_PID_DIR");
+    EXPECT_EQ(o.exit_code, 2) << "the launcher's code; the tool makes it 1\n" << o.log;
+    EXPECT_NE(o.log.find("launcher-test: rank 1 of 2 (pid "), std::string::npos) << o.log;
+    EXPECT_NE(o.log.find(") failed with its own error in phase 'step gradients at step 0': failed: index out of "
+                         "range in self; its log: "),
+              std::string::npos)
+        << o.log;
+    EXPECT_NE(o.log.find("launcher-test:   rank 0: exited with code 2 after waiting in all_reduce on group 'world' "
+                         "in phase 'step gradients at step 0'\n"),
+              std::string::npos)
+        << o.log;
+    EXPECT_EQ(o.log.find("rank 0 of 2"), std::string::npos) << "the bystander is not the headline\n" << o.log;
+    EXPECT_EQ(o.blamed.rank, 1) << o.log;
+    EXPECT_EQ(o.blamed.kind, "failed") << o.log;
+  }
+}
+
+// Two ranks raise errors of their own: the earlier one is named (the records' wall-clock times),
+// and the later one keeps its message on its own line.
+TEST(Launcher, OfTwoRanksWithTheirOwnErrorsTheEarlierIsNamed) {
+  const auto rank_main = [] {
+    const dist::Rendezvous r = dist::Rendezvous::from_env();
+    const auto store = connect_to_launcher(r);
+    // Rank 1 records first, rank 0 a second later (rank 0's exit is seen first in most polls).
+    const int64_t at = now_us() + (r.rank == 1 ? 0 : 1000000);
+    dist::write_failure(*store, {r.rank, true, "failed", "REPLAY step 1", "", "planted " + std::to_string(r.rank), at});
+    return 2;
+  };
+  const Spawned o = spawn_forked(rank_main, 2, fresh_dir("two-own") + "/stdout");
+  EXPECT_EQ(o.exit_code, 2) << o.log;
+  EXPECT_NE(o.log.find("rank 1 of 2 (pid "), std::string::npos) << o.log;
+  EXPECT_NE(o.log.find("launcher-test:   rank 0: exited with code 2 in phase 'REPLAY step 1': failed: planted 0\n"),
+            std::string::npos)
+      << o.log;
+  EXPECT_EQ(o.blamed.rank, 1) << o.log;
+}
+
+// A crash signal is the code under test failing (magic-check exits 1 for it); a signal sent from
+// outside, as SIGKILL, is a failed run (2). No core file is left behind.
+TEST(Launcher, ACrashSignalFailsTheCheckAndAKillDoesNot) {
+  auto crashed = spawn_shell("ulimit -c 0; [ $RANK = 1 ] && kill -SEGV $$; exec sleep 30", 2);
+  EXPECT_EQ(crashed.exit_code, 2) << crashed.log;
+  EXPECT_NE(crashed.log.find("rank 1 of 2"), std::string::npos) << crashed.log;
+  EXPECT_NE(crashed.log.find("was killed by signal 11 (SIGSEGV)"), std::string::npos) << crashed.log;
+  EXPECT_EQ(crashed.blamed.rank, 1);
+  EXPECT_EQ(crashed.blamed.kind, "crashed");
+  EXPECT_TRUE(dist::fails_the_check(crashed.blamed));
+  auto killed = spawn_shell("[ $RANK = 1 ] && kill -KILL $$; exec sleep 30", 2);
+  EXPECT_EQ(killed.exit_code, 2) << killed.log;
+  EXPECT_EQ(killed.blamed.rank, 1);
+  EXPECT_EQ(killed.blamed.kind, "killed");
+  EXPECT_FALSE(dist::fails_the_check(killed.blamed));
 }
 
 TEST(Launcher, AWorldAboveTheLimitIsRefusedBeforeAnyFork) {

@@ -34,8 +34,11 @@ CheckReport sample_report() {
 
 TEST(Report, JsonHasTheDocumentedSchema) {
   auto j = report_json(sample_report());
-  for (const char* key : {"tool", "topology", "world_size", "workload", "config", "model", "dtype", "convention", "backend", "steps",
-                          "seed", "mutation", "passed", "seconds", "checks", "notes", "first_divergence", "bite"}) {
+  const std::vector<std::string> keys = {
+      "tool",       "topology", "world_size", "workload", "config",           "model",        "dtype",
+      "convention", "backend",  "steps",      "seed",     "mutation",         "passed",       "seconds",
+      "checks",     "notes",    "bite",       "failure",  "first_divergence", "bite_skipped", "failed_rank"};
+  for (const auto& key : keys) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j["topology"], "dp=4");
@@ -114,6 +117,40 @@ TEST(Report, AMissedMutationSaysHowFarItsRunWent) {
   auto bite = root->all("testsuite")[1]->all("testcase");
   ASSERT_EQ(bite[1]->all("failure").size(), 1u);
   EXPECT_EQ(bite[1]->all("failure")[0]->text, "observed no failure through grad");
+}
+
+// A run that ended before rank 0 reported: "failure" carries the launcher's lines, "failed_rank"
+// the rank it blames, its kind, phase and message; the one JUnit case is named after that rank and
+// phase. A rank that failed the check makes the report's code 1, a failed run's stays 2.
+TEST(Report, AFailedRunNamesItsRankInJsonAndJunit) {
+  CheckReport r = sample_report();
+  r.rows.clear();
+  r.bite_mode = false;
+  r.bite.clear();
+  r.failure = "magic-check: rank 2 of 4 (pid 7) failed with its own error in phase 'step gradients at step 0': ...";
+  EXPECT_TRUE(report_json(r)["failed_rank"].is_null()) << "no rank named";
+  EXPECT_EQ(r.exit_code(), 2);
+  r.failed_rank = FailedRank{2, "failed", "step gradients at step 0", "index out of range in self", true};
+  const auto j = report_json(r);
+  EXPECT_EQ(j["passed"], false);
+  EXPECT_EQ(j["failure"], r.failure);
+  EXPECT_EQ(j["failed_rank"], nlohmann::ordered_json::parse(R"({"rank": 2, "kind": "failed",
+      "phase": "step gradients at step 0", "message": "index out of range in self"})"));
+  EXPECT_EQ(r.exit_code(), 1);
+  const auto root = testing::parse_xml(junit_xml(r));
+  EXPECT_EQ(root->attributes.at("failures"), "1");
+  const auto cases = root->all("testsuite")[0]->all("testcase");
+  ASSERT_EQ(cases.size(), 1u);
+  EXPECT_EQ(cases[0]->attributes.at("classname"), "rank 2");
+  EXPECT_EQ(cases[0]->attributes.at("name"), "step gradients at step 0");
+  ASSERT_EQ(cases[0]->all("failure").size(), 1u);
+  EXPECT_EQ(cases[0]->all("failure")[0]->attributes.at("message"), r.failure);
+  EXPECT_EQ(cases[0]->all("failure")[0]->attributes.at("type"), "failed");
+  r.failed_rank = FailedRank{1, "killed", "", "was killed by signal 9 (SIGKILL)", false};
+  EXPECT_EQ(r.exit_code(), 2);
+  EXPECT_TRUE(report_json(r)["failed_rank"]["phase"].is_null());
+  EXPECT_EQ(testing::parse_xml(junit_xml(r))->all("testsuite")[0]->all("testcase")[0]->attributes.at("name"),
+            "unknown phase");
 }
 
 TEST(XmlReader, RejectsMalformedDocuments) {

@@ -246,12 +246,17 @@ bool writes_failure_reports() {
   return std::string(std::getenv("RANK")) == "0" && std::getenv("MAGIC_RANK_LOG") == nullptr;
 }
 
-// The reports of a run that ended before rank 0 could make them (a rank failed, exit 2): CI reads
-// a failing case with the reason rather than finding no results.
-void write_failure_reports(const Command& c, const std::string& why) {
+// The reports of a run that ended before rank 0 could make them (a rank failed): CI reads a
+// failing case with the reason, and the rank to blame where one is named, rather than finding
+// no results.
+void write_failure_reports(const Command& c, const std::string& why, const dist::RankFailure* blamed = nullptr) {
   if ((c.json_path.empty() && c.junit_path.empty()) || !writes_failure_reports()) return;
   CheckReport r = checks::report_header(c.request);
-  r.failure = why.empty() ? "the run failed (exit 2) before rank 0 wrote its report" : why;
+  r.failure = why.empty() ? "the run failed before rank 0 wrote its report" : why;
+  if (blamed != nullptr && blamed->rank >= 0) {
+    r.failed_rank =
+        FailedRank{blamed->rank, blamed->kind, blamed->phase, blamed->message, dist::fails_the_check(*blamed)};
+  }
   try {
     if (!c.json_path.empty()) write_json_report(c.json_path, r);
     if (!c.junit_path.empty()) write_junit_report(c.junit_path, r);
@@ -302,6 +307,8 @@ int check_main(int argc, char** argv, std::shared_ptr<const checks::ReferenceRun
     };
     std::string launcher_messages;
     command.program.launcher_messages = &launcher_messages;
+    dist::RankFailure blamed;  // the rank a failed run is blamed on, when one is named
+    command.program.failure = &blamed;
     command.request.references = std::move(inherited_references);
     // Once here instead of on every rank, when the ranks inherit it.
     if (!command.request.references && dist::ranks_share_memory(command.program)) {
@@ -318,7 +325,10 @@ int check_main(int argc, char** argv, std::shared_ptr<const checks::ReferenceRun
     const int code = dist::run_rank_program(command.program, argc, argv,
                                             [&](const dist::Runtime& runtime) { return run_rank(command, runtime); });
     if (code == kExitBadInput && !dist::running_as_rank()) {
-      write_failure_reports(command, failure_text(launcher_messages));
+      write_failure_reports(command, failure_text(launcher_messages), &blamed);
+      // A rank that failed on the code under test (its own error, or a crash) is a failed check,
+      // not a failed run: exit 1 (docs/magic-check.md, "Launching ranks and when a rank fails").
+      if (dist::fails_the_check(blamed)) return kExitCheckFailed;
     }
     return code;
   } catch (const InputError& e) {

@@ -58,6 +58,16 @@ std::string golden_run(const std::vector<CheckRow>& rows) {
   return str_cat(article, join(dtypes, "/"), " golden run");
 }
 
+// {"rank", "kind", "phase", "message"} of the rank a failed run is blamed on, else null.
+nlohmann::ordered_json failed_rank_json(const CheckReport& r) {
+  if (r.failure.empty() || !r.failed_rank) return nullptr;
+  const FailedRank& f = *r.failed_rank;
+  return {{"rank", f.rank},
+          {"kind", f.kind},
+          {"phase", f.phase.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(f.phase)},
+          {"message", f.message}};
+}
+
 }  // namespace
 
 bool CheckReport::rows_pass() const {
@@ -77,7 +87,7 @@ bool CheckReport::all_caught() const {
 }
 
 int CheckReport::exit_code() const {
-  if (!failure.empty()) return 2;
+  if (!failure.empty()) return failed_rank && failed_rank->fails_the_check ? 1 : 2;
   if (bite_mode) return rows_pass() && all_caught() ? 0 : 1;
   return rows_pass() ? 0 : 1;
 }
@@ -247,7 +257,8 @@ nlohmann::ordered_json report_json(const CheckReport& r) {
               {"first_divergence", r.first_divergence.empty() ? json(nullptr) : json(r.first_divergence)},
               {"bite", r.bite_mode ? bite : json(nullptr)},
               {"bite_skipped", r.bite_mode ? skipped : json(nullptr)},
-              {"failure", r.failure.empty() ? json(nullptr) : json(r.failure)}};
+              {"failure", r.failure.empty() ? json(nullptr) : json(r.failure)},
+              {"failed_rank", failed_rank_json(r)}};
 }
 
 void write_json_report(const std::string& path, const CheckReport& report) {
@@ -272,7 +283,11 @@ std::string junit_xml(const CheckReport& r) {
     << "\" failures=\"" << failures << "\">\n";
   if (empty) {
     const std::string why = r.failure.empty() ? "no tensor was compared" : r.failure;
-    x << "    <testcase classname=\"report\" name=\"rows\">\n      <failure message=\"" << xml_escape(why) << "\"/>\n"
+    // A failed run's case is named after the rank it is blamed on and that rank's phase.
+    const FailedRank* f = r.failure.empty() || !r.failed_rank ? nullptr : &*r.failed_rank;
+    x << "    <testcase classname=\"" << (f ? xml_escape(str_cat("rank ", f->rank)) : "report") << "\" name=\""
+      << (f ? xml_escape(f->phase.empty() ? "unknown phase" : f->phase) : "rows") << "\">\n      <failure message=\""
+      << xml_escape(why) << "\"" << (f ? " type=\"" + xml_escape(f->kind) + "\"" : "") << "/>\n"
       << "    </testcase>\n";
   }
   for (const auto& row : r.rows) {

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -32,6 +33,15 @@ struct BiteSkip {
   std::string mutation, reason;
 };
 
+// The rank a failed run is blamed on: the first to fail with an error of its own (or the rank the
+// launcher saw die, stop or stall), with the phase it was in and its one-line message.
+struct FailedRank {
+  int64_t rank = 0;
+  std::string kind;  // "failed", "crashed", "error", "killed", "stopped", ... (rank_failure.h)
+  std::string phase, message;
+  bool fails_the_check = false;  // the code under test failed: exit 1 rather than 2
+};
+
 struct CheckReport {
   std::string topology;
   int64_t world_size = 1;
@@ -49,16 +59,19 @@ struct CheckReport {
   std::vector<BiteOutcome> bite;
   std::vector<BiteSkip> bite_skipped;
   double seconds = 0.0;
-  // Why the run ended before a report could be made (a rank failed, exit 2); "" for a run that
-  // finished. Such a report has no rows, fails, and carries this as its one test case's message.
+  // Why the run ended before a report could be made (a rank failed); "" for a run that finished.
+  // Such a report has no rows, fails, and carries this as its one test case's message.
   std::string failure;
+  // With `failure`: the rank it is blamed on, when one is named (its test case is named after it).
+  std::optional<FailedRank> failed_rank;
 
   // False when a row failed, and when there are no rows at all (nothing was checked).
   bool rows_pass() const;
   // Every mutation run was caught, and at least one ran.
   bool all_caught() const;
   // 0 when everything that should pass passed: the rows of a clean run, and under --bite every
-  // mutation caught; 1 otherwise (a --mutate run whose bug is caught fails its rows: 1).
+  // mutation caught; 1 otherwise (a --mutate run whose bug is caught fails its rows: 1). A run
+  // that ended with `failure`: 1 when its failed rank failed the check, else 2.
   int exit_code() const;
 };
 

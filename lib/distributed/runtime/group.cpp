@@ -6,6 +6,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <gloo/common/error.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -44,6 +46,16 @@ std::shared_ptr<::gloo::transport::Device> gloo_device() {
     return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   }
   return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+// Gloo throws at once when a send or receive is posted on a connection a dead peer closed: a
+// DistributedError like a failed wait's, so that it reads as the consequence it is.
+[[noreturn]] void lost_peer(const Group& group, const char* operation, int peer, const std::exception& e) {
+  note_in_rank_log(e.what());
+  const std::string phase = current_phase();
+  throw DistributedError(str_cat("rank ", group.global_rank(), ": posting a ", operation, " with rank ",
+                                 group.ranks()[peer], " on group '", group.name(), "'",
+                                 phase.empty() ? "" : " during " + phase, " failed: a peer died: ", one_line_error(e)));
 }
 
 }  // namespace
@@ -192,7 +204,11 @@ c10::intrusive_ptr<c10d::Work> Group::send_async(const at::Tensor& tensor, int d
   if (tracing())
     std::fprintf(stderr, "[collective] rank %d posts send to %d tag %d\n", global_rank(), destination, tag);
   std::vector<at::Tensor> buffers{on_wire(tensor).contiguous()};
-  return backend_->send(buffers, destination, tag);
+  try {
+    return backend_->send(buffers, destination, tag);
+  } catch (const ::gloo::IoException& e) {
+    lost_peer(*this, "send", destination, e);
+  }
 }
 
 void Group::wait_send(const c10::intrusive_ptr<c10d::Work>& work) const {
@@ -207,7 +223,11 @@ void Group::recv_(at::Tensor& tensor, int source, int tag) const {
 Group::PostedRecv Group::recv_async(const at::Tensor& tensor, int source, int tag) const {
   if (tracing()) std::fprintf(stderr, "[collective] rank %d recv from %d tag %d\n", global_rank(), source, tag);
   PostedRecv posted{tensor, {on_wire(tensor)}, {}};
-  posted.work = backend_->recv(posted.wire, source, tag);
+  try {
+    posted.work = backend_->recv(posted.wire, source, tag);
+  } catch (const ::gloo::IoException& e) {
+    lost_peer(*this, "receive", source, e);
+  }
   return posted;
 }
 

@@ -126,6 +126,12 @@ bool died_of_its_own_signal(const RankProcess& r) {
   return r.done && !r.lost && WIFSIGNALED(r.status) && WTERMSIG(r.status) != SIGPIPE;
 }
 
+// A signal the process raises on itself when its code goes wrong (a bad address, an abort, a
+// division by zero), rather than one sent from outside (SIGKILL, SIGTERM, ...).
+bool is_crash_signal(int sig) {
+  return sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL || sig == SIGABRT;
+}
+
 // Reads every status change of the live ranks without blocking; remembers the first failure.
 void collect_statuses(std::vector<RankProcess>& ranks, RankProcess*& first_failure) {
   for (auto& r : ranks) {
@@ -193,6 +199,13 @@ void stop_all(std::vector<RankProcess>& ranks) {
   }
 }
 
+// What the launcher reads of a rank once the run has failed: its progress and, if it recorded
+// one, its failure (rank_failure.h), whose phase and wait are then its progress.
+struct RankState {
+  RankProgress progress;
+  std::optional<RankFailure> failure;
+};
+
 std::string phase_of(const RankProgress& p) {
   return str_cat("in phase '", p.known ? p.phase : std::string("unknown"), "'");
 }
@@ -201,17 +214,37 @@ std::string doing(const RankProgress& p) {
   return p.waiting.empty() ? phase_of(p) : str_cat("waiting in ", p.waiting, " ", phase_of(p));
 }
 
-// Who stopped making progress, and how, judged before the live ranks are stopped.
+// Who failed first on its own, and how, judged before the live ranks are stopped. `failure`
+// is that rank's record when it left one.
 struct Verdict {
   const RankProcess* rank = nullptr;
   std::string what;
+  const RankFailure* failure = nullptr;
 };
 
+// Of the ranks that recorded a failure of their own, the first to fail (rank_failure.h); a rank
+// that ended normally all the same (its tool handled the error) is not one.
+const RankFailure* first_own_record(const std::vector<RankProcess>& ranks, const std::vector<RankState>& states) {
+  std::vector<RankFailure> own;
+  for (const auto& s : states) {
+    if (!s.failure || !s.failure->own) continue;
+    const RankProcess& r = ranks[s.failure->rank];
+    if (!r.done || is_failure(r)) own.push_back(*s.failure);
+  }
+  const RankFailure* first = first_own_failure(own);
+  return first == nullptr ? nullptr : &*states[first->rank].failure;
+}
+
 Verdict judge(const std::vector<RankProcess>& ranks, const RankProcess* first_failure,
-              const std::vector<RankProgress>& progress, std::chrono::milliseconds timeout) {
+              const std::vector<RankState>& states, std::chrono::milliseconds timeout) {
   const auto seconds = format_number(std::chrono::duration<double>(timeout).count());
   if (first_failure != nullptr && died_of_its_own_signal(*first_failure)) {
     return {first_failure, describe_status(*first_failure)};
+  }
+  // A rank that raised an error of its own comes before those that failed waiting for it, in
+  // whatever order their exits were seen: its record was written before its connections closed.
+  if (const RankFailure* own = first_own_record(ranks, states)) {
+    return {&ranks[own->rank], "failed with its own error", own};
   }
   if (first_failure != nullptr && !first_failure->lost && WIFSIGNALED(first_failure->status)) {
     for (const auto& r : ranks) {
@@ -229,22 +262,48 @@ Verdict judge(const std::vector<RankProcess>& ranks, const RankProcess* first_fa
                              past_timeout ? str_cat(" and did not resume within ", seconds, " s") : "")};
   }
   if (first_failure == nullptr || first_failure->lost) return {};
-  // A rank that failed while waiting in a collective waited for someone: a rank killed by a
-  // signal (its death seen in the same poll as the waiter's exit), else a live rank that is not
-  // waiting (in a loop, or a deadlock outside our collectives), is the one that stopped.
-  if (!progress[first_failure->rank].waiting.empty()) {
+  const RankState& first = states[first_failure->rank];
+  const std::string& waited = first.progress.waiting;
+  // A rank that failed while waiting in a collective (or, by its record, because of a peer)
+  // waited for someone: a rank killed by a signal (its death seen in the same poll as the
+  // waiter's exit), else a live rank that is not waiting (in a loop, or a deadlock outside our
+  // collectives), is the one that stopped.
+  if (!waited.empty() || (first.failure && !first.failure->own)) {
     for (const auto& r : ranks) {
       if (died_of_its_own_signal(r)) return {&r, describe_status(r)};
     }
+  }
+  if (!waited.empty()) {
     for (const auto& r : ranks) {
-      if (!r.done && progress[r.rank].waiting.empty()) {
+      if (!r.done && states[r.rank].progress.waiting.empty()) {
         return {&r, str_cat("stopped making progress (not waiting in any collective while rank ", first_failure->rank,
-                            " gave up waiting in ", progress[first_failure->rank].waiting, ")")};
+                            " gave up waiting in ", waited, ")")};
       }
     }
   }
-  const std::string& waited = progress[first_failure->rank].waiting;
-  return {first_failure, describe_status(*first_failure) + (waited.empty() ? "" : " after waiting in " + waited)};
+  return {first_failure, describe_status(*first_failure) + (waited.empty() ? "" : " after waiting in " + waited),
+          first.failure ? &*first.failure : nullptr};
+}
+
+// The verdict as the tool's RankFailure: the rank's own record, else what the launcher saw.
+RankFailure blamed(const Verdict& v, const std::vector<RankState>& states) {
+  if (v.failure != nullptr) return *v.failure;
+  const RankProcess& r = *v.rank;
+  const RankProgress& p = states[r.rank].progress;
+  RankFailure f;
+  f.rank = r.rank;
+  f.phase = p.known ? p.phase : "";
+  f.waiting = p.waiting;
+  f.message = v.what;
+  const bool signaled = r.done && !r.lost && WIFSIGNALED(r.status);
+  if (signaled) {
+    f.kind = is_crash_signal(WTERMSIG(r.status)) ? "crashed" : "killed";
+    f.own = died_of_its_own_signal(r);
+  } else {
+    f.kind = r.stopped ? "stopped" : r.done ? "exited" : "stalled";
+    f.own = !r.done;
+  }
+  return f;
 }
 
 // TCPStore's server reads each request to its end on its one thread: a rank stopped halfway
@@ -252,20 +311,22 @@ Verdict judge(const std::vector<RankProcess>& ranks, const RankProcess* first_fa
 // it, until that rank dies. So the reads run on a thread of their own, given `limit`; a read
 // still blocked then finishes once stop_all() has killed the rank, and the thread holds the
 // store until it does.
-std::optional<std::vector<RankProgress>> read_progress_within(c10::intrusive_ptr<c10d::Store> store, int world_size,
-                                                              std::chrono::milliseconds limit) {
-  auto promise = std::make_shared<std::promise<std::vector<RankProgress>>>();
-  std::future<std::vector<RankProgress>> result = promise->get_future();
+std::optional<std::vector<RankState>> read_states_within(c10::intrusive_ptr<c10d::Store> store, int world_size,
+                                                         std::chrono::milliseconds limit) {
+  auto promise = std::make_shared<std::promise<std::vector<RankState>>>();
+  std::future<std::vector<RankState>> result = promise->get_future();
   std::thread([store, world_size, promise] {
-    std::vector<RankProgress> progress;
+    std::vector<RankState> states(world_size);
     for (int r = 0; r < world_size; ++r) {
       try {
-        progress.push_back(read_progress(*store, r));
+        states[r].progress = read_progress(*store, r);
+        states[r].failure = read_failure(*store, r);
       } catch (const std::exception&) {
-        progress.emplace_back();
+        // unknown: judged by its exit status
       }
+      if (const auto& f = states[r].failure) states[r].progress = {true, f->phase, f->waiting};
     }
-    promise->set_value(std::move(progress));
+    promise->set_value(std::move(states));
   }).detach();
   if (result.wait_for(limit) != std::future_status::ready) return std::nullopt;
   return result.get();
@@ -275,10 +336,10 @@ std::optional<std::vector<RankProgress>> read_progress_within(c10::intrusive_ptr
 // all_reduce on group 'world' in phase 'REPLAY product at step 37'"
 void report_progress(std::ostream& out, const std::string& name, c10::intrusive_ptr<c10d::Store> store, int world_size,
                      Clock::duration elapsed) {
-  const std::optional<std::vector<RankProgress>> read = read_progress_within(store, world_size, kProgressReadLimit);
+  const std::optional<std::vector<RankState>> read = read_states_within(store, world_size, kProgressReadLimit);
   if (!read) return;  // the failure path says why, if it comes to that
   std::map<std::string, std::vector<std::string>> by_state;
-  for (int r = 0; r < world_size; ++r) by_state[doing((*read)[r])].push_back(std::to_string(r));
+  for (int r = 0; r < world_size; ++r) by_state[doing((*read)[r].progress)].push_back(std::to_string(r));
   std::vector<std::string> parts;
   for (const auto& [state, members] : by_state) {
     parts.push_back(str_cat("rank", members.size() > 1 ? "s " : " ", join(members, ", "), " ", state));
@@ -525,10 +586,10 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
 
   if (!interrupted) settle(ranks, first_failure);
   // Judge before stopping anyone: afterwards every live rank looks killed.
-  const std::optional<std::vector<RankProgress>> read = read_progress_within(store, world_size, kProgressReadLimit);
-  const std::vector<RankProgress> progress = read.value_or(std::vector<RankProgress>(world_size));
+  const std::optional<std::vector<RankState>> read = read_states_within(store, world_size, kProgressReadLimit);
+  const std::vector<RankState> states = read.value_or(std::vector<RankState>(world_size));
   const std::vector<RankProcess> before = ranks;
-  const Verdict verdict = judge(before, first_failure, progress, options.timeout);
+  const Verdict verdict = judge(before, first_failure, states, options.timeout);
   stop_all(ranks);
   logs.keep();
 
@@ -552,26 +613,36 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
   }
   if (verdict.rank != nullptr) {
     const RankProcess& r = *verdict.rank;
-    const std::string own = r.done ? error_line(r.log_path, name, r.rank) : "";
+    // Its own account: the record's, else the last error line of its log.
+    const std::string own = verdict.failure != nullptr ? verdict.failure->kind + ": " + verdict.failure->message
+                            : r.done                   ? error_line(r.log_path, name, r.rank)
+                                                       : "";
     log << prefix << "rank " << r.rank << " of " << world_size << " (pid " << r.pid << ") " << verdict.what << " "
-        << phase_of(progress[r.rank]) << (own.empty() ? "" : ": " + own) << "; its log: " << r.log_path << "\n";
+        << phase_of(states[r.rank].progress) << (own.empty() ? "" : ": " + own) << "; its log: " << r.log_path << "\n";
+    if (options.failure != nullptr && !interrupted) {
+      *options.failure = blamed(verdict, states);
+      if (verdict.failure == nullptr && !own.empty()) options.failure->message += ": " + own;
+    }
   }
   // One line per state, listing the ranks in it: where the others were when the run was stopped.
   std::map<std::string, std::vector<std::string>> others;
   for (const auto& r : before) {
     if (verdict.rank != nullptr && r.rank == verdict.rank->rank) continue;
+    const RankProgress& progress = states[r.rank].progress;
     std::string state;
     if (r.lost) {
       state = "status unknown";
     } else if (r.done && !is_failure(r)) {
       state = str_cat("finished (exit code ", WEXITSTATUS(r.status), ")");
     } else if (r.done) {
-      state =
-          str_cat(describe_status(r), progress[r.rank].waiting.empty() ? "" : " after", " ", doing(progress[r.rank]));
+      state = str_cat(describe_status(r), progress.waiting.empty() ? "" : " after", " ", doing(progress));
+      // Another error of its own (rare: two ranks raising) is worth its message; a consequence's
+      // message names its own rank and only repeats what the first line says.
+      if (const auto& f = states[r.rank].failure; f && f->own) state += str_cat(": ", f->kind, ": ", f->message);
     } else if (r.stopped) {
-      state = str_cat("stopped by ", signal_name(r.stop_signal), " ", phase_of(progress[r.rank]));
+      state = str_cat("stopped by ", signal_name(r.stop_signal), " ", phase_of(progress));
     } else {
-      state = doing(progress[r.rank]);
+      state = doing(progress);
     }
     others[state].push_back(std::to_string(r.rank));
   }

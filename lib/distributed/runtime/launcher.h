@@ -10,9 +10,10 @@
 //    are reset, so that rank statuses can be read and ranks behave as if started from a shell;
 //  - a rank that dies (a signal, an exit code other than 0, or above 1 from rank 0), or stays
 //    stopped (SIGSTOP) longer than the timeout, ends the run: the launcher names the rank that
-//    stopped making progress (a rank killed by SIGPIPE, or one that gave up waiting, points at
-//    the peer whose death caused it), its last phase (progress.h) and where the others wait, one
-//    line each; stops the others (SIGTERM, then SIGKILL); keeps the logs and prints their paths;
+//    failed first on its own (its failure record says so: rank_failure.h; a rank killed by
+//    SIGPIPE, or one that gave up waiting, points at the peer whose failure caused it), its last
+//    phase (progress.h) and where the others were, one line each; stops the others (SIGTERM,
+//    then SIGKILL); keeps the logs and prints their paths;
 //  - ranks die with the launcher (PR_SET_PDEATHSIG), so nothing is left behind.
 // Each rank writes its pid to $MAGIC_PID_DIR/rank-<r>.pid when that variable is set (tests).
 #pragma once
@@ -23,6 +24,8 @@
 #include <ostream>
 #include <string>
 #include <vector>
+
+#include "lib/distributed/runtime/rank_failure.h"
 
 namespace magic::dist {
 
@@ -47,6 +50,9 @@ struct SpawnOptions {
   // a failure's lines name them), so that a long run is seen to move; 0 or null: none.
   std::chrono::seconds progress_every{0};
   std::ostream* progress = nullptr;
+  // Where a failed run's blamed rank goes: its own record, or what the launcher saw ("crashed",
+  // "killed", "stopped", "stalled", "exited"), with its phase; untouched when no rank is named.
+  RankFailure* failure = nullptr;
 };
 
 // True inside a rank process (RANK is set: launched by us, torchrun or srun).
@@ -57,7 +63,8 @@ bool single_threaded_process();
 
 // Returns the exit code for the whole command: rank 0's (0 or 1) when every rank ended
 // normally, else 2 (a rank failed or stalled, a status could not be read, or we were
-// interrupted). Throws InputError, before starting anything, for a world size outside
+// interrupted); whether a failure is one of the code under test (options.failure,
+// fails_the_check) is the tool's to decide. Throws InputError, before starting anything, for a world size outside
 // 1..kMaxSpawnedRanks; DistributedError when it cannot start the ranks.
 int spawn_ranks(const SpawnOptions& options, std::ostream& log);
 

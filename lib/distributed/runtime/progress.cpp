@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "lib/core/strings.h"
+#include "lib/distributed/runtime/raise_hook.h"
 
 namespace magic::dist {
 namespace {
@@ -66,11 +67,11 @@ struct ProgressPublisher::Board {
 namespace {
 
 thread_local std::string this_phase;
+thread_local std::string this_waiting;
 thread_local std::shared_ptr<ProgressPublisher::Board> this_board;
 
-}  // namespace
-
-void set_phase(std::string phase) {
+// set_phase without the raise hook: PhaseScope's destructor restores a phase with it.
+void publish_phase(std::string phase) {
   this_phase = std::move(phase);
   if (auto& board = this_board) {
     std::lock_guard<std::mutex> lock(board->mutex);
@@ -80,8 +81,19 @@ void set_phase(std::string phase) {
   }
 }
 
+}  // namespace
+
+void set_phase(std::string phase) {
+  publish_phase(std::move(phase));
+  if (const auto& board = this_board) raise_if_asked(this_phase, board->rank);
+}
+
 std::string current_phase() {
   return this_phase;
+}
+
+std::string current_waiting() {
+  return this_waiting;
 }
 
 PhaseScope::PhaseScope(std::string phase) : enclosing_(this_phase), exceptions_(std::uncaught_exceptions()) {
@@ -90,22 +102,24 @@ PhaseScope::PhaseScope(std::string phase) : enclosing_(this_phase), exceptions_(
 
 PhaseScope::~PhaseScope() {
   if (std::uncaught_exceptions() > exceptions_) return;
-  set_phase(std::move(enclosing_));
+  publish_phase(std::move(enclosing_));
 }
 
 WaitingScope::WaitingScope(const char* operation, const std::string& group) : exceptions_(std::uncaught_exceptions()) {
+  this_waiting = str_cat(operation, " on group '", group, "'");
   if (auto& board = this_board) {
-    std::string waiting = str_cat(operation, " on group '", group, "'");
     std::lock_guard<std::mutex> lock(board->mutex);
-    board->state.waiting = std::move(waiting);
+    board->state.waiting = this_waiting;
   }
 }
 
 WaitingScope::~WaitingScope() {
+  const bool failed = std::uncaught_exceptions() > exceptions_;
+  if (!failed) this_waiting.clear();
   auto& board = this_board;
   if (!board) return;
   std::lock_guard<std::mutex> lock(board->mutex);
-  if (std::uncaught_exceptions() > exceptions_) {
+  if (failed) {
     board->phase_changed = true;  // publish the failed wait now
     board->changed.notify_one();
     return;

@@ -15,9 +15,13 @@
 
 namespace magic::dist {
 
-// This thread's phase; set_phase publishes it when a publisher is attached.
+// This thread's phase; set_phase publishes it when a publisher is attached (and raises there
+// when MAGIC_RAISE_AT asks it to: raise_hook.h).
 void set_phase(std::string phase);
 std::string current_phase();
+// What this thread waits in ("all_reduce on group 'world'"): set while a WaitingScope lasts, and
+// kept when it ended by an exception; "" otherwise.
+std::string current_waiting();
 
 // Sets the phase for a scope and restores the enclosing one at its end, unless the scope ends by
 // an exception: then the inner phase stays, as the place where the rank failed.

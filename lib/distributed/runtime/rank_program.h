@@ -14,6 +14,7 @@
 
 #include "lib/distributed/runtime/group.h"
 #include "lib/distributed/runtime/launcher.h"
+#include "lib/distributed/runtime/rank_failure.h"
 #include "lib/distributed/runtime/runtime.h"
 #include "lib/distributed/runtime/topology.h"
 
@@ -32,6 +33,9 @@ struct RankProgram {
   // Where the launcher also copies what it tells the user (a failed rank's lines), so that the
   // tool can put the failure into its reports; null: stderr only.
   std::string* launcher_messages = nullptr;
+  // Where a failed run's blamed rank goes (its kind, phase and message: rank_failure.h), so that
+  // the tool can tell a failure of the code under test from one of the run; null: nowhere.
+  RankFailure* failure = nullptr;
   // Spawned ranks: a line on stderr this often saying where they are (launcher.h); 0: none.
   std::chrono::seconds progress_every{0};
 
@@ -48,9 +52,11 @@ struct RankProgram {
 bool ranks_share_memory(const RankProgram& program);
 
 // In a rank: one thread for ATen, the pid file, a WORLD_SIZE that matches the topology, the
-// connection, then `body`'s exit code. In the launcher: spawn the ranks and return the run's
-// exit code (launcher.h); --launch threads: run every rank on a thread, rank 0's code (a failed
-// rank throws DistributedError naming it); --launch env without RANK is an InputError.
+// connection, then `body`'s exit code; an exception from `body` is recorded for the launcher
+// (Runtime::record_failure) and rethrown. In the launcher: spawn the ranks and return the run's
+// exit code (launcher.h); --launch threads: run every rank on a thread and return rank 0's code,
+// or 2 when a rank failed, named on stderr as the launcher names a rank process (the rank that
+// failed first with its own error, then the others); --launch env without RANK is an InputError.
 int run_rank_program(const RankProgram& program, int argc, char** argv, const std::function<int(const Runtime&)>& body);
 
 }  // namespace magic::dist

@@ -123,9 +123,14 @@ c10::intrusive_ptr<c10d::Store> Runtime::store_for_another_thread() const {
 
 Runtime::Runtime(int rank, int world_size, c10::intrusive_ptr<c10d::Store> store, BackendKind backend,
                  std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> progress_store)
-    : rank_(rank), world_size_(world_size), store_(std::move(store)), backend_(backend), timeout_(timeout) {
+    : rank_(rank),
+      world_size_(world_size),
+      store_(std::move(store)),
+      backend_(backend),
+      timeout_(timeout),
+      progress_store_(progress_store ? std::move(progress_store) : store_) {
   store_->setTimeout(timeout);
-  progress_ = std::make_unique<ProgressPublisher>(progress_store ? progress_store : store_, rank);
+  progress_ = std::make_unique<ProgressPublisher>(progress_store_, rank);
   std::vector<int> all(world_size);
   for (int i = 0; i < world_size; ++i) all[i] = i;
   set_phase("group creation (world)");
@@ -147,6 +152,16 @@ void Runtime::keep_connections_until_exit() {
   }
 }
 
+void Runtime::record_failure(const RankFailure& failure) {
+  if (!progress_) return;  // recorded already, or the rank is ending
+  progress_.reset();       // joins the publisher: its store connection is this thread's now
+  try {
+    write_failure(*progress_store_, failure);
+  } catch (const std::exception&) {
+    // the store is gone: the launcher judges this rank by its exit status alone
+  }
+}
+
 std::shared_ptr<Group> Runtime::new_group(const std::string& name, const std::vector<int>& ranks) const {
   const std::string unique = str_cat(name, "#", groups_created_++);
   if (std::find(ranks.begin(), ranks.end(), rank_) == ranks.end()) return nullptr;
@@ -157,38 +172,36 @@ std::shared_ptr<Group> Runtime::new_group(const std::string& name, const std::ve
 void run_ranks_in_threads(int world_size, const std::function<void(Runtime&)>& fn, std::chrono::milliseconds timeout) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::mutex mutex;
-  // Every rank's failure, in the order they happened. A DistributedError is usually the
-  // consequence of another rank's failure (its peer died), so the first other error is the cause.
-  std::vector<std::pair<int, std::exception_ptr>> failures;
+  // Every rank's failure, in the order they were caught. Each is described on its own thread
+  // where it is caught, while its Runtime (and its connections) still lives.
+  std::vector<RankFailure> failures;
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world_size; ++rank) {
     threads.emplace_back([&, rank] {
+      const auto failed = [&](RankFailure f) {
+        std::lock_guard<std::mutex> lock(mutex);
+        failures.push_back(std::move(f));
+      };
       try {
         Runtime runtime(rank, world_size, store, BackendKind::kGloo, timeout);
-        fn(runtime);
+        try {
+          fn(runtime);
+        } catch (const std::exception& e) {
+          failed(describe_failure(e, rank));
+          return;
+        }
+      } catch (const std::exception& e) {
+        failed(describe_failure(e, rank));  // creating the world group
       } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex);
-        failures.emplace_back(rank, std::current_exception());
+        failed(describe_failure(std::runtime_error("an unknown exception"), rank));
       }
     });
   }
   for (auto& t : threads) t.join();
   if (failures.empty()) return;
-  auto cause = failures.front();
-  for (const auto& failure : failures) {
-    try {
-      std::rethrow_exception(failure.second);
-    } catch (const DistributedError&) {
-    } catch (...) {
-      cause = failure;
-      break;
-    }
-  }
-  try {
-    std::rethrow_exception(cause.second);
-  } catch (const std::exception& e) {
-    throw DistributedError(str_cat("rank ", cause.first, " of ", world_size, " (thread) failed: ", e.what()));
-  }
+  const RankFailure* own = first_own_failure(failures);
+  RankFailure cause = own != nullptr ? *own : failures.front();
+  throw RankFailed(std::move(cause), std::move(failures), world_size);
 }
 
 }  // namespace magic::dist

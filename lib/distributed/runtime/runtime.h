@@ -16,6 +16,7 @@
 
 #include "lib/distributed/runtime/group.h"
 #include "lib/distributed/runtime/progress.h"
+#include "lib/distributed/runtime/rank_failure.h"
 
 namespace magic::dist {
 
@@ -62,11 +63,17 @@ class Runtime {
   // ranks). A rank ends after its last collective, so no peer still needs these connections.
   void keep_connections_until_exit();
 
+  // For a rank that failed: stops publishing progress (its last state published, the failed wait
+  // included) and leaves `failure` in the store for the launcher, before this Runtime's groups
+  // close their connections (best effort: a store that fails is not waited for again).
+  void record_failure(const RankFailure& failure);
+
  private:
   int rank_, world_size_;
   c10::intrusive_ptr<c10d::Store> store_;
   BackendKind backend_;
   std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::Store> progress_store_;
   std::unique_ptr<ProgressPublisher> progress_;
   std::shared_ptr<Group> world_;
   std::function<c10::intrusive_ptr<c10d::Store>()> connect_client_;  // set by connect()
@@ -75,7 +82,8 @@ class Runtime {
 };
 
 // Runs fn(runtime) on `world_size` threads of this process, each rank with its own Runtime
-// over a shared in-memory store. Rethrows the first failure, naming its rank.
+// over a shared in-memory store. A failure throws RankFailed (a DistributedError): the rank that
+// failed first with its own error, else the first to fail, and every rank's failure.
 void run_ranks_in_threads(int world_size, const std::function<void(Runtime&)>& fn,
                           std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
