@@ -93,8 +93,16 @@ CheckMemoryEstimate estimate_check_memory(const CheckSettings& s, int64_t mutati
     const WorkloadSize golden = size_at(PrecisionPolicy{});
     e.reference_step += golden.activations + step_bytes(golden, sizeof(double), golden.reference_copies);
   }
-  // Rows counted as fp64 (they are kept in the master dtype: a bound).
-  e.rank_step = step_bytes(policy, sizeof(double), policy.rank_copies) * (1.0 + kMutationShare * static_cast<double>(mutation_runs));
+  // Below fp32 the fp32 pass: its reference, and one more run's rows on each rank.
+  const std::optional<CheckSettings> fp32 = fp32_pass_settings(s);
+  if (fp32) {
+    e.references = 3;
+    const WorkloadSize at_fp32 = size_at(fp32->precision);
+    e.reference_step += at_fp32.activations + step_bytes(at_fp32, sizeof(float), at_fp32.reference_copies);
+  }
+  // Rows counted as fp64 (they are kept in the master dtype: a bound); the fp32 pass's in fp32.
+  const double runs = 1.0 + (fp32 ? 0.5 : 0.0) + kMutationShare * static_cast<double>(mutation_runs);
+  e.rank_step = step_bytes(policy, sizeof(double), policy.rank_copies) * runs;
   return e;
 }
 

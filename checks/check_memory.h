@@ -5,11 +5,13 @@
 //   references   the unrolled reference keeps every step's graph and states until its one
 //                backward: a step's activations (memory_estimate.h's per-token count, in the
 //                compute dtype) + kReferenceStateCopies states; a low-precision check runs it
-//                twice (the policy's and the fp64 golden run)
+//                twice (the policy's and the fp64 golden run), below fp32 three times (and the
+//                fp32 pass's, run_check.h)
 //   ranks        each rank keeps every step's rows (gradients, optimizer inputs and updates,
 //                REPLAY's products and states, unsharded) for the comparison: kRankStateCopies
 //                fp64 states per step, and a share of that for each planted mutation's run
-//                (--bite gates a mutation's levels, so its rows are fewer)
+//                (--bite gates a mutation's levels, so its rows are fewer); below fp32 one
+//                more run's for the fp32 pass
 // Both constants come from measured peak memory (docs/benchmarks.md, "magic-check memory"); the
 // per-process LibTorch footprint (about 160 MiB) is not counted.
 #pragma once
@@ -23,7 +25,7 @@ namespace magic::checks {
 
 struct CheckMemoryEstimate {
   int64_t steps = 0;
-  int64_t references = 1;         // 2 under a low-precision policy (its fp64 golden run)
+  int64_t references = 1;         // 2 under a low-precision policy (its fp64 golden run), 3 below fp32
   double reference_step = 0;      // bytes one reference run holds per step (policy's; golden's added)
   int64_t ranks = 1;
   double rank_step = 0;           // bytes one rank holds per step, every run of the check together

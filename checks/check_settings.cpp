@@ -90,6 +90,14 @@ bool CheckSettings::wants(Level level) const {
   return std::find(levels.begin(), levels.end(), level) != levels.end();
 }
 
+std::optional<CheckSettings> fp32_pass_settings(const CheckSettings& s) {
+  if (unit_roundoff(s.precision.compute) <= unit_roundoff(c10::kFloat)) return std::nullopt;
+  CheckSettings fp32 = s;
+  fp32.precision.compute = c10::kFloat;
+  fp32.precision.reduce = s.precision.master;
+  return fp32;
+}
+
 bool CheckSettings::wants_after(Level level) const {
   return std::any_of(levels.begin(), levels.end(), [&](Level l) { return l > level; });
 }

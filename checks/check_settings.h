@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,12 @@ struct CheckSettings {
   // (naming the flag to change), before any rank starts.
   void validate() const;
 };
+
+// The fp32 pass of a check below fp32 (bf16, fp16; docs/magic-check.md, "Mixed precision"): the
+// same layout, data and code path with the compute dtype fp32 and the rest of the policy kept (fp32
+// master weights and reduction, the loss scale). Rows that go unjudged in the check's own dtype are
+// judged again there, where the bounds are tight. None at fp32 and above.
+std::optional<CheckSettings> fp32_pass_settings(const CheckSettings& settings);
 
 // Settings for checking `config` (magic-check --config): its dtype, batch, max_len, optimizer,
 // checkpoints and seed, `steps` capped at the run's own steps. The learning-rate schedule stays the

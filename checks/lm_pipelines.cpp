@@ -8,7 +8,9 @@
 #include "checks/planted_variants.h"
 #include "checks/reduction_probe.h"
 #include "checks/replay_products.h"
+#include "checks/replay_start.h"
 #include "checks/replay_states.h"
+#include "checks/shard_weights.h"
 
 #include "lib/core/dtype.h"
 #include "lib/core/seed.h"
@@ -130,21 +132,24 @@ struct OptimizerSteps {
 };
 
 void append_optimizer_outputs(PipelineOutputs& out, const SumLengths& n, const OptimizerSteps& steps) {
-  // c_t = min(1, max/||g||): one number summing every parameter's squares.
+  // c_t = min(1, max/||g||): |δc|/c <= ||δg||/||g||, each entry of g a sum of the batch's label
+  // positions in the compute dtype, ||g||² one sum of every parameter's squares in the master dtype.
   if (!steps.coefficients.empty()) {
     out.push_back({"optimizer", "clip_coefficient", at::stack(steps.coefficients).reshape({-1}), 0.0,
-                   /*shared_inputs=*/true, n.parameters});
+                   /*shared_inputs=*/true, n.batch_labels});
+    out.back().master_sum_length = n.parameters;
   }
   for (const auto& p : steps.inputs.front()) {
     out.push_back({"optimizer", p.name + "[input]", steps_of(steps.inputs, p.name), 0.0, true, n.batch_labels});
   }
   // Not at shared inputs as far as rounding goes: Adam's update divides by sqrt(v), so an entry whose
-  // gradient is rounding noise moves by ±lr in either run. Judged against fp64 in fp32; below it
-  // shown only (a correct bf16 run, dp=4,fsdp=4 adam seed 65364, was 0.68 off fp64 where the
-  // policy's own was 0.08: one noise entry's sign).
+  // gradient is rounding noise moves by up to ±lr in either run. Below fp32 shown only (a correct
+  // bf16 run, dp=4,fsdp=4 adam seed 65364, was 0.68 off fp64 where the policy's own was 0.08: one
+  // noise entry's sign); in fp32 judged under SGD only (pipeline_outputs.h, through_adam_eps).
   for (const auto& p : steps.updates.front()) {
     out.push_back({"optimizer", p.name + "[update]", steps_of(steps.updates, p.name), 0.0, false, n.batch_labels});
     out.back().judged_below_fp32 = false;
+    out.back().through_adam_eps = true;
   }
 }
 
@@ -152,8 +157,9 @@ void append_optimizer_outputs(PipelineOutputs& out, const SumLengths& n, const O
 // not run: the scores level not wanted).
 void append_trained_outputs(PipelineOutputs& out, const SumLengths& n, const TensorTree& query_grad,
                             const TensorTree& hvp_initial, const TensorTree& hvp_final,
-                            const std::optional<NamedTensor>& replay_states, const ReplayProducts* replay_products,
-                            const TensorTree& final_params, const at::Tensor& scores) {
+                            const std::optional<NamedTensor>& replay_states, const PipelineOutputs& replay_start,
+                            const ReplayProducts* replay_products, const TensorTree& final_params,
+                            const at::Tensor& scores) {
   // Per parameter: a factor on one group of ∂Q/∂θ is that row's scale, not a few percent of one row.
   for (const auto& p : query_grad) {
     out.push_back({"query_grad", p.name, p.tensor.reshape({-1}), 0.0, false, n.query_labels});
@@ -161,6 +167,7 @@ void append_trained_outputs(PipelineOutputs& out, const SumLengths& n, const Ten
   out.push_back({"hvp", "theta_0", hvp_initial.flatten(), 0.0, /*shared_inputs=*/true, n.batch_labels});
   out.push_back({"hvp", "theta_N", hvp_final.flatten(), 0.0, false, n.batch_labels});
   if (replay_states) out.push_back(*replay_states);
+  out.insert(out.end(), replay_start.begin(), replay_start.end());
   if (replay_products != nullptr) append_replay_product_outputs(out, n.batch_labels, *replay_products);
   // Per parameter: a precision bug in the update shows on the tensors it touches, not behind the
   // drift of the embeddings in one concatenation.
@@ -202,7 +209,9 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
   auto parallel = planted_data_parallel(mutation, parts, settings.convention);
   // The grad level also records each rank's local gradient where it enters the reduction.
   auto tap = std::make_shared<ReductionTap>();
-  const LmProblem problem = build_lm_problem(config, tapped_parallelism(parallel, tap),
+  // And the normalizer each rank's loss is divided by (grad/shard_weights).
+  auto normalizer = std::make_shared<NormalizerTap>();
+  const LmProblem problem = build_lm_problem(config, normalizer_tapped(tapped_parallelism(parallel, tap), normalizer),
                                              planted_precision(mutation, config.precision, runtime.world_size()));
   const auto step = planted_step(mutation, *problem.step, problem.optimizer);
   const auto query = planted_query(mutation, *problem.query, settings.topology.dp());
@@ -218,6 +227,7 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
       1.0 / config.precision.loss_scale / (settings.convention == dist::Convention::kAvg ? runtime.world_size() : 1);
   // Sharded tensors (parameters and everything shaped like them) are compared at full shape.
   std::vector<TensorTree> step_grads;
+  std::vector<std::optional<NormalizerTap::Call>> normalizers;
   std::vector<std::map<std::string, ReductionTerms>> step_sums;
   OptimizerSteps optimizer_steps;
   ReplayProducts replay_products;
@@ -226,7 +236,10 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
     dist::set_phase(str_cat("step gradients at step ", t));
     const TrainState at_reference{parallel->shard(teacher[t].params).requires_grad(), problem.initial.opt, {}};
     if (probe) tap->arm();
-    step_grads.push_back(parallel->unshard(step->gradient(at_reference, at_step, problem.weights, false).detach()));
+    normalizer->arm();
+    const TensorTree local_grad = step->gradient(at_reference, at_step, problem.weights, false).detach();
+    normalizers.push_back(normalizer->take());
+    step_grads.push_back(parallel->unshard(local_grad));
     if (probe) {
       std::map<std::string, ReductionTerms> sums;
       for (const auto& [name, partial] : tap->take(full_init))
@@ -254,6 +267,8 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
   }
   const SumLengths n = sum_lengths(config, problem, full_init);
   PipelineOutputs out = lm_grad_outputs(n, step_grads);
+  out.push_back(
+      shard_weight_output(*parts.groups.world, normalizers, convention_factor(*parallel, parallel->shard(full_init))));
   if (settings.wants(Level::kOptimizer)) append_optimizer_outputs(out, n, optimizer_steps);
   // Levels past the optimizer need the training run (and REPLAY for replay and scores); a --bite
   // mutation run whose expected level is earlier skips them (CheckSettings::levels_through).
@@ -263,17 +278,22 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
     options.replay = settings.needs_replay();
     ReplayStateWatch watch;  // replay/states
     watch.attach(options);
-    MagicResult result = run_magic(*step, *query, problem.initial, problem.weights, options);
+    const ReplayStartWatch start(*step);  // replay/<param>[start]
+    MagicResult result = run_magic(start, *query, problem.initial, problem.weights, options);
     const TensorTree v = parallel->shard(hvp_direction(full_init, settings.seed));
     const int64_t last = problem.step->num_steps() - 1;
     std::optional<NamedTensor> states;
-    if (settings.needs_replay()) states = replay_state_output(*parts.groups.world, watch.difference());
+    PipelineOutputs start_rows;
+    if (settings.needs_replay()) {
+      states = replay_state_output(*parts.groups.world, watch.difference());
+      start_rows = replay_start_outputs(*parts.groups.world, parallel->unshard(start.recorded()), n.query_labels);
+    }
     const TensorTree hvp_initial = hessian_vector_product(*step, problem.initial, 0, problem.weights, v);
     const TensorTree hvp_final = hessian_vector_product(*step, result.final_state, last, problem.weights, v);
     record_hvp(hvp_initial, 0, step->trace_layout().parameters);
     record_hvp(hvp_final, last, step->trace_layout().parameters);
     append_trained_outputs(out, n, parallel->unshard(result.query_gradient), parallel->unshard(hvp_initial),
-                           parallel->unshard(hvp_final), states,
+                           parallel->unshard(hvp_final), states, start_rows,
                            settings.wants(Level::kReplay) ? &replay_products : nullptr,
                            parallel->unshard(result.final_state.params), result.scores);
   }
@@ -310,6 +330,8 @@ ReferenceRun run_reference_lm(const CheckSettings& settings) {
   const SumLengths n = sum_lengths(config, problem, problem.initial.params);
   ReferenceRun run;
   run.outputs = lm_grad_outputs(n, unrolled.step_grads);
+  run.outputs.push_back(
+      shard_weight_reference(static_cast<int64_t>(unrolled.step_grads.size()), settings.topology.world_size()));
   OptimizerSteps steps{unrolled.step_clip_coefficients, unrolled.step_clipped, {}};
   for (size_t t = 0; t < unrolled.step_params.size(); ++t) {
     const TensorTree& next = t + 1 < unrolled.step_params.size() ? unrolled.step_params[t + 1] : unrolled.final_params;
@@ -339,9 +361,10 @@ ReferenceRun run_reference_lm(const CheckSettings& settings) {
     record_hvp(hvp_initial, 0, {});
     record_hvp(hvp_final, last, {});
   }
-  append_trained_outputs(run.outputs, n, query_gradient, hvp_initial, hvp_final,
-                         replay_state_reference(settings.topology.world_size()), &replay, unrolled.final_params,
-                         unrolled.scores);
+  append_trained_outputs(
+      run.outputs, n, query_gradient, hvp_initial, hvp_final, replay_state_reference(settings.topology.world_size()),
+      replay_start_reference(unrolled.step_param_cotangents.back(), settings.topology.world_size(), n.query_labels),
+      &replay, unrolled.final_params, unrolled.scores);
   for (size_t t = 0; t < unrolled.step_params.size(); ++t) {
     run.states.push_back(TrainState{unrolled.step_params[t], unrolled.step_opt[t], {}});
     run.cotangents.push_back(TrainState{unrolled.step_param_cotangents[t], unrolled.step_opt_cotangents[t], {}});

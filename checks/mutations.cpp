@@ -48,6 +48,13 @@ const std::vector<Mutation>& mutation_catalog() {
        kMesh,
        {{"holders", 2}}},
       {"extra-divide-scores", "the assembled scores are divided by dp once more", "replay", "1/dp", kMesh, {{"dp", 2}}},
+      {"token-weight-shifted",
+       "on odd dp ranks REPLAY's dQ/dw lands one token later (a per-token weight misaligned with its label): "
+       "training and every first-order row are exact, the scores move to the wrong tokens",
+       "replay",
+       "",
+       kMesh,
+       {{"dp", 2}}},
       {"cp-dp-only-normalizer",
        "the loss is normalized by the valid-label count over dp only, not dp*cp",
        "grad",
@@ -230,6 +237,15 @@ const std::vector<Mutation>& mutation_catalog() {
        "replay",
        "x loss_scale",
        kMesh,  // the three-pool workload has no whole-step rows: its scores turn NaN (fp16)
+       {},
+       {},
+       PrecisionNeed::kLossScale},
+      {"replay-start-keeps-loss-scale",
+       "REPLAY starts from the query gradient of the loss-scaled query (S*dQ/dtheta_N), which the run reports "
+       "unscaled: every score is S times too large",
+       "replay",
+       "x loss_scale",
+       std::nullopt,
        {},
        {},
        PrecisionNeed::kLossScale},
@@ -449,7 +465,7 @@ BiteOutcome judge_mutation(const Mutation& mutation, const dist::TopologySpec& t
     }
   }
   if (shown != nullptr) {
-    v.observed_diagnosis = shown->tensor + ": " + shown->diagnosis.text;
+    v.observed_diagnosis = row_label(*shown) + ": " + shown->diagnosis.text;
     v.observed_factor = join(shown->diagnosis.factors, " = ");
     v.factor_distinct = mutation.expected_factor.empty() || shown->diagnosis.factors.size() <= 1;
   }

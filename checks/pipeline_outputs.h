@@ -41,6 +41,22 @@ struct NamedTensor {
   // Judged by value below fp32 (bf16, fp16). Adam's update moves an entry whose gradient is
   // rounding noise by ±lr in either run, so the update rows are shown there but not judged.
   bool judged_below_fp32 = true;
+  // Through Adam's u = lr·m̂/(√v̂ + eps) or its derivative (the optimizer's update θ_{t+1} − θ_t,
+  // REPLAY's whole-step rows): an entry whose gradient is within rounding of eps moves by a
+  // fraction of lr that rounding decides, in fp32 as well (correct fp32 runs: dp=2 adam seed 9460
+  // max_len 8 batch 2, attn.proj.weight[update] 2.5e-5 off fp64 against an allowed 2.3e-5; dp=2
+  // adam 2 steps seed 32467 max_len 16 batch 3, theta[step] 6.9e-6 against 5.9e-6). Below fp64
+  // such a row is judged by value under SGD only.
+  bool through_adam_eps = false;
+  // A scalar summary of a whole tensor (the clip coefficient c = max/||g||): the terms its one
+  // number sums in the master dtype (||g||² over every parameter entry), beside the sum_length
+  // terms of each entry it summarizes in the compute dtype. Its floor is its own sensitivity,
+  // |δc|/c <= ||δg||/||g|| <= u_compute·√sum_length + u_master·√master_sum_length, not that of a
+  // tensor of master_sum_length entries each summing as many terms. 0: not a summary.
+  int64_t master_sum_length = 0;
+  // Computed in fp64 from integer label counts (grad/shard_weights: shard_weights.h): judged
+  // exactly in every precision, with the counts in `detail`.
+  bool from_counts = false;
 };
 using PipelineOutputs = std::vector<NamedTensor>;
 

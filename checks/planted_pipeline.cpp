@@ -1,5 +1,6 @@
 #include "checks/planted_pipeline.h"
 
+#include "checks/forwarding_step.h"
 #include "lib/core/derivative_scale.h"
 
 namespace magic::checks {
@@ -8,29 +9,7 @@ namespace {
 constexpr const char* kFreshOptimizer = "replay-restore-fresh-optimizer";
 constexpr const char* kQueryGradScaled = "query-grad-scaled";
 constexpr const char* kOptCotangentScaled = "replay-opt-cotangent-keeps-loss-scale";
-
-// Forwards every method to the step it wraps.
-class ForwardingStep : public StepFunction {
- public:
-  explicit ForwardingStep(const StepFunction& inner) : inner_(inner) {}
-  int64_t num_steps() const override { return inner_.num_steps(); }
-  StepOutput step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const override {
-    return inner_.step(s, t, w, traced);
-  }
-  at::Tensor assemble_weight_gradient(const at::Tensor& local) const override {
-    return inner_.assemble_weight_gradient(local);
-  }
-  TensorTree gradient(const TrainState& state, int64_t t, const at::Tensor& w, bool create_graph) const override {
-    return inner_.gradient(state, t, w, create_graph);
-  }
-  double cotangent_scale() const override { return inner_.cotangent_scale(); }
-  bool runs_collectives() const override { return inner_.runs_collectives(); }
-  TraceLayout trace_layout() const override { return inner_.trace_layout(); }
-  TrainState restore(const TrainState& saved, int64_t step) const override { return inner_.restore(saved, step); }
-
- private:
-  const StepFunction& inner_;
-};
+constexpr const char* kStartKeepsScale = "replay-start-keeps-loss-scale";
 
 // A model-only load: the checkpoint's parameters, a fresh optimizer state.
 class FreshOptimizerRestore : public ForwardingStep {
@@ -67,6 +46,18 @@ class OptCotangentKeepsScale : public ForwardingStep {
   }
 };
 
+// REPLAY starts from the query gradient of S·Q, as a loss-scaled query backward leaves it: ∂Q/∂θ_N
+// is right where the run reports it, and REPLAY's start carries the loss scale S (so do the scores).
+class StartKeepsScale : public ForwardingStep {
+ public:
+  using ForwardingStep::ForwardingStep;
+  TrainState replay_start(const TrainState& state, const TensorTree& query_gradient) const override {
+    TrainState lambda = ForwardingStep::replay_start(state, query_gradient);
+    lambda.params = scale(lambda.params, cotangent_scale());
+    return lambda;
+  }
+};
+
 class EmbeddingQueryResync : public QueryFunction {
  public:
   EmbeddingQueryResync(const QueryFunction& inner, int64_t dp) : inner_(inner), dp_(static_cast<double>(dp)) {}
@@ -88,13 +79,15 @@ class EmbeddingQueryResync : public QueryFunction {
 }  // namespace
 
 bool is_pipeline_mutation(const std::string& mutation) {
-  return mutation == kFreshOptimizer || mutation == kQueryGradScaled || mutation == kOptCotangentScaled;
+  return mutation == kFreshOptimizer || mutation == kQueryGradScaled || mutation == kOptCotangentScaled ||
+         mutation == kStartKeepsScale;
 }
 
 std::shared_ptr<const StepFunction> planted_step(const std::string& mutation, const StepFunction& inner,
                                                  std::shared_ptr<const Optimizer> optimizer) {
   if (mutation == kFreshOptimizer) return std::make_shared<FreshOptimizerRestore>(inner, std::move(optimizer));
   if (mutation == kOptCotangentScaled) return std::make_shared<OptCotangentKeepsScale>(inner);
+  if (mutation == kStartKeepsScale) return std::make_shared<StartKeepsScale>(inner);
   return std::shared_ptr<const StepFunction>(&inner, [](const StepFunction*) {});
 }
 

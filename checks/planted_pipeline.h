@@ -17,8 +17,8 @@ bool is_pipeline_mutation(const std::string& mutation);
 
 // replay-restore-fresh-optimizer: restore() keeps the checkpoint's parameters and persistent state
 // and starts a fresh `optimizer` state (a model-only load). replay-opt-cotangent-keeps-loss-scale:
-// REPLAY's optimizer-state cotangents are not divided by the loss scale. `inner` must outlive the
-// result.
+// REPLAY's optimizer-state cotangents are not divided by the loss scale. replay-start-keeps-loss-scale:
+// REPLAY starts from the loss-scaled query gradient. `inner` must outlive the result.
 std::shared_ptr<const StepFunction> planted_step(const std::string& mutation, const StepFunction& inner,
                                                  std::shared_ptr<const Optimizer> optimizer);
 

@@ -54,6 +54,18 @@ class ExtraDivideScores : public DataParallel {
   }
 };
 
+// On odd dp ranks REPLAY's dQ/dw lands one position later (a per-token weight misaligned with its
+// label; per-document weights: the next document's): the training run and every first-order row are
+// untouched, only where the scores land moves.
+class TokenWeightShifted : public DataParallel {
+ public:
+  using DataParallel::DataParallel;
+  at::Tensor assemble_weight_gradient(const at::Tensor& local) const override {
+    const bool odd = layout().dp_index(rank()) % 2 == 1;
+    return DataParallel::assemble_weight_gradient(odd ? local.roll(1, local.dim() - 1) : local);
+  }
+};
+
 // The valid-label count is summed over the dp ranks of this rank's cp index only.
 class CpDpOnlyNormalizer : public DataParallel {
  public:
@@ -357,6 +369,7 @@ std::shared_ptr<const Parallelism> planted_data_parallel(const std::string& muta
       {"replicated-allreduce-backward", make<WithPart<ReplicaAllReduceBackward>>()},
       {"detached-collective", make<DetachedCollective>()},
       {"extra-divide-scores", make<ExtraDivideScores>()},
+      {"token-weight-shifted", make<TokenWeightShifted>()},
       {"cp-dp-only-normalizer", make<CpDpOnlyNormalizer>()},
       {"cp-kv-grad-not-summed", make<WithPart<KvGradNotSummed>>()},
       {"cp-contiguous-chunks", make<WithPart<ContiguousChunks>>()},

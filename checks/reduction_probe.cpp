@@ -2,6 +2,8 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "checks/forwarding_parallelism.h"
+
 namespace magic::checks {
 
 void ReductionTap::arm() {
@@ -51,39 +53,20 @@ struct TapFunction : torch::autograd::Function<TapFunction> {
   }
 };
 
-class TappedParallelism : public Parallelism {
+class TappedParallelism : public ForwardingParallelism {
  public:
   TappedParallelism(std::shared_ptr<const Parallelism> inner, std::shared_ptr<ReductionTap> tap)
-      : inner_(std::move(inner)), tap_(std::move(tap)) {}
+      : ForwardingParallelism(std::move(inner)), tap_(std::move(tap)) {}
 
   TensorTree enter(const TensorTree& params) const override {
-    TensorTree entered = inner_->enter(params);
+    TensorTree entered = ForwardingParallelism::enter(params);
     if (!tap_->armed()) return entered;
     return entered.map_named([this](const std::string& name, const at::Tensor& p) {
       return p.is_floating_point() ? TapFunction::apply(p, tap_.get(), name) : p;
     });
   }
-  std::vector<int64_t> local_share(const std::vector<int64_t>& global) const override {
-    return inner_->local_share(global);
-  }
-  double mean_denominator(double local_valid_labels) const override {
-    return inner_->mean_denominator(local_valid_labels);
-  }
-  SequenceLayout sequence(int64_t length) const override { return inner_->sequence(length); }
-  TensorTree shard(const TensorTree& full) const override { return inner_->shard(full); }
-  TensorTree unshard(const TensorTree& local) const override { return inner_->unshard(local); }
-  at::Tensor global_norm(const TensorTree& grads) const override { return inner_->global_norm(grads); }
-  TensorTree reduce_gradient(const TensorTree& grads) const override { return inner_->reduce_gradient(grads); }
-  TensorTree apply_convention(const TensorTree& grads) const override { return inner_->apply_convention(grads); }
-  TensorTree optimizer_input(const TensorTree& clipped) const override { return inner_->optimizer_input(clipped); }
-  at::Tensor sum_across_ranks(const at::Tensor& local) const override { return inner_->sum_across_ranks(local); }
-  at::Tensor assemble_weight_gradient(const at::Tensor& local) const override {
-    return inner_->assemble_weight_gradient(local);
-  }
-  TraceLayout trace_layout() const override { return inner_->trace_layout(); }
 
  private:
-  std::shared_ptr<const Parallelism> inner_;
   std::shared_ptr<ReductionTap> tap_;
 };
 

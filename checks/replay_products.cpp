@@ -114,13 +114,15 @@ void append_replay_product_outputs(PipelineOutputs& out, int64_t batch_labels, c
     out.push_back({"replay", "clip_coefficient[vjp]", at::cat(dc), 0.0, true, batch_labels});
   }
   // The whole step: every parameter in one row, and one row per kind of optimizer slot (a slot's
-  // cotangent differs in size from the parameters' by orders). Judged in fp32 and fp64; below, Adam's
-  // ∂u/∂g at rounding-noise entries dominates (a correct bf16 run, dp=3,fsdp=3 adamw seed 38196:
-  // cosine 0.14 with fp64 where the policy's own was 0.86 off).
+  // cotangent differs in size from the parameters' by orders). Judged in fp64, and in fp32 under
+  // SGD; under Adam, ∂u/∂g at rounding-noise entries dominates (a correct bf16 run, dp=3,fsdp=3
+  // adamw seed 38196: cosine 0.14 with fp64 where the policy's own was 0.86 off; in fp32 too, if
+  // less: pipeline_outputs.h, through_adam_eps).
   std::vector<at::Tensor> theta;
   for (const auto& tree : products.params) theta.push_back(tree.flatten());
   out.push_back({"replay", "theta[step]", at::cat(theta), 0.0, false, batch_labels});
   out.back().judged_below_fp32 = false;
+  out.back().through_adam_eps = true;
   for (const auto& [kind, names] : slots_by_kind(products.opt.front())) {
     std::vector<at::Tensor> parts;
     for (const auto& tree : products.opt) {
@@ -128,6 +130,7 @@ void append_replay_product_outputs(PipelineOutputs& out, int64_t batch_labels, c
     }
     out.push_back({"replay", "opt." + kind + "[step]", at::cat(parts), 0.0, false, batch_labels});
     out.back().judged_below_fp32 = false;
+    out.back().through_adam_eps = true;
   }
 }
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <vector>
 
 #include "checks/first_divergence.h"
 #include "checks/lm_pipelines.h"
@@ -22,8 +23,9 @@ namespace {
 // `whole_records`: rank 0's records of a workload that holds them whole (three-pool).
 PipelineOutputs run_distributed(const CheckSettings& s, const dist::Runtime& runtime, const std::string& mutation,
                                 const ReferenceRun& reference, const std::string& trace_folder,
-                                std::vector<DumpSink::Entry>& whole_records, TracerSink* tracer) {
-  if (tracer != nullptr) tracer->begin_run(traced_run_name(mutation));
+                                std::vector<DumpSink::Entry>& whole_records, TracerSink* tracer,
+                                const std::string& pass) {
+  if (tracer != nullptr) tracer->begin_run(traced_run_name(mutation) + pass);
   if (s.resolved_workload() == "lm") return run_distributed_lm(s, runtime, mutation, reference, trace_folder, tracer);
   return run_distributed_spd(s, runtime, mutation, reference.states, reference.trace.empty() ? nullptr : &whole_records,
                              tracer);
@@ -46,8 +48,10 @@ std::string divergence_of(const CheckRequest& request, const ReferenceRun& refer
   return first_divergence(folder, reference.trace, s);
 }
 
-// Why the AVG convention failed, with the shard label counts of each step at which they differ
-// ("" if every step's shards are equal): each step's gradient is exact only if its own are.
+// Why the AVG convention is wrong on this run, with the shard label counts of each step at which
+// they differ ("" if every step's shards are equal): each step's gradient is exact only if its own
+// are. Said in every dtype (the shard_weights row fails in every dtype too), whatever the other rows
+// show: bf16's noise in the gradient rows can hide the error the counts make certain.
 std::string avg_convention_note(const CheckSettings& s) {
   constexpr size_t kShownSteps = 4;  // a long run lists its first few uneven steps and counts the rest
   std::vector<std::string> uneven;
@@ -64,11 +68,58 @@ std::string avg_convention_note(const CheckSettings& s) {
   std::string listed =
       join(std::vector<std::string>(uneven.begin(), uneven.begin() + std::min(uneven.size(), kShownSteps)), "; ");
   if (uneven.size() > kShownSteps) listed += str_cat("; ", uneven.size() - kShownSteps, " more steps");
-  return str_cat("--convention avg (local mean, AVG reduction) is exact only when every shard holds the same number ",
-                 "of valid labels; the ", shards, " shards' counts differ at ", uneven.size(), " of ", s.steps,
-                 " steps (", listed,
-                 "; a shard is a rank's rows and, with cp, its chunk pair). Each shard's mean gets weight 1/(dp*cp) ",
-                 "instead of its share of the global count. ", "Use --convention sum.");
+  return str_cat(
+      "AVG meets unequal shards: --convention avg (local mean, AVG reduction) is exact only when every "
+      "shard holds the same number ",
+      "of valid labels; the ", shards, " shards' counts differ at ", uneven.size(), " of ", s.steps, " steps (", listed,
+      "; a shard is a rank's rows and, with cp, its chunk pair). Each shard's mean gets weight 1/(dp*cp) ",
+      "instead of its share of the global count. ", "Use --convention sum.");
+}
+
+// The levels (all_levels() order) of the rows the fp32 pass would judge again.
+std::vector<Level> weak_levels(const std::vector<CheckRow>& rows) {
+  std::vector<Level> out;
+  for (Level l : all_levels()) {
+    const bool weak = std::any_of(rows.begin(), rows.end(), [&](const CheckRow& row) {
+      return row.level == level_name(l) && row.pass.empty() && row_weakly_judged(row);
+    });
+    if (weak) out.push_back(l);
+  }
+  return out;
+}
+
+// Rank 0's choice, made the same on every rank (one broadcast over the world group).
+std::vector<Level> agree_on_levels(const dist::Runtime& runtime, const std::vector<Level>& chosen) {
+  const auto& levels = all_levels();
+  at::Tensor mask = at::zeros({static_cast<int64_t>(levels.size())}, at::kDouble);
+  for (Level l : chosen) mask[level_rank(level_name(l))] = 1.0;
+  if (runtime.world_size() > 1) runtime.world()->broadcast_(mask, 0);
+  std::vector<Level> out;
+  for (size_t i = 0; i < levels.size(); ++i) {
+    if (mask[static_cast<int64_t>(i)].item<double>() > 0.5) out.push_back(levels[i]);
+  }
+  return out;
+}
+bool agree(const dist::Runtime& runtime, bool chosen) {
+  return !agree_on_levels(runtime, chosen ? std::vector<Level>{Level::kGrad} : std::vector<Level>{}).empty();
+}
+
+// `rows` with each weakly judged row followed by its partner from the fp32 pass, where that
+// partner is judged by value there (final parameters, judged by storage alone, are not).
+std::vector<CheckRow> merge_fp32_rows(const std::vector<CheckRow>& rows, const std::vector<CheckRow>& fp32_rows) {
+  std::vector<CheckRow> out;
+  for (const auto& row : rows) {
+    out.push_back(row);
+    if (!row.pass.empty() || !row_weakly_judged(row)) continue;
+    for (const auto& partner : fp32_rows) {
+      if (partner.level != row.level || partner.tensor != row.tensor) continue;
+      if (partner.precision && !partner.precision->values_judged) break;
+      out.push_back(partner);
+      out.back().pass = "fp32";
+      break;
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -76,7 +127,7 @@ std::string avg_convention_note(const CheckSettings& s) {
 std::string unjudged_level(const std::vector<CheckRow>& clean, const std::string& level) {
   const CheckRow* example = nullptr;
   for (const auto& row : clean) {
-    if (row.level != level) continue;
+    if (row.level != level || !row.pass.empty()) continue;  // the check's own dtype only
     if (row_judged(row)) return "";
     example = &row;
   }
@@ -91,12 +142,16 @@ ReferenceRuns run_references(const CheckSettings& s) {
     return settings.resolved_workload() == "lm" ? run_reference_lm(settings) : run_reference_spd(settings);
   };
   dist::set_phase("reference");
-  ReferenceRuns runs{run(s), std::nullopt};
+  ReferenceRuns runs{run(s), std::nullopt, std::nullopt};
   if (s.precision.low_precision()) {
     CheckSettings fp64 = s;
     fp64.precision = PrecisionPolicy{};
     dist::set_phase("golden reference (fp64)");
     runs.golden = run(fp64);
+  }
+  if (const auto fp32 = fp32_pass_settings(s)) {
+    dist::set_phase("reference of the fp32 pass");
+    runs.fp32 = run(*fp32);
   }
   return runs;
 }
@@ -147,15 +202,35 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime,
       request.references ? request.references : std::make_shared<const ReferenceRuns>(run_references(s));
   const ReferenceRun& reference = references->reference;
   const PipelineOutputs* golden_outputs = references->golden ? &references->golden->outputs : nullptr;
+  const std::optional<CheckSettings> fp32 = fp32_pass_settings(s);
+  const bool speaks = runtime.rank() == 0;
   dist::set_phase("distributed pipeline");
-  std::vector<PipelineOutputs> runs;
+  size_t runs = 0;                                          // distributed runs so far (trace folders)
   std::vector<std::vector<DumpSink::Entry>> whole_records;  // by run, three-pool only
+  // One distributed run: rank 0 gets its rows, the others none.
   const auto run = [&](const CheckSettings& settings, const std::string& mutation) {
     whole_records.emplace_back();
-    runs.push_back(run_distributed(settings, runtime, mutation, reference,
-                                   run_trace_folder(request, reference, runs.size()), whole_records.back(), tracer));
+    const PipelineOutputs outputs =
+        run_distributed(settings, runtime, mutation, reference, run_trace_folder(request, reference, runs++),
+                        whole_records.back(), tracer, "");
+    return speaks ? compare_outputs(outputs, reference.outputs, settings, golden_outputs) : std::vector<CheckRow>{};
   };
-  if (request.mode != CheckMode::kMutate) run(s, "");
+  // The fp32 pass of a run whose rows (rank 0's) leave some row weakly judged: the same run at fp32
+  // compute, through the levels of those rows, which it judges again beside them.
+  const auto with_fp32_pass = [&](const std::vector<CheckRow>& rows, const CheckSettings& settings,
+                                  const std::string& mutation) {
+    CheckSettings again = *fp32;
+    again.levels = agree_on_levels(runtime, speaks ? weak_levels(rows) : std::vector<Level>{});
+    if (again.levels.empty()) return rows;
+    again.levels = settings.levels_through(level_name(again.levels.back()));
+    dist::set_phase("distributed pipeline (fp32 pass)");
+    std::vector<DumpSink::Entry> unused;
+    const PipelineOutputs outputs =
+        run_distributed(again, runtime, mutation, *references->fp32, "", unused, tracer, " (fp32 pass)");
+    dist::set_phase("distributed pipeline");
+    if (!speaks) return rows;
+    return merge_fp32_rows(rows, compare_outputs(outputs, references->fp32->outputs, again, golden_outputs));
+  };
   // A --bite mutation is judged by its first failing level: its run computes the levels up to
   // its expected one only (a grad-level bug needs no training run and no REPLAY).
   const auto mutation_settings = [&](const Mutation& m) {
@@ -163,37 +238,61 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime,
     if (request.mode == CheckMode::kBite) gated.levels = s.levels_through(m.expected_level);
     return gated;
   };
-  for (const auto& m : mutations) run(mutation_settings(m), m.name);
-
+  // A mutation of the precision policy itself (loss scaling, reduction dtype, master weights)
+  // stays judged in its own dtype only.
+  const auto fp32_judges = [&](const Mutation& m) { return fp32 && m.precision_need == PrecisionNeed::kNone; };
   CheckReport report = report_header(request);
-  if (runtime.rank() != 0) return report;
-
-  dist::set_phase("comparison");
-  report.rows = compare_outputs(runs.front(), reference.outputs, s, golden_outputs);
-  if (s.resolved_workload() == "lm" && s.convention == dist::Convention::kAvg && !report.rows_pass()) {
-    if (std::string note = avg_convention_note(s); !note.empty()) report.notes.push_back(note);
+  if (request.mode == CheckMode::kPlain) {
+    report.rows = run(s, "");
+    if (fp32) report.rows = with_fp32_pass(report.rows, s, "");
+  } else {
+    // --bite's clean run, or --mutate's one mutation.
+    const Mutation* m = request.mode == CheckMode::kMutate ? &mutations.front() : nullptr;
+    report.rows = run(s, m ? m->name : "");
+    if (fp32 && (m == nullptr || fp32_judges(*m))) report.rows = with_fp32_pass(report.rows, s, m ? m->name : "");
   }
-  if (!report.rows_pass()) report.first_divergence = divergence_of(request, reference, 0, s, whole_records.front());
-  if (request.mode == CheckMode::kMutate) {
-    report.bite.push_back(judge_mutation(mutations.front(), s.topology, report.rows, s.precision));
+  if (speaks) {
+    dist::set_phase("comparison");
+    if (s.resolved_workload() == "lm" && s.convention == dist::Convention::kAvg) {
+      if (std::string note = avg_convention_note(s); !note.empty()) report.notes.push_back(note);
+    }
+    if (!report.rows_pass()) report.first_divergence = divergence_of(request, reference, 0, s, whole_records.front());
+    if (request.mode == CheckMode::kMutate) {
+      report.bite.push_back(judge_mutation(mutations.front(), s.topology, report.rows, s.precision));
+    }
+    report.bite_skipped = plan.skipped;
+    dist::set_phase("distributed pipeline");
   }
-  report.bite_skipped = plan.skipped;
   for (size_t i = 0; request.mode == CheckMode::kBite && i < mutations.size(); ++i) {
+    const Mutation& m = mutations[i];
     // Under low precision a level may carry no signal on this run (its rows not judged by value):
-    // a bug there cannot be told from rounding, so the mutation is skipped, saying why.
-    if (std::string why = unjudged_level(report.rows, mutations[i].expected_level); !why.empty()) {
-      report.bite_skipped.push_back({mutations[i].name, why});
+    // without an fp32 pass to judge it (a mutation of the precision policy) a bug there cannot be
+    // told from rounding, so the mutation is skipped, saying why.
+    const std::string why = speaks && !fp32_judges(m) ? unjudged_level(report.rows, m.expected_level) : "";
+    if (agree(runtime, !why.empty())) {
+      if (speaks) report.bite_skipped.push_back({m.name, why});
       continue;
     }
-    const CheckSettings gated = mutation_settings(mutations[i]);
-    BiteOutcome outcome = judge_mutation(
-        mutations[i], s.topology, compare_outputs(runs[i + 1], reference.outputs, gated, golden_outputs), s.precision);
-    if (outcome.observed_level.empty()) outcome.observed_diagnosis = "through " + mutations[i].expected_level;
+    const CheckSettings gated = mutation_settings(m);
+    // Judged in its own dtype first; the fp32 pass only where that does not catch it.
+    std::vector<CheckRow> rows = run(gated, m.name);
+    const size_t index = runs - 1;
+    BiteOutcome outcome;
+    if (speaks) outcome = judge_mutation(m, s.topology, rows, s.precision);
+    if (fp32_judges(m) && agree(runtime, speaks && !outcome.caught)) {
+      rows = with_fp32_pass(rows, gated, m.name);
+      if (speaks) outcome = judge_mutation(m, s.topology, rows, s.precision);
+    }
+    if (!speaks) continue;
+    dist::set_phase("comparison");
+    if (outcome.observed_level.empty()) outcome.observed_diagnosis = "through " + m.expected_level;
     if (!outcome.observed_level.empty() && first_divergence_unavailable(s).empty()) {
-      outcome.first_divergence = divergence_of(request, reference, i + 1, gated, whole_records[i + 1]);
+      outcome.first_divergence = divergence_of(request, reference, index, gated, whole_records[index]);
     }
     report.bite.push_back(std::move(outcome));
+    dist::set_phase("distributed pipeline");
   }
+  if (!speaks) return report;
   // Said once for the whole --bite run rather than under every mutation.
   if (request.mode == CheckMode::kBite) {
     if (std::string why = first_divergence_unavailable(s); !why.empty()) {

@@ -25,6 +25,9 @@ enum class CheckMode { kPlain, kMutate, kBite };
 struct ReferenceRuns {
   ReferenceRun reference;
   std::optional<ReferenceRun> golden;
+  // Below fp32: the reference of the fp32 pass (fp32_pass_settings), where rows that go unjudged
+  // in the check's own dtype are judged again.
+  std::optional<ReferenceRun> fp32;
 };
 ReferenceRuns run_references(const CheckSettings& settings);
 
@@ -45,8 +48,9 @@ struct CheckRequest {
   std::string trace_folder;
 };
 
-// Why the clean run's rows at `level` cannot judge a bug there ("" when they can): every row of
-// the level passed without being judged by value (bf16 scores, whose policy is far from fp64).
+// Why the clean run's rows at `level` cannot judge a bug there in the check's own dtype ("" when
+// they can): every row of the level passed without being judged by value (bf16 scores, whose
+// policy is far from fp64). Rows of the fp32 pass are not the own dtype's.
 // --bite skips a mutation expected at such a level, saying so, rather than call it caught or missed.
 std::string unjudged_level(const std::vector<CheckRow>& clean, const std::string& level);
 
@@ -58,6 +62,12 @@ std::string traced_run_name(const std::string& mutation);
 CheckReport report_header(const CheckRequest& request);
 
 // Every rank calls it. Rank 0 gets the full report; other ranks an empty one (exit code 0).
+// Below fp32 each run whose rows leave some row unjudged by value (or judged so loosely that a
+// factor of 2 passes: row_weakly_judged) is run again at fp32 compute (the fp32 pass), and those
+// rows judged there are added after their partners (CheckRow::pass "fp32"). Under --bite a mutation
+// gets the fp32 pass only where its own dtype's rows do not catch it, and never a mutation of the
+// precision policy itself (loss scaling, reduction dtype, master weights), which stays judged in
+// its own dtype.
 // `tracer`: the rank's live tracer (docs/tracer.md): each distributed run is begun on it by name
 // ("clean", "mutation NAME") and streams its records; the reference is not traced.
 CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime, TracerSink* tracer = nullptr);

@@ -9,6 +9,7 @@
 
 #include <torch/csrc/autograd/autograd.h>
 #include "checks/lm_pipelines.h"
+#include "checks/replay_start.h"
 #include "checks/replay_states.h"
 
 #include "lib/core/json_fields.h"
@@ -93,9 +94,12 @@ struct OptimizerSteps {
 };
 
 void append_optimizer_outputs(PipelineOutputs& out, const SumLengths& n, const OptimizerSteps& steps) {
-  if (!steps.coefficients.empty()) {  // one number summing every pool's squares
+  // c_t = min(1, max/||g||): its own sensitivity, each pool's gradient entry a sum over the batch,
+  // ||g||² one sum of every pool's squares in the master dtype (pipeline_outputs.h).
+  if (!steps.coefficients.empty()) {
     out.push_back({"optimizer", "clip_coefficient", at::stack(steps.coefficients).reshape({-1}), 0.0,
-                   /*shared_inputs=*/true, n.parameters});
+                   /*shared_inputs=*/true, n.batch});
+    out.back().master_sum_length = n.parameters;
   }
   for (auto [group, member] : {std::pair{"theta_ci", is_ci}, std::pair{"V/U", is_vu}}) {
     std::vector<at::Tensor> inputs, updates;
@@ -108,6 +112,7 @@ void append_optimizer_outputs(PipelineOutputs& out, const SumLengths& n, const O
     // (the lm workload's [update] rows say more).
     out.push_back({"optimizer", str_cat(group, "[update]"), at::cat(updates), 0.0, false, n.batch});
     out.back().judged_below_fp32 = false;
+    out.back().through_adam_eps = true;
   }
 }
 
@@ -202,9 +207,17 @@ at::Tensor weight_product(const dist::ThreePoolSpd& spd, const TrainState& share
   return spd.assemble_weight_gradient(d.back().defined() ? d.back().detach() : at::zeros_like(w));
 }
 
-// The replay level's product rows: the clip's derivative (with clipping) and δw through the gradient.
-PipelineOutputs replay_product_rows(const SumLengths& n, const at::Tensor& clip_vjp, const at::Tensor& dw) {
+// The replay level's rows: λ_N REPLAY started from, per group (replay_start.h: the pool leaders'
+// copies, assembled as the query gradient; undefined without REPLAY); the products: the clip's
+// derivative (with clipping) and δw through the gradient.
+PipelineOutputs replay_product_rows(const SumLengths& n, const TensorTree& start, const at::Tensor& clip_vjp,
+                                    const at::Tensor& dw) {
   PipelineOutputs out;
+  if (!start.empty()) {
+    for (auto [group, member] : {std::pair{"theta_ci", is_ci}, std::pair{"V/U", is_vu}}) {
+      out.push_back({"replay", replay_start_row_name(group), group_of(start, member), 0.0, false, n.queries});
+    }
+  }
   if (clip_vjp.defined()) out.push_back({"replay", "clip_coefficient[vjp]", clip_vjp, 0.0, true, n.batch});
   if (dw.defined()) out.push_back({"replay", "w[vjp]", dw, 0.0, true, n.batch});
   return out;
@@ -371,7 +384,8 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
     ReplayStateWatch watch;  // replay/states
     watch.attach(options);
     const auto step = planted_step(mutation, spd, p.optimizer);
-    MagicResult result = run_magic(*step, spd, initial, w, options);
+    const ReplayStartWatch start(*step);  // replay/<group>[start]
+    MagicResult result = run_magic(start, spd, initial, w, options);
     std::optional<NamedTensor> states;
     if (settings.needs_replay()) states = replay_state_output(world, watch.difference());
 
@@ -386,9 +400,11 @@ PipelineOutputs run_distributed_spd(const CheckSettings& settings, const dist::R
       outputs.add(*tree, p.initial_params);
     }
     outputs.add(result.final_state.persistent, p.initial_sources);
+    if (settings.needs_replay()) outputs.add(start.recorded(), p.initial_params);
     const std::vector<TensorTree> full = outputs.full_trees(leader, world);
-    append_trained_outputs(out, n, full[0], full[1], full[2], states, replay_product_rows(n, clip_vjp_row, dw_row),
-                           full[3], full[4], result.scores);
+    const TensorTree full_start = settings.needs_replay() ? full[5] : TensorTree{};
+    append_trained_outputs(out, n, full[0], full[1], full[2], states,
+                           replay_product_rows(n, full_start, clip_vjp_row, dw_row), full[3], full[4], result.scores);
     whole.query_gradient = full[0];
     whole.hvp_initial = full[1];
     whole.hvp_final = full[2];
@@ -465,8 +481,8 @@ ReferenceRun run_reference_spd(const CheckSettings& settings) {
   run.trace = whole.entries();
   append_trained_outputs(run.outputs, n, whole.query_gradient, whole.hvp_initial, whole.hvp_final,
                          replay_state_reference(settings.topology.world_size()),
-                         replay_product_rows(n, clip_vjp_row, dw_row), unrolled.final_params, unrolled.final_sources,
-                         unrolled.scores);
+                         replay_product_rows(n, whole.query_gradient, clip_vjp_row, dw_row), unrolled.final_params,
+                         unrolled.final_sources, unrolled.scores);
   for (size_t t = 0; t < unrolled.step_params.size(); ++t) {
     run.states.push_back(TrainState{unrolled.step_params[t], unrolled.step_opt[t], unrolled.step_sources[t]});
   }

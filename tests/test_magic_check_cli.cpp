@@ -35,9 +35,9 @@ TEST(MagicCheckCli, FourRanksPassAtFp64PrecisionAndWriteBothReports) {
   auto o = magic_check("--topology dp=4 --json " + json + " --junit " + junit);
   ASSERT_EQ(o.exit_code, 0) << o.output;
   // 17 parameters: grad, optimizer (input, update; and the clip coefficient), query_grad, REPLAY's
-  // product (and its w, clip, whole-step theta, mu and nu rows) and final_params rows for each,
-  // two HVPs, REPLAY's states and two score rows.
-  EXPECT_NE(o.output.find("PASS: 113 of 113 checks"), std::string::npos) << o.output;
+  // start and product (and its w, clip, whole-step theta, mu and nu rows) and final_params rows for
+  // each, the shard weights, two HVPs, REPLAY's states and two score rows.
+  EXPECT_NE(o.output.find("PASS: 131 of 131 checks"), std::string::npos) << o.output;
   auto report = nlohmann::json::parse(testing::read_file(json));
   EXPECT_EQ(report["world_size"], 4);
   EXPECT_EQ(report["passed"], true);
@@ -99,9 +99,9 @@ TEST(MagicCheckCli, BiteCatchesEveryMutationWithItsSignature) {
   auto o = magic_check("--topology dp=4 --bite --json " + json);
   ASSERT_EQ(o.exit_code, 0) << o.output;
   auto report = nlohmann::json::parse(testing::read_file(json));
-  // The six of the data-parallel layout, the clip mutations' dp one and the detached norm, the
+  // The seven of the data-parallel layout, the clip mutations' dp one and the detached norm, the
   // optimizer input's and the query gradient's factors, and REPLAY's restore.
-  ASSERT_EQ(report["bite"].size(), 11u);
+  ASSERT_EQ(report["bite"].size(), 12u);
   for (const auto& b : report["bite"]) {
     EXPECT_TRUE(b["caught"].get<bool>()) << b.dump();
     EXPECT_EQ(b["observed"]["level"], b["expected"]["level"]) << b.dump();
@@ -170,7 +170,7 @@ TEST(MagicCheckCli, ThreePoolBiteOnDistinctSizesNamesExactlyTheExpectedFactor) {
   }
   EXPECT_EQ(bite.size(), 11u);
   // Every mutation of the layout ran; only those of the precision policy (fp64 here) are skipped.
-  ASSERT_EQ(report["bite_skipped"].size(), 3u);
+  ASSERT_EQ(report["bite_skipped"].size(), 4u);
   for (const auto& k : report["bite_skipped"]) {
     EXPECT_EQ(k["reason"].get<std::string>().rfind("needs a", 0), 0u) << k.dump();
   }
@@ -272,12 +272,12 @@ TEST(MagicCheckCli, BiteSaysWhichMutationsItSkippedAndWhy) {
   auto o = magic_check("--topology n_ci=2,n_per_block=1 --bite --steps 2 --json " + json);
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("BITE PASS: 9 of 9 applicable mutations caught with their expected level and factor "
-                          "(5 skipped: faith-on-all-ranks, avg-block-reduce, fp16-loss-scale-not-unscaled, "
-                          "fp16-unscale-twice, master-weights-in-compute-dtype)"),
+                          "(6 skipped: faith-on-all-ranks, avg-block-reduce, fp16-loss-scale-not-unscaled, "
+                          "fp16-unscale-twice, master-weights-in-compute-dtype, replay-start-keeps-loss-scale)"),
             std::string::npos)
       << o.output;
   auto report = nlohmann::json::parse(testing::read_file(json));
-  ASSERT_EQ(report["bite_skipped"].size(), 5u);
+  ASSERT_EQ(report["bite_skipped"].size(), 6u);
   EXPECT_EQ(report["bite_skipped"][0]["reason"], "needs n_per_block >= 2 (n_per_block=1 here)");
   EXPECT_EQ(report["bite_skipped"][2]["reason"], "needs a loss scale >= 2 (--dtype fp16; fp64 here)");
   // On this layout n_ci = n_ppgd = n_blocks = 2: the catches hold, but their factors are flagged.
@@ -417,9 +417,9 @@ TEST(MagicCheckCli, MeshWithCpAndFsdpPassesAtFp64Precision) {
   auto report = nlohmann::json::parse(testing::read_file(json));
   EXPECT_EQ(report["world_size"], 4);
   EXPECT_EQ(report["topology"], "dp=2,cp=2,fsdp=2");
-  // 17 grad, 1 + 2 x 17 optimizer, 17 query_grad, 2 hvp, replay states, 17 + 5 REPLAY products
-  // (w, clip, theta, mu, nu), 17 final_params, 2 scores
-  ASSERT_EQ(report["checks"].size(), 113u);
+  // 17 grad and the shard weights, 1 + 2 x 17 optimizer, 17 query_grad, 2 hvp, replay states,
+  // 17 REPLAY starts, 17 + 5 REPLAY products (w, clip, theta, mu, nu), 17 final_params, 2 scores
+  ASSERT_EQ(report["checks"].size(), 131u);
   for (const auto& row : report["checks"]) EXPECT_LE(row["worst_rel_err"].get<double>(), 1e-9) << row.dump();
 }
 
@@ -443,22 +443,29 @@ TEST(MagicCheckCli, Bf16PassesAgainstTheFp64GoldenRunAndReportsThreeErrors) {
       EXPECT_LE(row["reduction"]["worst_error"].get<double>(), row["reduction"]["bound"].get<double>()) << row.dump();
       continue;
     }
-    if (row["level"] == "replay") continue;  // compared for equality, not against fp64
+    // Compared for equality in every precision, not against fp64: REPLAY's states, the shard weights.
+    if (row["tensor"] == "states" || row["tensor"] == "shard_weights") continue;
     const auto& p = row["precision"];
     ASSERT_TRUE(p.is_object()) << row.dump();
-    EXPECT_GT(p["reference_vs_golden"].get<double>(), 1e-4) << row.dump();  // bf16 really ran
+    if (row["pass"] == "fp32") {  // the fp32 pass of a row bf16 leaves unjudged
+      EXPECT_LT(p["reference_vs_golden"].get<double>(), 1e-4) << row.dump();
+      EXPECT_TRUE(p["values_judged"].get<bool>()) << row.dump();
+    } else {
+      EXPECT_GT(p["reference_vs_golden"].get<double>(), 1e-4) << row.dump();  // bf16 really ran
+    }
     EXPECT_LE(p["candidate_vs_golden"].get<double>(), p["allowed_vs_golden"].get<double>()) << row.dump();
-    if (!p["bound"].is_null()) {
+    if (!p["bound"].is_null() && row["pass"].is_null()) {
       ++bounded;
       EXPECT_LE(p["candidate_vs_reference"].get<double>(), p["bound"].get<double>()) << row.dump();
     }
   }
   // The bound applies at shared inputs (the 17 grad rows, the clip coefficient, the 17 optimizer
-  // inputs and the HVP at theta_0: 36 rows) wherever the reference itself is within u·√n of fp64;
-  // how many are depends on the CPU's bf16 kernels (all 36 on the machine the test was written on,
-  // 9 on an AVX2 AMD EPYC).
+  // inputs, the HVP at theta_0 and REPLAY's 19 products through the gradient: 55 rows) wherever the
+  // reference itself is within u·√n of fp64; how many are depends on the CPU's bf16 kernels (39 on
+  // the Intel Xeon of issue 42; of the first 36, all on the machine the test was written on and 9 on
+  // an AVX2 AMD EPYC).
   EXPECT_GE(bounded, 1) << "no row was judged against the bound";
-  EXPECT_LE(bounded, 36);
+  EXPECT_LE(bounded, 55);
   EXPECT_EQ(reductions, 17) << "one reduction row per parameter";
 }
 

@@ -44,8 +44,8 @@ TEST(Report, JsonHasTheDocumentedSchema) {
   EXPECT_EQ(j["topology"], "dp=4");
   EXPECT_EQ(j["passed"], false);
   ASSERT_EQ(j["checks"].size(), 2u);
-  for (const char* key : {"level", "tensor", "scale", "mean_ratio", "worst_rel_err", "cosine", "tolerance", "numel",
-                          "verdict", "diagnosis", "factor"}) {
+  for (const char* key : {"level", "tensor", "pass", "scale", "mean_ratio", "worst_rel_err", "cosine", "tolerance",
+                          "numel", "verdict", "diagnosis", "factor"}) {
     EXPECT_TRUE(j["checks"][0].contains(key)) << key;
   }
   EXPECT_EQ(j["checks"][1]["verdict"], "fail");

@@ -137,13 +137,15 @@ TEST(JudgeMutation, AMissingRowIsNoCatchOfAScaling) {
 
 TEST(BitePlan, ListsTheMutationsThatDoNotApplyAndWhy) {
   const auto plan = checks::plan_bite(dist::TopologySpec::parse("n_ci=2,n_per_block=1"), checks::all_levels());
-  EXPECT_EQ(plan.run.size(), 9u);      // five of the layout's pools, two of its clip, δw's assembly, REPLAY's restore
-  ASSERT_EQ(plan.skipped.size(), 5u);  // two of the layout, three of the precision policy (fp64 here)
+  EXPECT_EQ(plan.run.size(), 9u);  // five of the layout's pools, two of its clip, δw's assembly, REPLAY's restore
+  // two of the layout, three of the precision policy and REPLAY's start, which needs a loss scale (fp64 here)
+  ASSERT_EQ(plan.skipped.size(), 6u);
   for (const auto& k : plan.skipped) {
     if (k.mutation == "faith-on-all-ranks" || k.mutation == "avg-block-reduce") {
       EXPECT_EQ(k.reason, "needs n_per_block >= 2 (n_per_block=1 here)");
     } else {
-      EXPECT_TRUE(checks::is_precision_mutation(k.mutation)) << k.mutation;
+      EXPECT_TRUE(checks::is_precision_mutation(k.mutation) || k.mutation == "replay-start-keeps-loss-scale")
+          << k.mutation;
       EXPECT_EQ(k.reason.rfind("needs a", 0), 0u) << k.reason;
     }
   }
@@ -162,9 +164,10 @@ TEST(BitePlan, SkipsTheMutationsWhoseLevelIsNotChecked) {
   size_t mesh_mutations = 0;
   for (const auto& m : checks::mutation_catalog())
     mesh_mutations += !m.family || m.family == dist::TopologyFamily::kMesh;
-  // 13 of the mesh's parallelism, 5 of the precision policy, 3 of clipping, the optimizer input's,
-  // the query gradient's, REPLAY's restore and REPLAY's unscale of the optimizer state's cotangents
-  EXPECT_EQ(mesh_mutations, 25u);
+  // 14 of the mesh's parallelism, 5 of the precision policy, 3 of clipping, the optimizer input's,
+  // the query gradient's, REPLAY's restore, REPLAY's unscale of the optimizer state's cotangents and
+  // REPLAY's start
+  EXPECT_EQ(mesh_mutations, 27u);
   EXPECT_EQ(plan.run.size() + plan.skipped.size(), mesh_mutations);  // every one, in one list or the other
 }
 

@@ -21,16 +21,9 @@ constexpr double kGrossError = 100.0;
 // R 43-70% off fp64, D 0.71-0.87 off R against a bound of 0.70; in the built-in workload no
 // bounded row comes near: err(R, G) stays below a quarter of the bound).
 constexpr double kBoundUnits = 4.0;
-// The factor rule needs R to carry signal: R within this of fp64 (as the scores' informative test),
+// The factor rule needs R to carry signal: R within this of fp64 (as the scores' informative test).
+// An exact scale (scale_diagnosis.h) needs none and fails every row, judged or not.
 constexpr double kFactorSignal = 0.1;
-// or else D off R by a factor to 1% with cosine >= 1 - 1e-4, over enough entries that the cosine
-// says something (one entry's cosine is always 1): rounding tilts D against R as much as it
-// stretches it, so a clean run cannot halve a vector and keep its direction. Measured:
-// extra-divide-scores, bf16, w[vjp] at D/R 0.333326 cosine 0.999994 (dp=3,cp=2) and 0.500003
-// cosine 1.000000 (dp=2), where R is 20% and 62% off fp64 entry-wise on an AVX2 AMD EPYC (and at
-// dp=2 farther from fp64 than from D).
-constexpr double kExactFactorNoise = 1e-4;
-constexpr int64_t kExactFactorEntries = 16;
 
 }  // namespace
 
@@ -101,25 +94,31 @@ CheckRow make_precision_row(const std::string& level, const std::string& tensor,
   // than R is to fp64: a row near zero against its error scale has a noise ratio for a length (a
   // per-document score whose tokens cancel under the clip, dp=1,cp=2 bf16 sgd batch 1: D/R 0.55
   // at err(D,R) 2.2e-3, err(R,G) 4.9e-3). Nor where R is more than 10% off fp64: its length is
-  // noise too (a bf16 --config run's ln_f.bias[vjp], R 70% off fp64, read ≈ x dp). Unless the
-  // factor is exact (kExactFactorNoise): that no noise makes.
-  const bool exact_factor =
-      row.stats.numel >= kExactFactorEntries && diagnose(row.stats, /*passed=*/false, factors, kExactFactorNoise).exact;
-  const bool measurable =
-      exact_factor || (row.stats.worst_rel_err > e.reference_golden && e.reference_golden <= kFactorSignal);
+  // noise too (a bf16 --config run's ln_f.bias[vjp], R 70% off fp64, read ≈ x dp).
+  const bool measurable = row.stats.worst_rel_err > e.reference_golden && e.reference_golden <= kFactorSignal;
   const bool factor_scaled =
       e.values_judged && measurable && !diagnose(row.stats, /*passed=*/false, factors, direction_noise).factors.empty();
+  // An exact scale fails in every precision, whether the row's values are judged or not: rounding
+  // does not stretch D against R without tilting it (the fp16 loss scale left on REPLAY's start
+  // made the scores exactly x16 at cosine 0.999999 while they were not judged by value).
+  const bool scaled = is_exact_scale(row.stats);
   const bool gross =
       !e.values_judged && e.candidate_golden > kGrossError && e.candidate_golden > kGrossError * e.reference_golden;
-  row.passed = stored_right && !factor_scaled && !gross && (values_right || !e.values_judged);
+  row.passed = stored_right && !factor_scaled && !scaled && !gross && (values_right || !e.values_judged);
   row.precision = e;
   if (fail_if_not_finite(
           row, {{"distributed tensor", candidate}, {"reference tensor", reference}, {"golden tensor", golden}},
           step_shape)) {
     return row;
   }
-  row.diagnosis = diagnose(row.stats, row.passed, factors, direction_noise);
-  if (row.passed && criterion.storage) {
+  row.diagnosis =
+      scaled ? diagnose_exact_scale(row.stats, factors) : diagnose(row.stats, row.passed, factors, direction_noise);
+  if (scaled) {
+    row.diagnosis.text =
+        str_cat(e.values_judged ? "" : "not judged by value, but ", "an exact scale of the reference (",
+                "ratio constant to ", format_sci(row.stats.residual, 0), " over ",
+                format_fixed(row.stats.effective_entries, 0), " effective entries): ", row.diagnosis.text);
+  } else if (row.passed && criterion.storage) {
     row.diagnosis.text = str_cat("master weights kept: ", format_fixed(100 * *e.candidate_representable, 0),
                                  "% of entries fit ", dtype_name(*criterion.storage), " (reference ",
                                  format_fixed(100 * *e.reference_representable, 0), "%)");
@@ -130,7 +129,9 @@ CheckRow make_precision_row(const std::string& level, const std::string& tensor,
         str_cat("not judged by value: the policy's own ", criterion.signal_error ? "scores are " : "result is ",
                 format_fixed(100 * signal, 0), "% off fp64");
   }
-  if (!stored_right) {
+  if (scaled) {
+    // Named above; a storage failure would be the same row's second finding.
+  } else if (!stored_right) {
     row.diagnosis.text =
         str_cat(format_fixed(100 * *e.candidate_representable, 0), "% of entries fit ", dtype_name(*criterion.storage),
                 " exactly (the policy's reference: ", format_fixed(100 * *e.reference_representable, 0),
@@ -155,6 +156,17 @@ CheckRow make_precision_row(const std::string& level, const std::string& tensor,
 
 bool row_judged(const CheckRow& row) {
   return !row.precision || row.precision->values_judged || row.precision->candidate_representable.has_value();
+}
+
+std::string row_label(const CheckRow& row) {
+  return row.pass.empty() ? row.tensor : str_cat(row.tensor, " (", row.pass, ")");
+}
+
+bool row_weakly_judged(const CheckRow& row) {
+  constexpr double kLooseAllowed = 0.5;
+  if (!row.precision) return false;
+  const PrecisionErrors& e = *row.precision;
+  return !e.values_judged || (!e.bound && e.allowed_golden >= kLooseAllowed);
 }
 
 CheckRow make_unmatched_row(const std::string& level, const std::string& tensor, double tolerance,

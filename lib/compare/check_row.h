@@ -70,6 +70,9 @@ struct ReductionErrors {
 struct CheckRow {
   std::string level;   // grad | query_grad | hvp | final_params | scores
   std::string tensor;  // the parameter, "theta_0", "per_token", ...
+  // The compute dtype of the pass this row comes from where it is not the check's own: "fp32" for
+  // the fp32 pass of a bf16 or fp16 check (checks/run_check.h); "" for the check's own rows.
+  std::string pass;
   ComparisonStats stats;
   double tolerance = 0.0;
   bool passed = true;
@@ -78,9 +81,17 @@ struct CheckRow {
   std::optional<ReductionErrors> reduction;  // reduction rows only
 };
 
+// The row's tensor as reports name it: a row of the fp32 pass says so ("w[vjp] (fp32)").
+std::string row_label(const CheckRow& row);
+
 // Whether a row's verdict says anything: false for a low-precision row whose values were not
 // judged and that had no storage check (its pass is "nothing to compare against").
 bool row_judged(const CheckRow& row);
+
+// Whether a low-precision row's values go unjudged, or judged so loosely that a factor of 2 would
+// pass: not judged by value, or with no bound on err(D, R) and an allowed err(D, G) of 0.5 or more
+// (R's own error against fp64 swamps the row: replay w[vjp] in bf16 where R is 57% off fp64).
+bool row_weakly_judged(const CheckRow& row);
 
 // Passes when worst_rel_err <= tolerance (error_scale: see compare_tensors). Every row fails
 // when one of its tensors is not finite, saying which and where (finite_rows.h; `step_shape`

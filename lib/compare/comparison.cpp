@@ -33,6 +33,11 @@ ComparisonStats compare_tensors(const at::Tensor& distributed, const at::Tensor&
   }
   s.scale = dr / rr;
   s.cosine = dd == 0.0 ? 0.0 : dr / std::sqrt(dd * rr);
+  s.residual = s.scale == 0.0 ? std::numeric_limits<double>::infinity()
+                              : (d - s.scale * r).norm().item<double>() / (std::abs(s.scale) * s.reference_norm);
+  // Σr⁴ of r / max|r| (r⁴ of a tiny r underflows; the ratio does not depend on the unit).
+  const at::Tensor unit = r / max_r;
+  s.effective_entries = std::pow(unit.dot(unit).item<double>(), 2) / unit.pow(4).sum().item<double>();
   s.worst_rel_err = (d - r).abs().max().item<double>() / std::max(max_r, error_scale);
   const at::Tensor significant = r.abs() > 1e-3 * max_r;
   s.mean_ratio = (d.masked_select(significant) / r.masked_select(significant)).mean().item<double>();

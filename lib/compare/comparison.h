@@ -8,6 +8,8 @@
 // gradient clipping (the clip is scale-invariant in the document's weights), and its rounding
 // error is ~u·Σ_t|r_t|, not ~u·|r|.
 //   cosine         <d, r> / (|d| |r|)
+//   residual       |d - scale·r| / |scale·r|: how far d is from a pure scaling of r (0: exactly one)
+//   effective_entries  (Σr²)² / Σr⁴: how many entries carry r's length (one dominant entry: 1)
 #pragma once
 
 #include <ATen/ATen.h>
@@ -24,6 +26,8 @@ struct ComparisonStats {
   int64_t numel = 0;
   double reference_norm = 0.0;
   double distributed_norm = 0.0;
+  double residual = 0.0;
+  double effective_entries = 0.0;
 };
 
 // Computed in fp64 whatever the inputs' dtype; shapes must match.

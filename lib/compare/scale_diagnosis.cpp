@@ -72,7 +72,7 @@ Diagnosis diagnose(const ComparisonStats& s, bool passed, const std::vector<Name
     d.factors = matching(factors, s.scale, tolerance, /*nearest_only=*/true);
     if (!d.factors.empty()) {
       d.scale_tolerance = tolerance;
-      d.text = str_cat(join(d.factors, " = "), " (scale ", format_fixed(s.scale, 6), ")");
+      d.text = str_cat(join(d.factors, " or "), " (scale ", format_fixed(s.scale, 6), ")");
       d.factor = d.factors.front();
       d.exact = true;
       return d;
@@ -91,7 +91,7 @@ Diagnosis diagnose(const ComparisonStats& s, bool passed, const std::vector<Name
     d.factors = matching(factors, s.scale, 0.25, /*nearest_only=*/true);
     if (!d.factors.empty()) {
       d.scale_tolerance = 0.25;
-      d.text = str_cat("≈ ", join(d.factors, " = "), " (scale ", format_fixed(s.scale, 4), ", cosine ",
+      d.text = str_cat("≈ ", join(d.factors, " or "), " (scale ", format_fixed(s.scale, 4), ", cosine ",
                        format_fixed(s.cosine, 4), ")");
       d.factor = d.factors.front();
       return d;
@@ -99,6 +99,34 @@ Diagnosis diagnose(const ComparisonStats& s, bool passed, const std::vector<Name
   }
   d.text = str_cat("direction differs (cosine ", format_fixed(s.cosine, 6), ", scale ", format_fixed(s.scale, 4),
                    "): terms missing or extra, not a scaling");
+  return d;
+}
+
+namespace {
+
+constexpr double kExactScaleResidual = 0.01;
+constexpr double kExactScaleEntries = 16.0;
+constexpr double kExactScaleBeyond = 1.1;
+
+}  // namespace
+
+bool is_exact_scale(const ComparisonStats& s) {
+  if (!(s.scale > 0.0) || !std::isfinite(s.scale)) return false;
+  return s.residual <= kExactScaleResidual && s.cosine >= 1.0 - 1e-4 && s.effective_entries >= kExactScaleEntries &&
+         std::abs(std::log(s.scale)) > std::log(kExactScaleBeyond);
+}
+
+Diagnosis diagnose_exact_scale(const ComparisonStats& s, const std::vector<NamedFactor>& factors) {
+  Diagnosis d;
+  d.factors = matching(factors, s.scale, kExactScaleResidual, /*nearest_only=*/true);
+  if (d.factors.empty()) {
+    d.text = str_cat("scale ", format_fixed(s.scale, 6), ", no topology factor");
+    return d;
+  }
+  d.text = str_cat(join(d.factors, " or "), " (scale ", format_fixed(s.scale, 6), ")");
+  d.factor = d.factors.front();
+  d.exact = true;
+  d.scale_tolerance = kExactScaleResidual;
   return d;
 }
 

@@ -33,8 +33,20 @@ struct Diagnosis {
 };
 
 // `direction_noise`: the exact match needs cosine >= 1 - direction_noise (1e-6 at fp64 and fp32;
-// larger where low-precision rounding tilts even a pure scaling).
+// larger where low-precision rounding tilts even a pure scaling). Several sizes of the same value
+// are named as candidates ("x dp or x cp"): the scale alone cannot say which.
 Diagnosis diagnose(const ComparisonStats& stats, bool passed, const std::vector<NamedFactor>& factors,
                    double direction_noise = 1e-6);
+
+// An exact scale, D = s·R with s not 1: the ratio constant to 1% (residual <= 0.01, so cosine >=
+// 1 - 5e-5) over at least 16 effective entries of R (one dominant entry makes any two vectors
+// parallel), and s beyond 1 by more than 10% either way (the most a run's rounding could move a
+// whole row by, through a scalar such as the clip coefficient). Rounding noise tilts D against R as
+// much as it stretches it, so no correct run of the same policy shows one, in any dtype.
+bool is_exact_scale(const ComparisonStats& stats);
+
+// Names an exact scale: the sizes it equals to 1% ("x loss_scale (scale 16.000000)"), or "scale
+// 16.000000, no topology factor".
+Diagnosis diagnose_exact_scale(const ComparisonStats& stats, const std::vector<NamedFactor>& factors);
 
 }  // namespace magic

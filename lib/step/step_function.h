@@ -52,6 +52,11 @@ class StepFunction {
   // magic-check plants restore bugs here (a wrapper StepFunction); REPLAY's recomputed states
   // must equal training's bit for bit.
   virtual TrainState restore(const TrainState& saved, int64_t /*step*/) const { return saved; }
+  // λ_N, the cotangent REPLAY starts from: (∂Q/∂θ_N, 0, 0) over the floating entries of a state
+  // shaped like `state`, with ∂Q/∂θ_N as the query gave it (unscaled: REPLAY scales each product's
+  // cotangents itself, cotangent_scale). magic-check compares it (`replay <param>[start]`) and
+  // plants start bugs here (a wrapper StepFunction).
+  virtual TrainState replay_start(const TrainState& state, const TensorTree& query_gradient) const;
 };
 
 class QueryFunction {

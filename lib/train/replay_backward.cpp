@@ -137,10 +137,7 @@ ReplayResult ReplayBackward::run(const TensorTree& dq_dparams, const ReplayResum
       TracedStep traced = next_traced();
       if (traced.t != t) throw std::logic_error(str_cat("REPLAY: step ", traced.t, " came where ", t, " was due"));
       dist::set_phase(str_cat("REPLAY step ", t));
-      if (!lambda) {
-        lambda = zero_cotangent(traced.leaves);
-        lambda->params = dq_dparams.detach();
-      }
+      if (!lambda) lambda = step_.replay_start(traced.leaves, dq_dparams);
       StepVjp vjp = backward_through(step_, std::move(traced), *lambda);
       if (observer_) observer_(t, vjp);
       if (tracing()) trace_replay_step(t, vjp, step_.trace_layout());

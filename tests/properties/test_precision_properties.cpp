@@ -2,7 +2,8 @@
 // fp16 on random mesh layouts (dp, cp, fsdp; world <= 4), sequence lengths, batches, steps,
 // optimizers, checkpoint schedules and seeds must pass every row against the fp64 golden run.
 // ctest runs 20 cases; the long label 500 (the acceptance asks for >= 200 with none failing).
-// Prints how close the clean runs came to the factor rule and to the reduction rows' bound.
+// Prints how close the clean runs came to the factor rule, the exact-scale rule, the clip
+// coefficient's floor and the reduction rows' bound, and what the fp32 pass judged.
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 
@@ -27,14 +28,39 @@ struct Margins {
   double reduction_over_bound = 0.0;
   double unjudged_error = 0.0;  // the largest err(D, G) of a row not judged by value (gross above 100)
   std::string unjudged_where;   // its row and run
+  // The exact-scale rule (fires beyond 10%): the largest |scale - 1| of a row whose D/R is constant
+  // to 1% over 16 effective entries or more, judged or not.
+  double exact_shape_deviation = 0.0;
+  std::string exact_shape_where;
+  // The clip coefficient's own floor: its largest err(D, G) / allowed.
+  double clip_over_allowed = 0.0;
+  // The fp32 pass: rows it judged, in how many runs, and the largest err(D, G) / allowed among them.
+  int64_t fp32_rows = 0, fp32_runs = 0;
+  double fp32_over_allowed = 0.0;
 };
 
 void record_margins(const CheckReport& report, const std::string& run, Margins& m) {
+  m.fp32_runs +=
+      std::any_of(report.rows.begin(), report.rows.end(), [](const CheckRow& r) { return r.pass == "fp32"; });
   for (const auto& row : report.rows) {
     if (row.reduction)
       m.reduction_over_bound = std::max(m.reduction_over_bound, row.reduction->worst / row.reduction->bound);
     if (row.precision && row.precision->values_judged && row.stats.cosine >= 0.9) {
       m.scale_deviation = std::max(m.scale_deviation, std::abs(row.stats.scale - 1.0));
+    }
+    if (row.stats.residual <= 0.01 && row.stats.effective_entries >= 16 &&
+        std::abs(row.stats.scale - 1.0) > m.exact_shape_deviation) {
+      m.exact_shape_deviation = std::abs(row.stats.scale - 1.0);
+      m.exact_shape_where = row.level + "/" + row_label(row) + " of " + run;
+    }
+    if (row.precision && row.tensor == "clip_coefficient" && row.precision->allowed_golden > 0) {
+      m.clip_over_allowed =
+          std::max(m.clip_over_allowed, row.precision->candidate_golden / row.precision->allowed_golden);
+    }
+    if (row.pass == "fp32" && row.precision) {
+      ++m.fp32_rows;
+      m.fp32_over_allowed =
+          std::max(m.fp32_over_allowed, row.precision->candidate_golden / row.precision->allowed_golden);
     }
     if (row.precision && !row.precision->values_judged && std::isfinite(row.precision->candidate_golden) &&
         row.precision->candidate_golden > m.unjudged_error) {
@@ -73,6 +99,15 @@ TEST(PrecisionProperties, CleanLowPrecisionRunsNeverRaiseAnAlarm) {
             << "; largest reduction error / bound: " << format_fixed(margins.reduction_over_bound, 4)
             << "; largest err(D, G) of a row not judged by value: " << format_fixed(margins.unjudged_error, 4) << " ("
             << margins.unjudged_where << ")\n";
+  std::cout << "largest |scale(D,R) - 1| of a row D/R constant to 1% over >= 16 effective entries (the exact-scale "
+               "rule fails it beyond 0.1): "
+            << format_fixed(margins.exact_shape_deviation, 4) << " (" << margins.exact_shape_where << ")"
+            << "; largest clip coefficient err(D,G) / allowed: " << format_fixed(margins.clip_over_allowed, 4) << "\n";
+  std::cout << "fp32 pass: " << margins.fp32_rows << " rows judged in " << margins.fp32_runs
+            << " runs; largest err(D,G) / allowed: " << format_fixed(margins.fp32_over_allowed, 4) << "\n";
+  // Below fp32 every run leaves some row unjudged (Adam's updates, REPLAY's whole steps): the pass
+  // must have judged rows in most runs, or it is not running.
+  EXPECT_GT(margins.fp32_runs, 0) << "the fp32 pass judged nothing";
 }
 
 }  // namespace

@@ -1,0 +1,44 @@
+// A Parallelism that forwards every method to the one it wraps: the base of the taps that record
+// what the distributed step does (reduction_probe.h, shard_weights.h), each overriding the one
+// method it listens to.
+#pragma once
+
+#include <memory>
+
+#include "lib/step/parallelism.h"
+
+namespace magic::checks {
+
+class ForwardingParallelism : public Parallelism {
+ public:
+  explicit ForwardingParallelism(std::shared_ptr<const Parallelism> inner) : inner_(std::move(inner)) {}
+
+  std::vector<int64_t> local_share(const std::vector<int64_t>& global) const override {
+    return inner_->local_share(global);
+  }
+  double mean_denominator(double local_valid_labels) const override {
+    return inner_->mean_denominator(local_valid_labels);
+  }
+  SequenceLayout sequence(int64_t length) const override { return inner_->sequence(length); }
+  TensorTree shard(const TensorTree& full) const override { return inner_->shard(full); }
+  TensorTree unshard(const TensorTree& local) const override { return inner_->unshard(local); }
+  TensorTree enter(const TensorTree& params) const override { return inner_->enter(params); }
+  at::Tensor global_norm(const TensorTree& grads) const override { return inner_->global_norm(grads); }
+  TensorTree reduce_gradient(const TensorTree& grads) const override { return inner_->reduce_gradient(grads); }
+  TensorTree apply_convention(const TensorTree& grads) const override { return inner_->apply_convention(grads); }
+  TensorTree optimizer_input(const TensorTree& clipped) const override { return inner_->optimizer_input(clipped); }
+  at::Tensor sum_across_ranks(const at::Tensor& local) const override { return inner_->sum_across_ranks(local); }
+  at::Tensor assemble_weight_gradient(const at::Tensor& local) const override {
+    return inner_->assemble_weight_gradient(local);
+  }
+  bool runs_collectives() const override { return inner_->runs_collectives(); }
+  TraceLayout trace_layout() const override { return inner_->trace_layout(); }
+
+ protected:
+  const Parallelism& inner() const { return *inner_; }
+
+ private:
+  std::shared_ptr<const Parallelism> inner_;
+};
+
+}  // namespace magic::checks
