@@ -1,13 +1,16 @@
 // The examples in README.md and docs/ are real: every fenced block that begins with
 // "$ build/tools/magic-check" is run, and every line it shows (except "..." cuts and the wall
 // time) must appear in the real output, with the exit code the summary line implies (PASS 0,
-// FAIL 1); every ```json block parses, and every run config among them loads.
+// FAIL 1); every block that begins with "$ build/tools/magic-run" is run from the source folder
+// (its --out in a temporary folder) and every line it shows that holds no duration must appear;
+// every ```json block parses, and every run config among them loads.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -91,12 +94,26 @@ TEST(Readme, ALineMatchesAPrintedOneOnlyUpToRoundingLevelFigures) {
   EXPECT_FALSE(printed(shown, "grad tok_emb 1.000000 1.000000 3.5e-16 1.000000 pass\n"));
 }
 
+std::vector<Example> examples_of(const std::string& tool) {
+  std::vector<Example> out;
+  for (const Example& e : readme_examples()) {
+    if (e.command.rfind("build/tools/" + tool + " ", 0) == 0) out.push_back(e);
+  }
+  return out;
+}
+
+TEST(Readme, EveryExampleIsOfAToolTheseTestsRun) {
+  for (const Example& e : readme_examples()) {
+    EXPECT_TRUE(e.command.rfind("build/tools/magic-check ", 0) == 0 || e.command.rfind("build/tools/magic-run ", 0) == 0)
+        << e.command;
+  }
+}
+
 TEST(Readme, EveryMagicCheckExampleRunsAsPrinted) {
-  const std::vector<Example> examples = readme_examples();
-  ASSERT_GE(examples.size(), 2u) << "the README's magic-check examples were not found";
+  const std::vector<Example> examples = examples_of("magic-check");
+  ASSERT_GE(examples.size(), 3u) << "the README's magic-check examples were not found";
   for (const Example& e : examples) {
     SCOPED_TRACE(e.command);
-    ASSERT_EQ(e.command.rfind("build/tools/magic-check ", 0), 0u) << "an example of a tool this test does not run";
     const auto o = testing::run_command(std::string(MAGIC_CHECK_BINARY) +
                                         e.command.substr(std::string("build/tools/magic-check").size()));
     int compared = 0, expected_code = -1;
@@ -112,6 +129,50 @@ TEST(Readme, EveryMagicCheckExampleRunsAsPrinted) {
     EXPECT_GE(compared, 10) << "too few lines compared";
     EXPECT_EQ(o.exit_code, expected_code) << o.output;
   }
+}
+
+// A line of magic-run's output that holds a duration ("in 3.0s", "2.5 steps/s", "ETA 7.5s",
+// "training 2.98 s") differs from run to run: the README shows it, the test does not compare it.
+bool holds_a_duration(const std::string& line) {
+  static const std::regex duration("[0-9.]+ ?s\\b|steps/s|ETA ");
+  return std::regex_search(line, duration);
+}
+
+TEST(Readme, TheAttributionDemoRunsAsPrinted) {
+  const std::vector<Example> examples = examples_of("magic-run");
+  ASSERT_EQ(examples.size(), 1u) << "the README's magic-run demo was not found";
+  const Example& e = examples.front();
+  SCOPED_TRACE(e.command);
+  const std::string shown_out = "out/demo";
+  const size_t at = e.command.find(" --out " + shown_out);
+  ASSERT_NE(at, std::string::npos) << "the demo writes to " << shown_out;
+  const std::string out = testing::fresh_dir("readme-demo");
+  std::string args = e.command.substr(std::string("build/tools/magic-run").size());
+  args.replace(args.find(" --out " + shown_out) , 7 + shown_out.size(), " --out " + out);
+  const auto o = testing::run_command(str_cat("cd ", MAGIC_SOURCE_DIR, " && ", MAGIC_RUN_BINARY, args));
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  std::string output = o.output;  // the temporary folder as the README names it
+  for (size_t p = output.find(out); p != std::string::npos; p = output.find(out, p)) {
+    output.replace(p, out.size(), shown_out);
+  }
+  int compared = 0;
+  for (const std::string& line : e.output) {
+    if (!shown_as_is(line) || holds_a_duration(line)) continue;
+    ++compared;
+    EXPECT_TRUE(printed(line, output)) << "README shows a line the run does not print:\n"
+                                       << line << "\n--- the run printed:\n"
+                                       << output;
+  }
+  EXPECT_GE(compared, 20) << "too few lines compared";
+  std::filesystem::remove_all(out);
+}
+
+TEST(Readme, ADurationIsNotCompared) {
+  EXPECT_TRUE(holds_a_duration("training: 32 steps in 3.0s (10.7 steps/s)"));
+  EXPECT_TRUE(holds_a_duration("REPLAY: 13/32 steps (40%), 2.5 steps/s, ETA 7.5s"));
+  EXPECT_TRUE(holds_a_duration("query loss 4.2707; training 2.98 s, REPLAY 11.88 s; 8 checkpoints (3.09 MiB)"));
+  EXPECT_FALSE(holds_a_duration("magic-run: 376 examples ... estimated peak memory 545.7 MiB (13 states of 395.2 KiB)"));
+  EXPECT_FALSE(holds_a_duration("  -4.446e-04  Prv17:20  He that hath a froward heart findeth no good"));
 }
 
 // The ```json blocks of a markdown file, each with the line it starts on.

@@ -8,6 +8,7 @@
 
 #include "lib/core/error.h"
 #include "lib/io/safetensors.h"
+#include "lib/trace/compare_report.h"
 #include "lib/trace/dump_comparison.h"
 #include "lib/trace/dump_reader.h"
 #include "lib/trace/dump_sink.h"
@@ -34,7 +35,12 @@ std::string fresh_folder(const std::string& name) {
 
 TraceRecord record(const std::string& name, const std::string& kind, const std::string& phase, int64_t step,
                    std::vector<Placement> placements = {}) {
-  return {name, kind, phase, kind == "gradient" || kind == "reduced_gradient" ? "first" : "forward", step, "",
+  return {name,
+          kind,
+          phase,
+          kind == "gradient" || kind == "reduced_gradient" ? "first" : "forward",
+          step,
+          "",
           std::move(placements)};
 }
 
@@ -144,13 +150,13 @@ TEST(DumpFormat, UnevenShardsAndZigzagPairsReassembleToTheWhole) {
   for (const auto& c : mesh_coords()) grad_pieces.push_back(grad / 3 + (c[1] - 1) * at::ones({7, 3}, at::kDouble));
   std::vector<at::Tensor> mean_pieces;  // avg over both: each rank holds the whole plus an offset that averages out
   for (size_t r = 0; r < 6; ++r) mean_pieces.push_back(grad + (static_cast<double>(r) - 2.5));
-  write_mesh_dump(folder,
-                  {record("hidden", "activation", "forward", 0, {Placement::shard(0), Placement::zigzag(1)}),
-                   record("w", "gradient", "backward", 0,
-                          {Placement::replicate(), Placement::partial(Placement::Reduce::kSum)}),
-                   record("w", "reduced_gradient", "reduction", 0,
-                          {Placement::partial(Placement::Reduce::kAvg), Placement::partial(Placement::Reduce::kAvg)})},
-                  {batch_sequence_pieces(hidden), grad_pieces, mean_pieces});
+  write_mesh_dump(
+      folder,
+      {record("hidden", "activation", "forward", 0, {Placement::shard(0), Placement::zigzag(1)}),
+       record("w", "gradient", "backward", 0, {Placement::replicate(), Placement::partial(Placement::Reduce::kSum)}),
+       record("w", "reduced_gradient", "reduction", 0,
+              {Placement::partial(Placement::Reduce::kAvg), Placement::partial(Placement::Reduce::kAvg)})},
+      {batch_sequence_pieces(hidden), grad_pieces, mean_pieces});
   const LoadedDump dump = read_dump(folder);
   ASSERT_EQ(dump.tensors.size(), 3u);
   EXPECT_TRUE(at::equal(dump.tensors[0].whole, hidden));
@@ -163,8 +169,7 @@ TEST(DumpFormat, UnevenShardsAndZigzagPairsReassembleToTheWhole) {
 TEST(DumpFormat, ReplicasThatDifferAreReported) {
   std::vector<at::Tensor> pieces(6, ramp({4}));
   pieces[4] = pieces[4] * 1.5;  // dp 1, cp 1
-  const Reassembled r =
-      reassemble(kMesh, mesh_coords(), pieces, {Placement::replicate(), Placement::replicate()});
+  const Reassembled r = reassemble(kMesh, mesh_coords(), pieces, {Placement::replicate(), Placement::replicate()});
   EXPECT_NE(r.replicas_differ.find("replicas differ"), std::string::npos) << r.replicas_differ;
   EXPECT_NEAR(r.replica_spread, 0.5, 1e-12);
 }
@@ -192,7 +197,8 @@ struct TwoDumps {
 TwoDumps planted_dumps(double piece_factor, double grad_factor) {
   const at::Tensor hidden = ramp({5, 12, 4}), grad = ramp({7, 3}, 1.0), loss = at::full({}, 2.5, at::kDouble);
   const std::vector<TraceRecord> records = {
-      record("loss", "loss", "forward", 0, {Placement::partial(Placement::Reduce::kSum), Placement::partial(Placement::Reduce::kSum)}),
+      record("loss", "loss", "forward", 0,
+             {Placement::partial(Placement::Reduce::kSum), Placement::partial(Placement::Reduce::kSum)}),
       record("hidden", "activation", "forward", 0, {Placement::shard(0), Placement::zigzag(1)}),
       record("w", "reduced_gradient", "reduction", 0, {Placement::replicate(), Placement::replicate()})};
   const std::string ref_folder = fresh_folder("reference.dump"), cand_folder = fresh_folder("candidate.dump");
@@ -202,8 +208,9 @@ TwoDumps planted_dumps(double piece_factor, double grad_factor) {
                              {record("w", "reduced_gradient", "reduction", 0), grad}});
   std::vector<at::Tensor> hidden_pieces = batch_sequence_pieces(hidden);
   hidden_pieces[4] = hidden_pieces[4] * piece_factor;
-  write_mesh_dump(cand_folder, records,
-                  {std::vector<at::Tensor>(6, loss / 6), hidden_pieces, std::vector<at::Tensor>(6, grad * grad_factor)});
+  write_mesh_dump(
+      cand_folder, records,
+      {std::vector<at::Tensor>(6, loss / 6), hidden_pieces, std::vector<at::Tensor>(6, grad * grad_factor)});
   return {read_dump(cand_folder), read_dump(ref_folder)};
 }
 
@@ -231,11 +238,46 @@ TEST(DumpComparison, TheFirstDivergenceIsTheEarliestFailingRecordAndSaysWhichPie
   EXPECT_NE(line.find("every earlier record agrees to"), std::string::npos) << line;
 }
 
+// Issue 43: rows after the first divergence read "terms missing or extra, not a scaling" though
+// they may be off only because the first one is. The first keeps its diagnosis; a later row that
+// names no factor says what it follows (its statistics kept); a later factor stays as it is.
+TEST(DumpComparison, RowsAfterTheFirstDivergenceSayTheyFollowIt) {
+  const std::string a = fresh_folder("downstream-candidate.dump"), b = fresh_folder("downstream-reference.dump");
+  const at::Tensor hidden = ramp({4, 6}), w = ramp({7, 3}, 1.0), v = ramp({5}, 2.0);
+  write_single_process_dump(b, "reference",
+                            {{record("hidden", "activation", "forward", 0), hidden},
+                             {record("w", "reduced_gradient", "reduction", 0), w},
+                             {record("v", "reduced_gradient", "reduction", 0), v}});
+  write_single_process_dump(a, "candidate",
+                            {{record("hidden", "activation", "forward", 0), hidden.roll(1, 1)},
+                             {record("w", "reduced_gradient", "reduction", 0), w + 0.3 * w.roll(1, 0)},
+                             {record("v", "reduced_gradient", "reduction", 0), 2.0 * v}});
+  CompareOptions options;
+  options.factor_sizes = std::vector<std::pair<std::string, int64_t>>{{"dp", 2}};
+  const DumpComparison c = compare_dumps(read_dump(a), read_dump(b), options);
+  ASSERT_EQ(c.rows.size(), 3u);
+  ASSERT_EQ(c.first_divergence, std::optional<size_t>(0));
+  EXPECT_FALSE(c.rows[0].after_first_divergence);
+  EXPECT_NE(c.rows[0].row.diagnosis.text.find("terms missing or extra, not a scaling"), std::string::npos)
+      << "the first divergence keeps its diagnosis: " << c.rows[0].row.diagnosis.text;
+  const std::string& later = c.rows[1].row.diagnosis.text;
+  EXPECT_TRUE(c.rows[1].after_first_divergence);
+  EXPECT_EQ(later.rfind("direction differs (cosine ", 0), 0u) << later;
+  EXPECT_NE(later.find("): after the first divergence (step 0, forward, hidden activation)"), std::string::npos)
+      << later;
+  EXPECT_EQ(later.find("terms missing or extra"), std::string::npos) << later;
+  EXPECT_TRUE(c.rows[2].after_first_divergence);
+  EXPECT_EQ(c.rows[2].row.diagnosis.factor, "x dp") << c.rows[2].row.diagnosis.text;
+  EXPECT_EQ(c.rows[2].row.diagnosis.text, "x dp (scale 2.000000)");
+  EXPECT_EQ(compare_report_json(CompareReport{"a", "b", "", "", c, 0.0, ""})["records"][1]["after_first_divergence"],
+            true);
+}
+
 TEST(DumpComparison, MissingExtraAndReshapedRecordsFail) {
   const std::string a = fresh_folder("a.dump"), b = fresh_folder("b.dump");
-  write_single_process_dump(a, "a",
-                            {{record("x", "activation", "forward", 0), ramp({3})},
-                             {record("extra", "activation", "forward", 0), ramp({2})}});
+  write_single_process_dump(
+      a, "a",
+      {{record("x", "activation", "forward", 0), ramp({3})}, {record("extra", "activation", "forward", 0), ramp({2})}});
   write_single_process_dump(b, "b",
                             {{record("x", "activation", "forward", 0), ramp({4})},
                              {record("missing", "activation", "forward", 0), ramp({2})}});

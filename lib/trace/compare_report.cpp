@@ -84,7 +84,8 @@ json compare_report_json(const CompareReport& r) {
                        {"verdict", row.row.passed ? "pass" : "fail"},
                        {"diagnosis", row.row.diagnosis.text},
                        {"factor", row.row.diagnosis.factor},
-                       {"where", row.where}});
+                       {"where", row.where},
+                       {"after_first_divergence", row.after_first_divergence}});
   }
   json first = nullptr;
   if (r.comparison.first_divergence) {

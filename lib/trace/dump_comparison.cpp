@@ -1,5 +1,6 @@
 #include "lib/trace/dump_comparison.h"
 
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -47,6 +48,19 @@ std::vector<NamedFactor> factors_of(const LoadedDump& a, const LoadedDump& b) {
     }
   }
   return candidate_factors(sizes);
+}
+
+// A record after the first divergence whose diagnosis names no factor: its statistics stay, and
+// instead of blaming its own terms ("terms missing or extra, not a scaling") it says what it follows.
+void mark_downstream(RecordRow& row, const RecordRow& first) {
+  row.after_first_divergence = true;
+  Diagnosis& d = row.row.diagnosis;
+  if (!d.factors.empty()) return;  // a factor carried through is worth reading as it is
+  const std::string follows = "after the first divergence (" + record_place(first.record) + ")";
+  const std::string blame = ": terms missing or extra, not a scaling";
+  const size_t at = d.text.find(blame);
+  d.text = at == std::string::npos ? d.text + "; " + follows
+                                   : d.text.substr(0, at) + ": " + follows + d.text.substr(at + blame.size());
 }
 
 }  // namespace
@@ -160,6 +174,11 @@ DumpComparison compare_dumps(const LoadedDump& candidate, const LoadedDump& refe
       break;
     }
     out.earlier_agreement = std::max(out.earlier_agreement, out.rows[i].row.stats.worst_rel_err);
+  }
+  // Rows that could not be compared (missing, extra, another shape) keep what they say.
+  for (size_t i = out.first_divergence.value_or(out.rows.size()) + 1; i < out.rows.size(); ++i) {
+    RecordRow& row = out.rows[i];
+    if (!row.row.passed && std::isfinite(row.row.stats.scale)) mark_downstream(row, out.rows[*out.first_divergence]);
   }
   return out;
 }

@@ -20,6 +20,9 @@ struct RecordRow {
   // For a failing record whose candidate pieces are shards: the ranks whose pieces are off,
   // "on cp rank 1 (positions 16..31)"; "" when every piece is, or the pieces are partial sums.
   std::string where;
+  // A failing record after the first divergence: it may be off only because that one is, so a
+  // diagnosis that would blame its own terms says it follows the first divergence instead.
+  bool after_first_divergence = false;
 };
 
 struct DumpComparison {
