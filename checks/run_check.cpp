@@ -299,7 +299,8 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime,
       report.notes.push_back("first divergence: not traced (" + why + ")");
     }
   }
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - request.started.value_or(start)).count();
   return report;
 }
 

@@ -3,6 +3,7 @@
 // (--bite); then, on rank 0, the comparison rows and the bite verdicts.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,6 +47,9 @@ struct CheckRequest {
   // A folder every rank can write, for the first divergence of a failing run (first_divergence.h);
   // "": none is named.
   std::string trace_folder;
+  // When the command started (the launcher's start, before its references and the ranks): the
+  // report's seconds are the wall time since then. None: since run_check began.
+  std::optional<std::chrono::steady_clock::time_point> started;
 };
 
 // Why the clean run's rows at `level` cannot judge a bug there in the check's own dtype ("" when

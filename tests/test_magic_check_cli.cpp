@@ -109,6 +109,22 @@ TEST(MagicCheckCli, BiteCatchesEveryMutationWithItsSignature) {
   EXPECT_NE(o.output.find("extra-divide-scores"), std::string::npos);
 }
 
+// Issue 43: the closing "(N s)" read 15.2 s after a 36 s run (it counted rank 0's distributed runs
+// and comparison, not what came before them: the launcher's references, the ranks' start, a wait).
+// It is the command's wall time now: within a second (the process's own start and exit) or 15% of
+// what the caller measures, here with a 3 s wait for a tracer client that never comes first.
+TEST(MagicCheckCli, TheReportedSecondsAreTheCommandsWallTime) {
+  const std::string json = temp_path("wall.json");
+  const auto start = std::chrono::steady_clock::now();
+  auto o = magic_check("--topology dp=2 --steps 2 --trace-port 0 --trace-wait 3 --json " + json);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const double seconds = nlohmann::json::parse(testing::read_file(json))["seconds"].get<double>();
+  EXPECT_LE(seconds, wall);
+  EXPECT_GE(seconds, wall - std::max(1.0, 0.15 * wall)) << "printed " << seconds << " s of a " << wall << " s run";
+  EXPECT_NE(o.output.find(str_cat("(", format_fixed(seconds, 1), " s)")), std::string::npos) << o.output;
+}
+
 TEST(MagicCheckCli, AvgConventionFailsOnUnevenShardsAndSumPasses) {
   auto avg = magic_check("--topology dp=3 --convention avg");
   EXPECT_EQ(avg.exit_code, 1) << avg.output;

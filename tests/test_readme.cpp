@@ -104,7 +104,8 @@ std::vector<Example> examples_of(const std::string& tool) {
 
 TEST(Readme, EveryExampleIsOfAToolTheseTestsRun) {
   for (const Example& e : readme_examples()) {
-    EXPECT_TRUE(e.command.rfind("build/tools/magic-check ", 0) == 0 || e.command.rfind("build/tools/magic-run ", 0) == 0)
+    EXPECT_TRUE(e.command.rfind("build/tools/magic-check ", 0) == 0 ||
+                e.command.rfind("build/tools/magic-run ", 0) == 0)
         << e.command;
   }
 }
@@ -148,7 +149,7 @@ TEST(Readme, TheAttributionDemoRunsAsPrinted) {
   ASSERT_NE(at, std::string::npos) << "the demo writes to " << shown_out;
   const std::string out = testing::fresh_dir("readme-demo");
   std::string args = e.command.substr(std::string("build/tools/magic-run").size());
-  args.replace(args.find(" --out " + shown_out) , 7 + shown_out.size(), " --out " + out);
+  args.replace(args.find(" --out " + shown_out), 7 + shown_out.size(), " --out " + out);
   const auto o = testing::run_command(str_cat("cd ", MAGIC_SOURCE_DIR, " && ", MAGIC_RUN_BINARY, args));
   ASSERT_EQ(o.exit_code, 0) << o.output;
   std::string output = o.output;  // the temporary folder as the README names it
@@ -171,7 +172,8 @@ TEST(Readme, ADurationIsNotCompared) {
   EXPECT_TRUE(holds_a_duration("training: 32 steps in 3.0s (10.7 steps/s)"));
   EXPECT_TRUE(holds_a_duration("REPLAY: 13/32 steps (40%), 2.5 steps/s, ETA 7.5s"));
   EXPECT_TRUE(holds_a_duration("query loss 4.2707; training 2.98 s, REPLAY 11.88 s; 8 checkpoints (3.09 MiB)"));
-  EXPECT_FALSE(holds_a_duration("magic-run: 376 examples ... estimated peak memory 545.7 MiB (13 states of 395.2 KiB)"));
+  EXPECT_FALSE(
+      holds_a_duration("magic-run: 376 examples ... estimated peak memory 545.7 MiB (13 states of 395.2 KiB)"));
   EXPECT_FALSE(holds_a_duration("  -4.446e-04  Prv17:20  He that hath a froward heart findeth no good"));
 }
 

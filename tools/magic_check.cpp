@@ -3,6 +3,8 @@
 // which tensor is off and by which factor. --bite plants known bugs and proves each is caught.
 #include <unistd.h>
 #include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
 
 #include <iostream>
@@ -274,6 +276,27 @@ std::string failure_text(const std::string& launcher_messages) {
   return join(lines, "\n");
 }
 
+// When the command started, the same on every rank: the launcher's reading of steady_clock (one
+// clock for every process of a machine), handed to its ranks in the environment. A rank of a
+// launcher not ours (torchrun, srun) counts from its own start.
+std::chrono::steady_clock::time_point command_started() {
+  constexpr const char* kVariable = "MAGIC_CHECK_STARTED_NS";
+  static const std::chrono::steady_clock::time_point started = [] {
+    const char* inherited = std::getenv(kVariable);
+    if (dist::running_as_rank() && inherited != nullptr) {
+      char* end = nullptr;
+      const long long ns = std::strtoll(inherited, &end, 10);
+      if (end != inherited && *end == '\0') return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(ns));
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (!dist::running_as_rank()) {
+      setenv(kVariable, std::to_string(std::chrono::nanoseconds(now.time_since_epoch()).count()).c_str(), 1);
+    }
+    return now;
+  }();
+  return started;
+}
+
 // main(); also entered by each spawned rank forked from the launcher (RankProgram::entry), with
 // the references the launcher computed before forking and its trace folder.
 int check_main(int argc, char** argv, std::shared_ptr<const checks::ReferenceRuns> inherited_references,
@@ -294,6 +317,7 @@ int check_main(int argc, char** argv, std::shared_ptr<const checks::ReferenceRun
     parsed = std::make_unique<Command>(parse(argc, argv, early_exit));
     if (early_exit >= 0) return early_exit;
     Command& command = *parsed;
+    command.request.started = command_started();
     // On the machine that starts the ranks, before anything grows (a failure here is reported
     // like any other: the flags are known good). Under torchrun the ranks may be on several machines.
     if (!dist::running_as_rank()) {
@@ -345,6 +369,7 @@ int check_main(int argc, char** argv, std::shared_ptr<const checks::ReferenceRun
 }  // namespace
 
 int main(int argc, char** argv) {
+  command_started();                                                            // the report's wall time
   magic::keep_freed_memory_in_process();                                        // lib/core/allocator.h
   magic::exit_without_static_destructors(check_main(argc, argv, nullptr, ""));  // lib/core/process_exit.h
 }
