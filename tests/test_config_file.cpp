@@ -7,6 +7,8 @@
 
 #include "lib/core/config_file.h"
 #include "lib/core/json_fields.h"
+#include "lib/core/nearest_word.h"
+#include "lib/core/value_sources.h"
 #include "lib/train/run_config.h"
 #include "tests/support.h"
 
@@ -54,6 +56,18 @@ TEST(ConfigFile, ABrokenOrAmbiguousYamlFileIsRefusedWithItsLine) {
   EXPECT_NE(why.find("absent.yaml: cannot open"), std::string::npos) << why;
 }
 
+// A tab in YAML's indentation is named as a tab, with its line (yaml-cpp may say "illegal map value").
+TEST(ConfigFile, ATabInYamlIndentationIsNamedAsATab) {
+  const std::string tabbed = write_temp("tabbed.yaml", "seed: 0\ntraining:\n\tsteps: 3\n");
+  EXPECT_EQ(testing::input_error_of([&] { read_config_file(tabbed); }),
+            tabbed + ": invalid YAML at line 3, column 1: a tab in the indentation (YAML indents with spaces only)");
+  const std::string mixed = write_temp("mixed.yaml", "training:\n  steps: 3\n  \tbatch_size: 4\n");
+  EXPECT_EQ(testing::input_error_of([&] { read_config_file(mixed); }),
+            mixed + ": invalid YAML at line 3, column 3: a tab in the indentation (YAML indents with spaces only)");
+  // A tab inside a value is text, not indentation.
+  EXPECT_EQ(read_config_file(write_temp("tab-text.yaml", "a: |\n  x\n  \ty\n"))["a"], "x\n\ty\n");
+}
+
 TEST(ConfigOverrides, DottedKeysSetTypedValuesAndMakeMissingObjects) {
   json c = {{"training", {{"steps", 6}}}, {"seed", 0}};
   c = apply_overrides(c, parse_overrides({"--training.steps", "64", "--optimizer.lr=3e-4", "--model.path", "m/x",
@@ -70,6 +84,97 @@ TEST(ConfigOverrides, DottedKeysSetTypedValuesAndMakeMissingObjects) {
   EXPECT_NE(why.find("--training.steps: expected a value after it"), std::string::npos) << why;
   why = testing::input_error_of([] { apply_overrides(json::object(), {{"a..b", "1"}}); });
   EXPECT_NE(why.find("an empty key between dots"), std::string::npos) << why;
+}
+
+// A value is named by the last input that set it: the file, a flag for it, or a flag for an object
+// above it (which replaced what came before); an object lists the flags that set keys inside it.
+TEST(ValueSources, AValueIsNamedByTheLastInputThatSetIt) {
+  const ValueSources s(
+      "run.yaml", {{"optimizer.lr", "-1"}, {"optimizer", "{}"}, {"optimizer.name", "sgd"}, {"model.n_heads", "3"}});
+  EXPECT_EQ(s.value("seed"), "run.yaml: seed");
+  EXPECT_EQ(s.value("model.n_heads"), "--model.n_heads=3");
+  EXPECT_EQ(s.value("model.n_heads_x"), "run.yaml: model.n_heads_x");
+  EXPECT_EQ(s.value("optimizer.lr"), "--optimizer={}: optimizer.lr");
+  EXPECT_EQ(s.value("optimizer.name"), "--optimizer.name=sgd");
+  EXPECT_EQ(s.object("model"), "run.yaml: model (with --model.n_heads=3)");
+  EXPECT_EQ(s.object("optimizer"), "--optimizer={} (with --optimizer.name=sgd)");
+  EXPECT_EQ(s.object("data"), "run.yaml: data");
+  EXPECT_EQ(s.object(""), "run.yaml (with --optimizer.lr=-1, --optimizer={}, --optimizer.name=sgd, --model.n_heads=3)");
+}
+
+TEST(NearestWord, SuggestsACloseKnownWordAndNothingFar) {
+  EXPECT_EQ(edit_distance("batchsize", "batch_size"), 1u);
+  EXPECT_EQ(edit_distance("trian", "train"), 1u);  // two neighbours swapped
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+  EXPECT_EQ(nearest_word("step", {"batch_size", "steps"}), "steps");
+  EXPECT_EQ(nearest_word("shufle", {"shuffle", "steps"}), "shuffle");
+  EXPECT_EQ(nearest_word("colour", {"batch_size", "steps"}), "");
+  EXPECT_EQ(nearest_word("lr", {"l"}), "") << "one letter left is no suggestion";
+  EXPECT_EQ(nearest_word("steps", {"steps"}), "") << "a known word is not misspelt";
+  EXPECT_EQ(nearest_word("dq", {"dp", "cp"}), "dp") << "ties go to the first";
+}
+
+// A quoted override is text, as YAML reads it: the quotes are not part of the value.
+TEST(ConfigOverrides, AQuotedValueIsTextWithoutItsQuotes) {
+  const json c = apply_overrides(json::object(), parse_overrides({"--a.b", "\"64\"", "--a.c='it''s'", "--a.d", "64"}));
+  EXPECT_EQ(c["a"]["b"], "64");
+  EXPECT_EQ(c["a"]["c"], "it's");
+  EXPECT_EQ(c["a"]["d"], 64);
+}
+
+// An error names the input that gave the value: the flag for a value an override set (issue 43),
+// the file for a value the file holds.
+std::string load_error(const std::string& config, const std::vector<std::string>& words) {
+  return testing::input_error_of([&] { RunConfig::load(config, parse_overrides(words)); });
+}
+
+TEST(ConfigOverrides, AnErrorInAnOverriddenValueNamesTheFlagNotTheFile) {
+  const std::string yaml = testing::source_path("fixtures/runs/plan_small.yaml");
+  EXPECT_EQ(load_error(yaml, {"--optimizer.lr=-1"}), "--optimizer.lr=-1: expected a learning rate >= 0, got -1");
+  EXPECT_EQ(load_error(yaml, {"--training.steps", "\"two\""}),
+            "--training.steps=\"two\": expected an integer, got string \"two\"");
+  EXPECT_EQ(load_error(yaml, {"--training.step", "3"}),
+            "--training.step: unknown key 'step' in training (did you mean steps?)");
+  EXPECT_EQ(load_error(yaml, {"--training.reduction", "avg"}),
+            "--training.reduction=avg: unknown reduction 'avg'; expected one of mean, sum_of_means, sum");
+  // A flag that set an object above the bad value names the value after it.
+  EXPECT_EQ(load_error(yaml, {"--optimizer.schedule", "{\"name\": \"step\"}"}),
+            "--optimizer.schedule={\"name\": \"step\"}: optimizer.schedule.name: unknown schedule 'step'; expected one "
+            "of constant, linear, cosine");
+  // A rule between keys names the object, and the flags that set keys inside it.
+  EXPECT_EQ(load_error(yaml, {"--model.n_heads", "3"}),
+            yaml + ": model (with --model.n_heads=3): d_model 8 must be divisible by n_heads 3");
+  // The file's own values are still the file's.
+  const std::string config = testing::write_tiny_run_config("own-lr", {}, [](json& j) { j["optimizer"]["lr"] = -1; });
+  EXPECT_EQ(load_error(config, {"--training.steps", "3"}),
+            config + ": optimizer.lr: expected a learning rate >= 0, got -1");
+}
+
+// A misspelt key is named beside the key it was meant to be, with the nearest known key.
+TEST(ConfigErrors, AMisspeltKeyIsNamedWithTheNearestKnownKey) {
+  const std::string batchsize = testing::write_tiny_run_config("batchsize", {}, [](json& j) {
+    j["training"]["batchsize"] = j["training"]["batch_size"];
+    j["training"].erase("batch_size");
+  });
+  EXPECT_EQ(load_error(batchsize, {}),
+            batchsize +
+                ": training.batch_size is missing; training has an unknown key 'batchsize' (did you mean "
+                "batch_size?)");
+  const std::string trainig = testing::write_tiny_run_config("trainig", {}, [](json& j) {
+    j["trainig"] = j["training"];
+    j.erase("training");
+  });
+  EXPECT_EQ(load_error(trainig, {}),
+            trainig + ": training is missing; the top level has an unknown key 'trainig' (did you mean training?)");
+  const std::string shufle =
+      testing::write_tiny_run_config("shufle", {}, [](json& j) { j["training"]["shufle"] = false; });
+  EXPECT_EQ(load_error(shufle, {}), shufle + ": unknown key 'shufle' in training (did you mean shuffle?)");
+  // Nothing near: the known keys.
+  const std::string colour =
+      testing::write_tiny_run_config("colour", {}, [](json& j) { j["training"]["colour"] = "red"; });
+  EXPECT_EQ(load_error(colour, {}), colour +
+                                        ": unknown key 'colour' in training; known keys: batch_size, checkpoints, "
+                                        "reduction, shuffle, spill_dir, steps, weights");
 }
 
 // The acceptance: a YAML config with two dotted overrides; run.json shows the resolved values.

@@ -37,6 +37,19 @@ TEST(TextLoader, ReadsTheFixtureJsonlWithIds) {
   EXPECT_EQ(docs[0].text.substr(0, 24), "The proverbs of Solomon.");
 }
 
+// A line that is not UTF-8 is refused in one line naming the file, the line, the column and the
+// byte offset, the bad bytes as \xNN: no raw byte, no JSON library text (issue 43).
+TEST(TextLoader, ALineThatIsNotUtf8IsNamedByLineAndOffsetWithItsBytesEscaped) {
+  const auto latin1 =
+      write_temp("latin1.jsonl", "{\"id\": 1, \"text\": \"ok\"}\n{\"id\": 2, \"text\": \"caf\xE9 au lait\"}\n");
+  const std::string why = testing::input_error_of([&] { load_jsonl(latin1); });
+  EXPECT_EQ(why, latin1 +
+                     ":2: not valid UTF-8 at column 23 (byte offset 46 in the file): \\xE9 in "
+                     "{\"id\": 2, \"text\": \"caf\\xE9 au lait\"}; expected UTF-8 text");
+  EXPECT_EQ(why.find("json.exception"), std::string::npos) << why;
+  EXPECT_EQ(why.find('\xE9'), std::string::npos) << "a raw byte reached the message";
+}
+
 TEST(TextLoader, PlainTextSplitsOnBlankLines) {
   auto docs = load_plain_text(testing::source_path("fixtures/text/sample.txt"));
   ASSERT_EQ(docs.size(), 4u);
@@ -151,7 +164,7 @@ TEST(TokenDataset, APairsPromptTokensCarryNoLabel) {
   EXPECT_EQ(row_of(chunked.labels, 0), (std::vector<int64_t>{'z', E, X}));
   EXPECT_NE(testing::input_error_of([] {
               tokenize_documents({{"s", "z", "abcdef"}}, ByteTokenizer(), 3, "pairs", Fit::kTruncate);
-            }).find("pairs: no document yields an example with a token to predict"),
+            }).find("pairs: its one document yields no example with a token to predict"),
             std::string::npos);
 }
 

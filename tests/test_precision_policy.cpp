@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "lib/core/json_fields.h"
 #include "lib/core/precision_policy.h"
 #include "tests/support.h"
 
@@ -27,21 +28,24 @@ TEST(PrecisionPolicy, ShorthandsKeepMasterWeightsAndReductionInFp32) {
   EXPECT_EQ(bf16.str(), "bf16");
 }
 
+// The policy a config's "dtype" gives: `value` read as the "dtype" of a config from run.json.
+PrecisionPolicy policy_of(const nlohmann::json& value) {
+  const nlohmann::json config = {{"dtype", value}};
+  return PrecisionPolicy::from_json(JsonFields(config, "run.json"), "dtype", "fp64");
+}
+
 TEST(PrecisionPolicy, ObjectFormOverridesTheShorthand) {
-  const auto p = PrecisionPolicy::from_json(
-      nlohmann::json{{"compute", "fp16"}, {"reduce", "fp16"}, {"loss_scale", 256}}, "run.json: dtype");
+  const auto p = policy_of({{"compute", "fp16"}, {"reduce", "fp16"}, {"loss_scale", 256}});
   EXPECT_EQ(p.compute, c10::kHalf);
   EXPECT_EQ(p.master, c10::kFloat);
   EXPECT_EQ(p.reduce, c10::kHalf);
   EXPECT_EQ(p.loss_scale, 256.0);
   EXPECT_EQ(p.str(), "fp16 compute, fp32 master, fp16 reduce, loss scale 256");
-  EXPECT_EQ(PrecisionPolicy::from_json("bf16", "x"), PrecisionPolicy::for_compute(c10::kBFloat16));
+  EXPECT_EQ(policy_of("bf16"), PrecisionPolicy::for_compute(c10::kBFloat16));
 }
 
 TEST(PrecisionPolicy, PoliciesNoTrainerRunsAreRefusedNamingTheField) {
-  auto error = [](const nlohmann::json& j) {
-    return testing::input_error_of([&] { PrecisionPolicy::from_json(j, "run.json: dtype"); });
-  };
+  auto error = [](const nlohmann::json& j) { return testing::input_error_of([&] { policy_of(j); }); };
   EXPECT_NE(error("fp8").find("unknown dtype 'fp8'"), std::string::npos);
   EXPECT_NE(error({{"compute", "bf16"}, {"master", "bf16"}}).find("master dtype bf16"), std::string::npos);
   EXPECT_NE(error({{"compute", "fp32"}, {"master", "fp32"}, {"reduce", "fp64"}}).find("reduce dtype fp64"),

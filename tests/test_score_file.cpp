@@ -81,5 +81,36 @@ TEST(ScoreDiffCli, AToleranceThatIsNotAFiniteNonNegativeNumberIsRefused) {
   }
 }
 
+// magic-score-diff takes magic-run's --out folders as magic-compare does (their scores.safetensors),
+// and a path that is not there is named as missing, not read as a broken file (issue 43).
+TEST(ScoreDiffCli, ComparesTwoRunFoldersAndNamesAPathThatIsNotThere) {
+  const std::string dir = testing::fresh_dir("score-diff-folders");
+  ScoreTable table;
+  table.scores = at::tensor({-1.5, 0.25, 2.0}, at::kDouble);
+  table.example_ids = {"a", "b", "c"};
+  table.example_texts = {"one", "two", "three"};
+  write_score_files(dir + "/a", table);
+  write_score_files(dir + "/b", table);
+  const std::string tool = MAGIC_SCORE_DIFF_BINARY;
+  testing::CommandOutcome o = testing::run_command(tool + " " + dir + "/a " + dir + "/b");
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("bit-identical: yes"), std::string::npos) << o.output;
+  o = testing::run_command(tool + " " + dir + "/a " + dir + "/b/scores.safetensors");
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+
+  o = testing::run_command(tool + " " + dir + "/a " + dir + "/absent");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_EQ(o.output, "magic-score-diff: error: " + dir +
+                          "/absent: no such file or folder (expected a scores.safetensors file or magic-run's --out "
+                          "folder)\n");
+  std::filesystem::create_directories(dir + "/empty");
+  o = testing::run_command(tool + " " + dir + "/empty " + dir + "/a");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_EQ(o.output, "magic-score-diff: error: " + dir +
+                          "/empty: a folder without scores.safetensors (expected a scores.safetensors file or "
+                          "magic-run's --out folder)\n");
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace magic

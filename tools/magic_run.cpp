@@ -16,6 +16,7 @@
 #include "lib/core/json_fields.h"
 #include "lib/core/process_exit.h"
 #include "lib/core/strings.h"
+#include "lib/core/utf8.h"
 #include "lib/distributed/parallel/mesh_dump.h"
 #include "lib/distributed/runtime/progress.h"
 #include "lib/distributed/runtime/rank_program.h"
@@ -50,7 +51,7 @@ void print_ranked(const char* title, const at::Tensor& totals, const std::vector
   for (size_t k = 0; k < std::min(top, order.size()); ++k) {
     const int64_t i = order[k];
     const Example& ex = problem.train->examples[i];
-    std::cout << "  " << format_sci(totals[i].item<double>(), 3) << "  " << ex.id << "  "
+    std::cout << "  " << format_sci(totals[i].item<double>(), 3) << "  " << one_line_text(ex.id) << "  "
               << snippet(example_text(*problem.train, i, *problem.tokenizer), kRowText) << "\n";
   }
 }
@@ -62,7 +63,7 @@ void print_queries(const LmProblem& problem, const std::string& path) {
   std::cout << "\nQueries (" << n << ", from " << path << "):\n";
   for (size_t q = 0; q < std::min(n, kShown); ++q) {
     const TextDocument& d = problem.query_documents[q];
-    std::cout << "  " << q << "  " << d.id << "  " << snippet(d.text, kRowText) << "\n";
+    std::cout << "  " << q << "  " << one_line_text(d.id) << "  " << snippet(d.text, kRowText) << "\n";
   }
   if (n > kShown) std::cout << "  ... and " << n - kShown << " more (every id in scores.safetensors' query_ids)\n";
 }

@@ -1,5 +1,6 @@
-// magic-score-diff: how far two magic-run score files are apart, for checking a distributed run
-// against a single-process one, or a resumed run against an uninterrupted one.
+// magic-score-diff: how far two magic-run score files (or the --out folders holding them) are
+// apart, for checking a distributed run against a single-process one, or a resumed run against an
+// uninterrupted one.
 //   relative error  max |a - b| / max |b|   (b: the second file, the reference)
 //   bit-identical   every byte of the two score tensors equal
 // Exit 0 when the relative error is within --tolerance, 1 when not, 2 for unreadable or
@@ -14,25 +15,30 @@
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "lib/io/safetensors.h"
+#include "lib/io/score_file.h"
 
 namespace {
 
 using namespace magic;
 
+// `path`: a scores.safetensors file or magic-run's --out folder, as magic-compare takes them.
 SafetensorsFile load_scores(const std::string& path) {
-  SafetensorsFile file = load_safetensors(path);
-  if (!file.tensors.contains("scores")) throw InputError(path + ": no tensor 'scores' (not a magic-run score file)");
+  const std::string file_path = score_file_in(path);
+  SafetensorsFile file = load_safetensors(file_path);
+  if (!file.tensors.contains("scores")) {
+    throw InputError(file_path + ": no tensor 'scores' (not a magic-run score file)");
+  }
   return file;
 }
 
 int run(int argc, char** argv) {
   CLI::App app{
-      "magic-score-diff: compare two magic-run scores.safetensors files.\n"
-      "Example: magic-score-diff out/dp2/scores.safetensors out/single/scores.safetensors"};
+      "magic-score-diff: compare two magic-run scores.safetensors files (or the --out folders holding them).\n"
+      "Example: magic-score-diff out/dp2 out/single"};
   std::string a_path, b_path;
   double tolerance = 1e-10;
-  app.add_option("A", a_path, "scores.safetensors to judge")->required();
-  app.add_option("B", b_path, "scores.safetensors to judge it against (the reference)")->required();
+  app.add_option("A", a_path, "scores.safetensors (or a magic-run --out folder) to judge")->required();
+  app.add_option("B", b_path, "scores.safetensors (or a --out folder) to judge it against (the reference)")->required();
   app.add_option("--tolerance", tolerance, "largest relative error that passes")->capture_default_str();
   try {
     app.parse(argc, argv);

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 
 #include "lib/core/error.h"
 #include "lib/core/json_fields.h"
@@ -66,6 +67,19 @@ json to_json(const YAML::Node& node, const std::string& where) {
   return nullptr;
 }
 
+// A tab in the indentation of line `at` of `path` or the line before (where yaml-cpp reports one,
+// often as "illegal map value"), as (line, column), 1-based; (0, 0) if none.
+std::pair<int, int> tab_in_indentation(const std::string& path, int at) {
+  std::ifstream in(path, std::ios::binary);
+  std::string line;
+  for (int number = 1; number <= at && std::getline(in, line); ++number) {
+    if (number < at - 1) continue;
+    const size_t tab = line.substr(0, line.find_first_not_of(" \t")).find('\t');
+    if (tab != std::string::npos) return {number, static_cast<int>(tab) + 1};
+  }
+  return {0, 0};
+}
+
 json read_yaml(const std::string& path) {
   YAML::Node root;
   try {
@@ -73,10 +87,38 @@ json read_yaml(const std::string& path) {
   } catch (const YAML::BadFile&) {
     throw InputError(path + ": cannot open the config file");
   } catch (const YAML::ParserException& e) {
+    // YAML indents with spaces only; a tab is legal inside values, so it is named only where the
+    // parser stopped.
+    if (const auto [line, column] = tab_in_indentation(path, e.mark.line + 1); line > 0) {
+      throw InputError(str_cat(path, ": invalid YAML at line ", line, ", column ", column,
+                               ": a tab in the indentation (YAML indents with spaces only)"));
+    }
     throw InputError(
         str_cat(path, ": invalid YAML at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg));
   }
   return to_json(root, path);
+}
+
+// An override's text as YAML reads a scalar (a quoted one is text, without its quotes), or as JSON
+// where it starts with [ or {.
+json override_value(const ConfigOverride& o) {
+  const std::string& v = o.value;
+  if (!v.empty() && (v[0] == '[' || v[0] == '{')) {
+    try {
+      return json::parse(v);
+    } catch (const json::parse_error&) {
+      throw InputError(str_cat(o.flag(), ": '", v, "' is not valid JSON"));
+    }
+  }
+  if (v.size() >= 2 && (v[0] == '"' || v[0] == '\'') && v.back() == v[0]) {
+    try {
+      const YAML::Node node = YAML::Load(v);
+      if (node.IsScalar()) return node.Scalar();
+    } catch (const YAML::Exception&) {
+    }
+    throw InputError(str_cat(o.flag(), ": ", v, " is not valid quoted text"));
+  }
+  return plain_scalar(v);
 }
 
 }  // namespace
@@ -99,16 +141,7 @@ json apply_overrides(json config, const std::vector<ConfigOverride>& overrides) 
       }
       at = &(*at)[keys[i]];
     }
-    const bool structured = !o.value.empty() && (o.value[0] == '[' || o.value[0] == '{');
-    if (structured) {
-      try {
-        *at = json::parse(o.value);
-      } catch (const json::parse_error&) {
-        throw InputError(str_cat("--", o.key, ": '", o.value, "' is not valid JSON"));
-      }
-    } else {
-      *at = plain_scalar(o.value);
-    }
+    *at = override_value(o);
   }
   return config;
 }

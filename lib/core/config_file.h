@@ -10,18 +10,16 @@
 #include <utility>
 #include <vector>
 
+#include "lib/core/value_sources.h"
+
 namespace magic {
 
-// InputError naming the file, and the line and column, for a file that does not parse.
+// InputError naming the file, and the line and column, for a file that does not parse (a tab in
+// YAML's indentation named as one).
 nlohmann::json read_config_file(const std::string& path);
 
-// One override: the dotted key ("training.steps") and its text ("64"), read as a YAML scalar
-// (or as JSON where it starts with [ or {).
-struct ConfigOverride {
-  std::string key, value;
-};
-
 // `config` with each override set, in order; the objects on a key's path are made where absent.
+// An override's text reads as a YAML scalar (or as JSON where it starts with [ or {).
 // InputError naming the override where a key is empty or runs through a value that is no object.
 nlohmann::json apply_overrides(nlohmann::json config, const std::vector<ConfigOverride>& overrides);
 

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "lib/core/error.h"
+#include "lib/core/nearest_word.h"
 #include "lib/core/strings.h"
 
 namespace magic {
@@ -33,6 +34,12 @@ std::string line_and_column(const std::string& text, size_t byte) {
   return str_cat("line ", line, ", column ", column);
 }
 
+// The input to blame for an unknown key: the flag that set exactly it is named by its key alone
+// (its value is not the fault), a flag that set an object above it as given.
+std::string flag_of_key(const ConfigOverride& flag, const std::string& field) {
+  return flag.key == field ? "--" + flag.key : flag.flag();
+}
+
 }  // namespace
 
 nlohmann::json read_json_file(const std::string& path) {
@@ -57,10 +64,13 @@ nlohmann::json read_json_file(const std::string& path) {
 }
 
 JsonFields::JsonFields(const nlohmann::json& object, std::string source, std::string path)
-    : object_(&object), source_(std::move(source)), path_(std::move(path)) {
+    : JsonFields(object, std::make_shared<const ValueSources>(std::move(source)), std::move(path)) {}
+
+JsonFields::JsonFields(const nlohmann::json& object, std::shared_ptr<const ValueSources> sources, std::string path)
+    : object_(&object), sources_(std::move(sources)), path_(std::move(path)) {
   if (!object.is_object()) {
-    throw InputError(
-        str_cat(source_, ": ", path_.empty() ? "top level" : path_, ": expected an object, got ", type_name(object)));
+    throw InputError(str_cat(path_.empty() ? sources_->value("") + ": top level" : sources_->value(path_),
+                             ": expected an object, got ", type_name(object)));
   }
 }
 
@@ -69,7 +79,18 @@ std::string JsonFields::field(const std::string& key) const {
 }
 
 void JsonFields::fail(const std::string& key, const std::string& message) const {
-  throw InputError(str_cat(source_, ": ", field(key), ": ", message));
+  throw InputError(str_cat(where(key), ": ", message));
+}
+
+std::string JsonFields::object_name() const {
+  return path_.empty() ? "the top level" : path_;
+}
+
+std::string JsonFields::misspelling_of(const std::string& key) const {
+  for (const auto& item : object_->items()) {
+    if (!read_.count(item.key()) && nearest_word(item.key(), {key}) == key) return item.key();
+  }
+  return "";
 }
 
 bool JsonFields::has(const std::string& key) const {
@@ -79,7 +100,16 @@ bool JsonFields::has(const std::string& key) const {
 const nlohmann::json& JsonFields::get(const std::string& key, const char* expected) const {
   read_.insert(key);
   auto it = object_->find(key);
-  if (it == object_->end()) fail(key, str_cat("missing; expected ", expected));
+  if (it == object_->end()) {
+    // A required key is often missing because it is misspelt: name the misspelling beside it.
+    const std::string meant = misspelling_of(key);
+    if (meant.empty()) fail(key, str_cat("missing; expected ", expected));
+    const ConfigOverride* flag = sources_->override_of(field(meant));
+    const std::string unknown = flag == nullptr ? str_cat(object_name(), " has an unknown key '", meant, "'")
+                                                : str_cat(flag_of_key(*flag, field(meant)), " gives ", object_name(),
+                                                          " an unknown key '", meant, "'");
+    throw InputError(str_cat(where(key), " is missing; ", unknown, " (did you mean ", key, "?)"));
+  }
   return *it;
 }
 
@@ -154,14 +184,14 @@ std::vector<double> JsonFields::numbers(const std::string& key) const {
 }
 
 JsonFields JsonFields::object(const std::string& key) const {
-  return JsonFields(get(key, "an object"), source_, field(key));
+  return JsonFields(get(key, "an object"), sources_, field(key));
 }
 
 JsonFields JsonFields::object_or_empty(const std::string& key) const {
   read_.insert(key);
   if (has(key)) return object(key);
   auto empty = std::make_shared<const nlohmann::json>(nlohmann::json::object());
-  JsonFields fields(*empty, source_, field(key));
+  JsonFields fields(*empty, sources_, field(key));
   fields.holder_ = empty;
   return fields;
 }
@@ -172,9 +202,30 @@ void JsonFields::finish() const {
     if (!read_.count(item.key())) unknown.push_back(item.key());
   }
   if (unknown.empty()) return;
-  std::vector<std::string> known(read_.begin(), read_.end());
-  throw InputError(str_cat(source_, ": ", path_.empty() ? "top level" : path_, ": unknown key",
-                           unknown.size() > 1 ? "s " : " ", join(unknown, ", "), "; known keys: ", join(known, ", ")));
+  const std::vector<std::string> known(read_.begin(), read_.end());
+  const std::string place = path_.empty() ? "at the top level" : "in " + path_;
+  // "unknown key 'shufle' in training (did you mean shuffle?)"; the known keys where some unknown
+  // key is near none of them.
+  const auto message = [&](const std::vector<std::string>& keys) {
+    std::vector<std::string> listed;
+    bool all_near = true;
+    for (const std::string& key : keys) {
+      const std::string near = nearest_word(key, known);
+      all_near = all_near && !near.empty();
+      const std::string hint = near.empty() ? "" : " (did you mean " + near + "?)";
+      listed.push_back(keys.size() == 1 ? str_cat("unknown key '", key, "' ", place, hint)
+                                        : str_cat("'", key, "'", hint));
+    }
+    const std::string what = keys.size() == 1 ? listed[0] : str_cat("unknown keys ", place, ": ", join(listed, ", "));
+    return all_near ? what : str_cat(what, "; known keys: ", join(known, ", "));
+  };
+  // A key an override set is what the user typed last: name its flag.
+  for (const std::string& key : unknown) {
+    if (const ConfigOverride* flag = sources_->override_of(field(key))) {
+      throw InputError(str_cat(flag_of_key(*flag, field(key)), ": ", message({key})));
+    }
+  }
+  throw InputError(str_cat(sources_->file(), ": ", message(unknown)));
 }
 
 }  // namespace magic

@@ -1,6 +1,7 @@
-// Typed, checked access to a JSON config object. Every error names the source file and the
-// dotted field path ("fixtures/runs/demo.json: training.steps: expected an integer, got
-// string"); finish() rejects keys nobody read, listing the known ones, so typos never pass.
+// Typed, checked access to a JSON config object. Every error names the input that gave the value
+// and its dotted field path ("fixtures/runs/demo.json: training.steps: expected an integer, got
+// string"; "--training.steps=x: ..." where a command-line override set it: value_sources.h);
+// finish() rejects keys nobody read, suggesting the nearest known one, so typos never pass.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -12,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "lib/core/value_sources.h"
+
 namespace magic {
 
 // Parses a JSON file; errors name the file and the parser's position.
@@ -21,6 +24,8 @@ class JsonFields {
  public:
   // `source` is the file name used in messages; `path` the dotted prefix ("" at the root).
   JsonFields(const nlohmann::json& object, std::string source, std::string path = "");
+  // A config whose values may come from the file or from overrides: messages name their input.
+  JsonFields(const nlohmann::json& object, std::shared_ptr<const ValueSources> sources, std::string path = "");
 
   bool has(const std::string& key) const;
 
@@ -39,21 +44,27 @@ class JsonFields {
   // An absent object reads as {} so defaults apply.
   JsonFields object_or_empty(const std::string& key) const;
 
-  // "source: path" for messages about the object as a whole.
-  std::string where() const { return path_.empty() ? source_ : source_ + ": " + path_; }
+  // "source: path" for messages about the object as a whole (with the overrides that set keys in it).
+  std::string where() const { return sources_->object(path_); }
+  // "source: field" for messages about the value at `key`, or the override that set it.
+  std::string where(const std::string& key) const { return sources_->value(field(key)); }
   // The dotted name of `key` for messages ("training.steps").
   std::string field(const std::string& key) const;
-  // "source: field: message"
+  // "where(key): message"
   [[noreturn]] void fail(const std::string& key, const std::string& message) const;
-  // Throws if any key was never read.
+  // Throws if any key was never read, naming the input that gave it and the nearest known key.
   void finish() const;
 
  private:
   const nlohmann::json& get(const std::string& key, const char* expected) const;
+  // "training", or "the top level".
+  std::string object_name() const;
+  // An unread key near `key`, missing: what the user likely meant by it ("" if none).
+  std::string misspelling_of(const std::string& key) const;
 
   std::shared_ptr<const nlohmann::json> holder_;  // keeps object_or_empty's {} alive
   const nlohmann::json* object_;
-  std::string source_;
+  std::shared_ptr<const ValueSources> sources_;
   std::string path_;
   mutable std::set<std::string> read_;
 };

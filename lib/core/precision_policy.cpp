@@ -19,23 +19,25 @@ PrecisionPolicy PrecisionPolicy::for_compute(c10::ScalarType compute) {
   return p;
 }
 
-PrecisionPolicy PrecisionPolicy::from_json(const nlohmann::json& json, const std::string& what) {
-  if (json.is_string()) {
-    PrecisionPolicy p = for_compute(parse_dtype(json.get<std::string>(), what));
-    p.validate(what);
+PrecisionPolicy PrecisionPolicy::from_json(const JsonFields& parent, const std::string& key,
+                                           const std::string& fallback) {
+  const nlohmann::json value = parent.raw(key, fallback);
+  if (value.is_string()) {
+    PrecisionPolicy p = for_compute(parse_dtype(value.get<std::string>(), parent.where(key)));
+    p.validate(parent.where(key));
     return p;
   }
-  if (!json.is_object()) {
-    throw InputError(str_cat(what, ": expected a dtype name (\"bf16\") or an object {\"compute\", \"master\", ",
-                             "\"reduce\", \"loss_scale\"}, got ", json.dump()));
+  if (!value.is_object()) {
+    parent.fail(key, str_cat("expected a dtype name (\"bf16\") or an object {\"compute\", \"master\", ",
+                             "\"reduce\", \"loss_scale\"}, got ", value.dump()));
   }
-  JsonFields f(json, what);
-  PrecisionPolicy p = for_compute(parse_dtype(f.string("compute"), f.field("compute")));
-  if (f.has("master")) p.master = parse_dtype(f.string("master"), f.field("master"));
-  p.reduce = f.has("reduce") ? parse_dtype(f.string("reduce"), f.field("reduce")) : p.master;
+  const JsonFields f = parent.object(key);
+  PrecisionPolicy p = for_compute(parse_dtype(f.string("compute"), f.where("compute")));
+  if (f.has("master")) p.master = parse_dtype(f.string("master"), f.where("master"));
+  p.reduce = f.has("reduce") ? parse_dtype(f.string("reduce"), f.where("reduce")) : p.master;
   p.loss_scale = f.number("loss_scale", p.loss_scale);
   f.finish();
-  p.validate(what);
+  p.validate(f.where());
   return p;
 }
 

@@ -17,6 +17,8 @@
 
 namespace magic {
 
+class JsonFields;
+
 struct PrecisionPolicy {
   c10::ScalarType compute = c10::kDouble;
   c10::ScalarType master = c10::kDouble;
@@ -27,9 +29,10 @@ struct PrecisionPolicy {
 
   // The shorthand for a compute dtype (see above).
   static PrecisionPolicy for_compute(c10::ScalarType compute);
-  // "bf16" or {"compute": "bf16", "master": "fp32", "reduce": "fp32", "loss_scale": 1}; omitted
-  // keys take the shorthand's values. InputError naming `what` for anything else.
-  static PrecisionPolicy from_json(const nlohmann::json& json, const std::string& what);
+  // `parent`'s `key` (`fallback` where absent): "bf16" or {"compute": "bf16", "master": "fp32",
+  // "reduce": "fp32", "loss_scale": 1}; omitted keys take the shorthand's values. InputError naming
+  // the input that gave the value (json_fields.h) for anything else.
+  static PrecisionPolicy from_json(const JsonFields& parent, const std::string& key, const std::string& fallback);
 
   // Whether the compute dtype differs from fp64 (the golden reference's dtype).
   bool low_precision() const { return compute != c10::kDouble; }

@@ -1,5 +1,6 @@
 #include "lib/data/text_loader.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -7,6 +8,7 @@
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
+#include "lib/core/utf8.h"
 
 namespace magic {
 namespace {
@@ -34,6 +36,45 @@ std::string string_field(const nlohmann::json& object, const std::string& field,
   return value->get<std::string>();
 }
 
+// The line around `at` (about 60 bytes) with the bytes that are not UTF-8, and control characters,
+// as \xNN: enough to find the place in an editor, and safe to print.
+std::string excerpt(const std::string& line, size_t at) {
+  constexpr size_t kSide = 30;
+  size_t begin = at > kSide ? at - kSide : 0, end = std::min(line.size(), at + kSide);
+  while (begin > 0 && (static_cast<unsigned char>(line[begin]) & 0xC0) == 0x80) --begin;  // a character's start
+  while (end < line.size() && (static_cast<unsigned char>(line[end]) & 0xC0) == 0x80) ++end;
+  std::string shown;
+  for (char c : printable_text(line.substr(begin, end - begin))) {
+    shown += static_cast<unsigned char>(c) < 0x20 ? byte_escape(static_cast<unsigned char>(c)) : std::string(1, c);
+  }
+  return str_cat(begin > 0 ? "..." : "", shown, end < line.size() ? "..." : "");
+}
+
+// The bytes from `at` that are not UTF-8, as \xNN (at most 4).
+std::string bad_bytes(const std::string& line, size_t at) {
+  size_t end = at;
+  while (end < line.size() && end < at + 4 && utf8_sequence_length(line, end) == 0) ++end;
+  return printable_text(line.substr(at, end - at));
+}
+
+// JSON Lines are UTF-8 (RFC 8259): a line that is not is refused naming the place, before the JSON
+// parser, whose message would echo the raw byte.
+void require_utf8(const std::string& line, const std::string& where, int64_t line_offset) {
+  const size_t bad = first_invalid_utf8(line);
+  if (bad == std::string::npos) return;
+  throw InputError(str_cat(where, ": not valid UTF-8 at column ", bad + 1, " (byte offset ",
+                           line_offset + static_cast<int64_t>(bad), " in the file): ", bad_bytes(line, bad), " in ",
+                           excerpt(line, bad), "; expected UTF-8 text"));
+}
+
+// nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 5: syntax error ...",
+// as "at column 5: syntax error ...": the line is named already, the library's tag says nothing.
+std::string parse_failure(const nlohmann::json::parse_error& e) {
+  std::string why = e.what();
+  if (const size_t colon = why.find(": "); colon != std::string::npos) why = why.substr(colon + 2);
+  return str_cat("at column ", e.byte, ": ", one_line_text(why));
+}
+
 }  // namespace
 
 std::vector<TextDocument> load_jsonl(const std::string& path, const DocumentFields& fields) {
@@ -42,14 +83,16 @@ std::vector<TextDocument> load_jsonl(const std::string& path, const DocumentFiel
   std::vector<TextDocument> docs;
   std::map<std::string, int64_t> lines_of_ids;
   std::string line;
-  for (int64_t number = 1; std::getline(in, line); ++number) {
+  int64_t offset = 0;  // of the line in the file
+  for (int64_t number = 1; std::getline(in, line); ++number, offset += static_cast<int64_t>(line.size()) + 1) {
     if (is_blank(line)) continue;
     const std::string where = str_cat(path, ":", number);
+    require_utf8(line, where, offset);
     nlohmann::json object;
     try {
       object = nlohmann::json::parse(line);
     } catch (const nlohmann::json::parse_error& e) {
-      throw InputError(str_cat(where, ": malformed JSON line (", e.what(), ")"));
+      throw InputError(str_cat(where, ": malformed JSON line ", parse_failure(e)));
     }
     if (!object.is_object()) throw InputError(str_cat(where, ": expected a JSON object, got ", object.type_name()));
     const bool pair = !fields.prompt.empty();

@@ -110,7 +110,14 @@ TokenDataset tokenize_documents(const std::vector<TextDocument>& documents, cons
       if (rows.size() == rows_before) ++data.dropped_documents;
     }
   }
-  if (rows.empty()) throw InputError(str_cat(source, ": no document yields an example with a token to predict"));
+  if (rows.empty()) {
+    const size_t n = documents.size();
+    throw InputError(str_cat(source, ": ",
+                             n == 0 ? std::string("holds no document")
+                             : n == 1
+                                 ? std::string("its one document yields no example with a token to predict")
+                                 : str_cat("none of its ", n, " documents yields an example with a token to predict")));
+  }
   const auto N = static_cast<int64_t>(rows.size());
   data.pad_id = tokenizer.pad_id();
   data.input_ids = at::full({N, max_len}, data.pad_id, at::kLong);

@@ -49,7 +49,8 @@ struct TokenDataset {
   int64_t max_len() const { return input_ids.size(1); }
 };
 
-// Throws InputError for max_len < 2 or when no document yields an example.
+// Throws InputError for max_len < 2 or when no document yields an example. `source` begins every
+// message: the file, and what it is to the run.
 TokenDataset tokenize_documents(const std::vector<TextDocument>& documents, const DocumentTokenizer& tokenizer,
                                 int64_t max_len, const std::string& source = "data", Fit fit = Fit::kChunk);
 

@@ -12,35 +12,6 @@
 namespace magic {
 namespace {
 
-// The length of the valid UTF-8 sequence starting at s[i], or 0 if the bytes there are not one
-// (overlong forms, surrogates and code points above U+10FFFF included).
-size_t utf8_sequence(const std::string& s, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char b0 = byte(i);
-  if (b0 < 0x80) return 1;
-  size_t n = 0;
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    n = 2;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    n = 3;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    n = 4;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + n > s.size()) return 0;
-  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
-  for (size_t k = 2; k < n; ++k) {
-    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
-  }
-  return n;
-}
-
 // A TSV field: backslash, tab, newline and carriage return escaped as \\, \t, \n, \r (what the
 // JSON metadata's strings decode to is what unescaping the TSV field gives), so both files join
 // on id; text passes through printable_text first.
@@ -67,31 +38,13 @@ std::string tsv_field(const std::string& text) {
   return out;
 }
 
-}  // namespace
-
-std::string printable_text(const std::string& text) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  for (size_t i = 0; i < text.size();) {
-    const size_t n = utf8_sequence(text, i);
-    if (n > 0) {
-      out.append(text, i, n);
-      i += n;
-      continue;
-    }
-    const auto b = static_cast<unsigned char>(text[i++]);
-    out += "\\x";
-    out += kHex[b >> 4];
-    out += kHex[b & 15];
-  }
-  return out;
-}
-
 std::vector<std::string> printable_texts(const std::vector<std::string>& texts) {
   std::vector<std::string> out;
   for (const auto& t : texts) out.push_back(printable_text(t));
   return out;
 }
+
+}  // namespace
 
 at::Tensor example_totals(const ScoreTable& table) {
   if (table.per_query) return table.scores.dim() == 3 ? table.scores.sum(2) : table.scores;
@@ -128,6 +81,20 @@ void write_score_files(const std::string& directory, const ScoreTable& table) {
     out << '\t' << tsv_field(i < table.example_texts.size() ? table.example_texts[i] : "") << '\n';
   }
   write_file_atomically((std::filesystem::path(directory) / "scores.tsv").string(), out.str());
+}
+
+std::string score_file_in(const std::string& path) {
+  namespace fs = std::filesystem;
+  const char* expected = "(expected a scores.safetensors file or magic-run's --out folder)";
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (!fs::exists(status)) throw InputError(str_cat(path, ": no such file or folder ", expected));
+  if (!fs::is_directory(status)) return path;
+  const fs::path inside = fs::path(path) / "scores.safetensors";
+  if (!fs::is_regular_file(inside, ec)) {
+    throw InputError(str_cat(path, ": a folder without scores.safetensors ", expected));
+  }
+  return inside.string();
 }
 
 }  // namespace magic

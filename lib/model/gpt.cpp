@@ -76,6 +76,14 @@ GptConfig GptConfig::from_json(const JsonFields& f) {
   c.n_heads = f.integer("n_heads", c.n_heads);
   c.max_len = f.integer("max_len", c.max_len);
   f.finish();
+  // Each value is checked where it was read, so that its message names the input that gave it;
+  // validate() then checks the rules between keys, naming the object.
+  for (const char* key : {"vocab", "d_model", "n_layers", "n_heads"}) {
+    if (f.has(key) && f.integer(key) < 1) f.fail(key, str_cat("expected an integer >= 1, got ", f.integer(key)));
+  }
+  if (c.max_len < 2) {
+    f.fail("max_len", str_cat("expected >= 2 (a sequence needs a token and its next), got ", c.max_len));
+  }
   c.validate(f.where());
   return c;
 }

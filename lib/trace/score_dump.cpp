@@ -8,6 +8,7 @@
 #include "lib/core/non_finite.h"
 #include "lib/core/strings.h"
 #include "lib/io/safetensors.h"
+#include "lib/io/score_file.h"
 
 namespace magic {
 namespace {
@@ -33,8 +34,7 @@ std::vector<std::string> id_list(const SafetensorsFile& file, const std::string&
 }  // namespace
 
 ScoreDump read_score_dump(const std::string& path) {
-  std::filesystem::path file(path);
-  if (std::filesystem::is_directory(file)) file /= "scores.safetensors";
+  const std::filesystem::path file(score_file_in(path));
   const SafetensorsFile scores = load_safetensors(file.string());
   if (!scores.tensors.contains("scores")) {
     throw InputError(str_cat(file.string(), ": no tensor 'scores' (not a magic-run score file)"));
@@ -51,8 +51,8 @@ ScoreDump read_score_dump(const std::string& path) {
   const bool per_query = !out.query_ids.empty();
   const int64_t examples = per_query ? values.size(values.dim() - 1) : values.size(0);
   if (static_cast<int64_t>(out.example_ids.size()) != examples) {
-    throw InputError(str_cat(file.string(), ": metadata example_ids: ", out.example_ids.size(), " ids for ", examples,
-                             " examples"));
+    throw InputError(
+        str_cat(file.string(), ": metadata example_ids: ", out.example_ids.size(), " ids for ", examples, " examples"));
   }
   if (per_query && (values.dim() != 2 || static_cast<int64_t>(out.query_ids.size()) != values.size(0))) {
     throw InputError(str_cat(file.string(), ": metadata query_ids: ", out.query_ids.size(), " ids for scores of shape ",
@@ -79,13 +79,14 @@ LoadedDump aligned_scores(const ScoreDump& candidate_scores, const ScoreDump& re
   const std::vector<std::string>& a = candidate_scores.example_ids;
   const std::vector<std::string>& b = reference_scores.example_ids;
   if (candidate_scores.query_ids != reference_scores.query_ids) {
-    throw InputError(str_cat(candidate.path, " and ", reference.path, ": the query ids differ (scores for other queries)"));
+    throw InputError(
+        str_cat(candidate.path, " and ", reference.path, ": the query ids differ (scores for other queries)"));
   }
   std::map<std::string, int64_t> position;
   for (size_t i = 0; i < a.size(); ++i) position[a[i]] = static_cast<int64_t>(i);
   if (position.size() != a.size() || a.size() != b.size()) {
-    throw InputError(str_cat(candidate.path, " and ", reference.path, ": the example ids differ (",
-                             a.size(), " and ", b.size(), " examples, or repeated ids)"));
+    throw InputError(str_cat(candidate.path, " and ", reference.path, ": the example ids differ (", a.size(), " and ",
+                             b.size(), " examples, or repeated ids)"));
   }
   std::vector<int64_t> order;
   for (const auto& id : b) {

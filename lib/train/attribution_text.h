@@ -10,7 +10,9 @@
 
 namespace magic {
 
-// `text` cut to `width` bytes, "..." marking the cut.
+// `text` as a row shows it: cut to `width` bytes ("..." marking the cut, which splits no character)
+// and on one line, bytes that are not UTF-8 as \xNN (one_line_text, lib/core/utf8.h), as scores.tsv
+// shows it.
 std::string snippet(const std::string& text, size_t width);
 
 // "376 examples from PATH", and when documents were cut or dropped, how many of how many:

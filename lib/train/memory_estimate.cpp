@@ -92,7 +92,7 @@ int64_t available_memory_bytes() {
 void require_memory(const RunConfig& c, const MemoryEstimate& e, int64_t available, int64_t ranks) {
   if (available <= 0 || e.total() * static_cast<double>(ranks) <= static_cast<double>(available)) return;
   throw InputError(str_cat(
-      c.source, ": training.steps ", c.steps, " with ", checkpoint_schedule_name(c.checkpoints),
+      c.where(), ": training.steps ", c.steps, " with ", checkpoint_schedule_name(c.checkpoints),
       " checkpoints needs about ", e.str(), ranks > 1 ? str_cat(" per rank, ", ranks, " ranks on this machine") : "",
       ", above the ", format_bytes(static_cast<double>(available)), " available; ",
       e.dump_bytes > 0 ? "run without --dump (its records are held until the run ends), " : "",

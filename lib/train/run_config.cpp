@@ -69,13 +69,19 @@ void read_queries(const JsonFields& data, RunConfig& c, const std::string& base_
 }  // namespace
 
 RunConfig RunConfig::from_json(const nlohmann::json& json, const std::string& source, const std::string& base_dir) {
+  return from_json(json, std::make_shared<const ValueSources>(source), base_dir);
+}
+
+RunConfig RunConfig::from_json(const nlohmann::json& json, std::shared_ptr<const ValueSources> sources,
+                               const std::string& base_dir) {
   RunConfig c;
-  c.source = source;
-  JsonFields root(json, source);
+  c.source = sources->file();
+  c.sources = sources;
+  JsonFields root(json, sources);
   const int64_t seed = root.integer("seed", 0);
   if (seed < 0) root.fail("seed", "expected an integer >= 0");
   c.seed = static_cast<uint64_t>(seed);
-  c.precision = PrecisionPolicy::from_json(root.raw("dtype", "fp64"), source + ": dtype");
+  c.precision = PrecisionPolicy::from_json(root, "dtype", "fp64");
   const JsonFields model = root.object("model");
   if (model.has("path")) {
     // A model folder (hf_model_folder.h) brings its architecture, weights and tokenizer; the run
@@ -94,7 +100,7 @@ RunConfig RunConfig::from_json(const nlohmann::json& json, const std::string& so
   c.train_path = resolve(data.string("train"), base_dir);
   read_queries(data, c, base_dir);
   c.fields = read_fields(data);
-  c.fit = parse_fit(data.string("fit", "chunk"), data.field("fit"));
+  c.fit = parse_fit(data.string("fit", "chunk"), data.where("fit"));
   if (data.has("max_documents")) {
     c.max_documents = data.integer("max_documents");
     if (*c.max_documents < 1) data.fail("max_documents", str_cat("expected an integer >= 1, got ", *c.max_documents));
@@ -107,9 +113,9 @@ RunConfig RunConfig::from_json(const nlohmann::json& json, const std::string& so
   c.batch_size = training.integer("batch_size");
   if (c.batch_size < 1) training.fail("batch_size", str_cat("expected an integer >= 1, got ", c.batch_size));
   c.shuffle = training.boolean("shuffle", true);
-  c.reduction = parse_reduction(training.string("reduction", "mean"), training.field("reduction"));
-  c.weights = parse_weight_kind(training.string("weights", "per_document"), training.field("weights"));
-  c.checkpoints = parse_checkpoint_schedule(training.string("checkpoints", "sqrt"), training.field("checkpoints"));
+  c.reduction = parse_reduction(training.string("reduction", "mean"), training.where("reduction"));
+  c.weights = parse_weight_kind(training.string("weights", "per_document"), training.where("weights"));
+  c.checkpoints = parse_checkpoint_schedule(training.string("checkpoints", "sqrt"), training.where("checkpoints"));
   if (auto spill = training.optional_string("spill_dir")) c.spill_dir = resolve(*spill, base_dir);
   training.finish();
 
@@ -120,10 +126,19 @@ RunConfig RunConfig::from_json(const nlohmann::json& json, const std::string& so
 
 RunConfig RunConfig::load(const std::string& path, const std::vector<ConfigOverride>& overrides) {
   const nlohmann::json json = apply_overrides(read_config_file(path), overrides);
-  RunConfig c = from_json(json, path, std::filesystem::path(path).parent_path().string());
+  RunConfig c = from_json(json, std::make_shared<const ValueSources>(path, overrides),
+                          std::filesystem::path(path).parent_path().string());
   c.resolved = json;
   c.overrides = overrides;
   return c;
+}
+
+std::string RunConfig::where(const std::string& field) const {
+  return sources ? sources->value(field) : str_cat(source, ": ", field);
+}
+
+std::string RunConfig::where() const {
+  return sources ? sources->object("") : source;
 }
 
 std::vector<InputFile> input_files(const RunConfig& c) {
@@ -142,15 +157,28 @@ std::vector<InputFile> input_files(const RunConfig& c) {
 
 namespace {
 
+// The documents of a data file, which must hold one: an empty file would otherwise be reported far
+// from its cause (a batch that cannot be filled, a query set with nothing to score).
+std::vector<TextDocument> load_data(const std::string& path, const DocumentFields& fields, const std::string& role) {
+  std::vector<TextDocument> documents = load_documents(path, fields);
+  if (documents.empty()) {
+    std::error_code ec;
+    const bool nothing = std::filesystem::file_size(path, ec) == 0;
+    throw InputError(
+        str_cat(path, ": the ", role, " is empty: the file holds ", nothing ? "nothing" : "only blank lines"));
+  }
+  return documents;
+}
+
 std::vector<TextDocument> slice_of(const std::vector<TextDocument>& documents, std::pair<int64_t, int64_t> slice,
                                    const RunConfig& c) {
   const auto n = static_cast<int64_t>(documents.size());
   if (slice.second > n) {
-    throw InputError(str_cat(c.source, ": data.queries.slice [", slice.first, ", ", slice.second, "] goes past the ", n,
-                             " documents of ", c.query_path));
+    throw InputError(str_cat(c.where("data.queries.slice"), " [", slice.first, ", ", slice.second, "] goes past the ",
+                             n, " documents of ", c.query_path));
   }
   if (c.query_path == c.train_path && slice.second - slice.first == n) {
-    throw InputError(str_cat(c.source, ": data.queries.slice holds out all ", n, " documents of ", c.train_path,
+    throw InputError(str_cat(c.where("data.queries.slice"), " holds out all ", n, " documents of ", c.train_path,
                              ": nothing is left to train on"));
   }
   return {documents.begin() + slice.first, documents.begin() + slice.second};
@@ -170,26 +198,29 @@ LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const Parallelism
   }
   const DocumentTokenizer& tokenizer = *p.tokenizer;
   if (p.model.vocab < tokenizer.vocab_bound()) {
-    throw InputError(str_cat(c.source, ": model.vocab ", p.model.vocab, " is below the ", tokenizer.vocab_bound(),
+    throw InputError(str_cat(c.where("model.vocab"), " ", p.model.vocab, " is below the ", tokenizer.vocab_bound(),
                              " ids of the tokenizer (", tokenizer.description(), ")"));
   }
-  p.train_documents = load_documents(c.train_path, c.fields);
+  // Errors about the data say which file it is to the run.
+  const std::string train_role = "training data (data.train)", query_role = "query data (data.queries)";
+  p.train_documents = load_data(c.train_path, c.fields, train_role);
   if (c.query_path == c.train_path && c.query_slice) {
     p.query_documents = slice_of(p.train_documents, *c.query_slice, c);
     const auto [begin, end] = *c.query_slice;
     p.train_documents.erase(p.train_documents.begin() + begin, p.train_documents.begin() + end);
   } else {
-    p.query_documents = load_documents(c.query_path, c.fields);
+    p.query_documents = load_data(c.query_path, c.fields, query_role);
     if (c.query_slice) p.query_documents = slice_of(p.query_documents, *c.query_slice, c);
   }
   if (c.max_documents && static_cast<int64_t>(p.train_documents.size()) > *c.max_documents) {
     p.train_documents.resize(*c.max_documents);
   }
-  auto train = std::make_shared<TokenDataset>(
-      tokenize_documents(p.train_documents, tokenizer, c.model.max_len, c.train_path, c.fit));
+  auto train = std::make_shared<TokenDataset>(tokenize_documents(p.train_documents, tokenizer, c.model.max_len,
+                                                                 str_cat(c.train_path, ": the ", train_role), c.fit));
   // A query is a document: packing would mix queries, so packed runs cut queries into chunks.
   const Fit query_fit = c.fit == Fit::kTruncate ? Fit::kTruncate : Fit::kChunk;
-  TokenDataset queries = tokenize_documents(p.query_documents, tokenizer, c.model.max_len, c.query_path, query_fit);
+  TokenDataset queries = tokenize_documents(p.query_documents, tokenizer, c.model.max_len,
+                                            str_cat(c.query_path, ": the ", query_role), query_fit);
   // Queries are documents (LmQuery): each must give at least one example to be scored on.
   std::vector<bool> scored(p.query_documents.size(), false);
   for (const auto& ex : queries.examples) scored[ex.document] = true;

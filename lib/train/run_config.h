@@ -54,8 +54,18 @@ struct RunConfig {
   nlohmann::json resolved;
   std::vector<ConfigOverride> overrides;
 
+  // Where each value came from (the file, or the override that set it), for errors found after
+  // reading: where("model.vocab") is "FILE: model.vocab" or "--model.vocab=100".
+  // where() names the config as a whole, with the flags that set values in it.
+  std::shared_ptr<const ValueSources> sources;
+  std::string where(const std::string& field) const;
+  std::string where() const;
+
   static RunConfig from_json(const nlohmann::json& json, const std::string& source, const std::string& base_dir);
-  // A JSON or YAML file (config_file.h), `overrides` applied before it is read.
+  static RunConfig from_json(const nlohmann::json& json, std::shared_ptr<const ValueSources> sources,
+                             const std::string& base_dir);
+  // A JSON or YAML file (config_file.h), `overrides` applied before it is read; errors name the
+  // flag that gave a value where an override set it.
   static RunConfig load(const std::string& path, const std::vector<ConfigOverride>& overrides = {});
 };
 

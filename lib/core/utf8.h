@@ -1,0 +1,30 @@
+// UTF-8 as the data and the reports need it: where a text stops being UTF-8, and text shown with
+// each byte that is not UTF-8 as the four characters \xNN, so a terminal, a TSV or a JSON string
+// never receives a raw byte.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace magic {
+
+// The length of the valid UTF-8 sequence that starts at text[i], or 0 where the bytes there are
+// not one (a stray continuation byte, a sequence cut short, an overlong form, a surrogate, a code
+// point above U+10FFFF).
+size_t utf8_sequence_length(const std::string& text, size_t i);
+
+// The offset of the first byte of `text` that does not begin a valid UTF-8 sequence, or npos.
+size_t first_invalid_utf8(const std::string& text);
+
+// The four characters \xNN of a byte.
+std::string byte_escape(unsigned char byte);
+
+// `text` as valid UTF-8: every byte that does not begin a valid sequence becomes \xNN.
+std::string printable_text(const std::string& text);
+
+// `text` for a row of a terminal: printable_text, with tab, newline and carriage return written
+// as \t, \n and \r so that it stays on one line (a backslash stays as it is: for reading, not
+// for parsing back; scores.tsv escapes it too).
+std::string one_line_text(const std::string& text);
+
+}  // namespace magic
