@@ -57,10 +57,13 @@ std::string printable_text(const std::string& text) {
   return out;
 }
 
-std::string one_line_text(const std::string& text) {
+std::string one_line_text(const std::string& text, bool escape_backslash) {
   std::string out;
   for (char c : printable_text(text)) {
     switch (c) {
+      case '\\':
+        out += escape_backslash ? "\\\\" : "\\";
+        break;
       case '\t':
         out += "\\t";
         break;

@@ -22,9 +22,9 @@ std::string byte_escape(unsigned char byte);
 // `text` as valid UTF-8: every byte that does not begin a valid sequence becomes \xNN.
 std::string printable_text(const std::string& text);
 
-// `text` for a row of a terminal: printable_text, with tab, newline and carriage return written
-// as \t, \n and \r so that it stays on one line (a backslash stays as it is: for reading, not
-// for parsing back; scores.tsv escapes it too).
-std::string one_line_text(const std::string& text);
+// `text` for one line: printable_text, with tab, newline and carriage return written as \t, \n
+// and \r. A backslash stays as it is for a terminal's row (for reading, not parsing back); with
+// `escape_backslash` it is written \\ too, so that the escapes can be undone (scores.tsv's fields).
+std::string one_line_text(const std::string& text, bool escape_backslash = false);
 
 }  // namespace magic

@@ -16,26 +16,7 @@ namespace {
 // JSON metadata's strings decode to is what unescaping the TSV field gives), so both files join
 // on id; text passes through printable_text first.
 std::string tsv_field(const std::string& text) {
-  std::string out;
-  for (char c : printable_text(text)) {
-    switch (c) {
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
+  return one_line_text(text, /*escape_backslash=*/true);
 }
 
 std::vector<std::string> printable_texts(const std::vector<std::string>& texts) {
