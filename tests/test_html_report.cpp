@@ -87,8 +87,23 @@ TEST(HtmlReport, RanksHelpfulMostNegativeFirstAndHarmfulMostPositiveFirst) {
   EXPECT_NE(html.find("2.25 s"), std::string::npos);
 }
 
-TEST(HtmlReport, TopLargerThanTheExamplesShowsThemAll) {
-  EXPECT_EQ(data_ids(section(render_html_report(sample(100)), "helpful")).size(), 8u);
+// Issue 43: with more rows asked for than examples of a sign, "Most helpful" listed harmful ones.
+TEST(HtmlReport, ARankingHoldsOnlyItsOwnSignAndSaysWhenFewerHaveIt) {
+  const std::string html = render_html_report(sample(100));
+  EXPECT_EQ(data_ids(section(html, "helpful")), (std::vector<std::string>{"d", "b", "f"}));
+  EXPECT_EQ(data_ids(section(html, "harmful")), (std::vector<std::string>{"c", "g", "a", "e"}));  // h is 0
+  EXPECT_NE(section(html, "helpful")
+                .find("<h2>Most helpful (most negative score; 3 of the 8 examples lower the query "
+                      "loss)</h2>"),
+            std::string::npos);
+  EXPECT_NE(section(html, "harmful").find("; 4 of the 8 examples raise the query loss)</h2>"), std::string::npos);
+  // As many of the sign as asked for: the heading has no count.
+  EXPECT_NE(render_html_report(sample(3)).find("<h2>Most helpful (most negative score)</h2>"), std::string::npos);
+  HtmlReport none = sample(3);
+  for (HtmlExample& ex : none.examples) ex.score = std::abs(ex.score);
+  const std::string all_harmful = section(render_html_report(none), "helpful");
+  EXPECT_TRUE(data_ids(all_harmful).empty());
+  EXPECT_NE(all_harmful.find("None of the 8 examples lowers the query loss."), std::string::npos) << all_harmful;
   EXPECT_TRUE(data_ids(render_html_report(sample(0))).empty());
 }
 
@@ -122,7 +137,7 @@ TEST(HtmlReport, EscapeReplacesInvalidUtf8AndControlCharacters) {
             "b\tc\n");
 }
 
-TEST(HtmlReport, NonFiniteScoresPrintAndRankLast) {
+TEST(HtmlReport, NonFiniteScoresPrintAndNaNIsInNeitherRanking) {
   EXPECT_EQ(format_score(-1.524e-3), "-1.52e-03");
   EXPECT_EQ(format_score(std::numeric_limits<double>::quiet_NaN()), "nan");
   EXPECT_EQ(format_score(-std::numeric_limits<double>::infinity()), "-inf");
@@ -133,8 +148,9 @@ TEST(HtmlReport, NonFiniteScoresPrintAndRankLast) {
   r.lds = HtmlLds{};
   r.lds->mean = std::numeric_limits<double>::infinity();
   const std::string html = render_html_report(r);
-  EXPECT_EQ(data_ids(section(html, "helpful")).back(), "a");
+  EXPECT_EQ(data_ids(section(html, "helpful")), (std::vector<std::string>{"d", "f"}));  // a is NaN, b +inf
   EXPECT_EQ(data_ids(section(html, "harmful")).front(), "b");
+  for (const std::string& id : data_ids(section(html, "harmful"))) EXPECT_NE(id, "a");
   EXPECT_NE(html.find(">nan<"), std::string::npos);
   EXPECT_NE(html.find("nan s"), std::string::npos);
   EXPECT_NE(section(html, "histogram").find("2 non-finite scores not plotted"), std::string::npos);
@@ -211,8 +227,7 @@ TEST(HtmlReport, ShowsTheQueriesTheRankedOneAndAWarning) {
   EXPECT_NE(queries.find("<tr class=\"shown\"><td class=\"rank\">1</td>"), std::string::npos) << queries;
   EXPECT_NE(html.find("<p class=\"lede\" id=\"ranking-note\">Ranked by query 1 (Ecc2:2: I said of laughter).</p>"),
             std::string::npos);
-  EXPECT_NE(html.find("id=\"warning\">warning: training looks non-smooth: spikes &amp; jumps</p>"),
-            std::string::npos);
+  EXPECT_NE(html.find("id=\"warning\">warning: training looks non-smooth: spikes &amp; jumps</p>"), std::string::npos);
   EXPECT_LT(html.find("id=\"warning\""), html.find("id=\"helpful\""));
 }
 

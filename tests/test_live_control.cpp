@@ -120,7 +120,7 @@ TEST(TraceControl, TheDocsExamplesAreMessagesTheTracerReadsAndWrites) {
   std::istringstream text(testing::read_file(testing::source_path("docs/tracer.md")));
   std::string block, fence;
   int controls = 0, messages = 0;
-  const std::set<std::string> types = {"hello", "record", "dropped", "control", "error", "end"};
+  const std::set<std::string> types = {"hello", "history", "record", "dropped", "control", "error", "end"};
   for (std::string line; std::getline(text, line);) {
     if (fence.empty() && (line == "```json" || line == "```jsonl")) {
       fence = line;
@@ -143,7 +143,7 @@ TEST(TraceControl, TheDocsExamplesAreMessagesTheTracerReadsAndWrites) {
     }
   }
   EXPECT_GE(controls, 1);
-  EXPECT_EQ(messages, 6);
+  EXPECT_EQ(messages, 7);
 }
 
 TEST(TraceControl, TheDefaultKeepsLossWholeScoresByTheirEndsAndTheRestAsStatistics) {

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 
 #include "lib/io/safetensors.h"
 #include "lib/live/trace_server.h"
@@ -107,6 +108,90 @@ TEST(LiveRun, EightClientsEachGetEveryRecordInOrderOrADropCount) {
   int64_t complete = 0;
   for (const StreamCheck& c : checks) complete += c.records + c.dropped == c.end_records ? 1 : 0;
   EXPECT_GE(complete, 1);
+}
+
+// Reads `client` to the end message (or nothing for 20 s); every message parsed.
+std::vector<json> read_to_end(TraceClient& client) {
+  std::vector<json> messages;
+  while (const std::optional<std::string> m = client.read()) {
+    messages.push_back(json::parse(*m));
+    if (messages.back()["type"] == "end") break;
+  }
+  return messages;
+}
+
+std::vector<int64_t> loss_steps(const std::vector<json>& messages) {
+  std::vector<int64_t> steps;
+  for (const json& m : messages) {
+    if (m["type"] == "record" && m["kind"] == "loss") steps.push_back(m["step"].get<int64_t>());
+  }
+  return steps;
+}
+
+// Issue 43: a client that connected mid-run got nothing of the run so far, and the top examples
+// were indices. A client that comes after four steps now gets the history first: with the live
+// records after it, every loss step from 0, each once; and a score record names its examples by
+// id, with how many scores are of each sign.
+TEST(LiveRun, AClientThatComesAfterNStepsGetsTheHistoryAndScoresNameTheirExamples) {
+  testing::TinyRun tiny;
+  tiny.steps = 12;
+  const std::string config = testing::write_tiny_run_config("live-late", tiny);
+  const std::string out = testing::fresh_dir("live-late-out");
+  BackgroundRun run("--config " + config + " --out " + out + " --trace-port 0 --trace-wait 60",
+                    ::testing::TempDir() + "/live-late.log");
+  const int port = run.port();
+  ASSERT_GT(port, 0) << run.join().output;
+  TraceClient first(port);
+  std::vector<json> early;
+  while (loss_steps(early).empty() || loss_steps(early).back() < 4) {
+    const std::optional<std::string> m = first.read();
+    ASSERT_TRUE(m.has_value()) << "the stream ended before step 4";
+    early.push_back(json::parse(*m));
+  }
+  TraceClient late(port);
+  for (const json& m : read_to_end(first)) early.push_back(m);
+  const std::vector<json> later = read_to_end(late);
+  const auto outcome = run.join();
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+
+  ASSERT_GE(later.size(), 3u);
+  EXPECT_EQ(later[0]["type"], "hello");
+  ASSERT_EQ(later[1]["type"], "history");
+  const int64_t history = later[1]["records"].get<int64_t>();
+  EXPECT_GE(history, 5);  // at least the loss of steps 0 to 4
+  EXPECT_GE(later[1]["seen"].get<int64_t>(), history);
+  ASSERT_GE(static_cast<int64_t>(later.size()), 2 + history);
+  const std::vector<json> kept(later.begin() + 2, later.begin() + 2 + history);
+  ASSERT_FALSE(loss_steps(kept).empty());
+  EXPECT_EQ(loss_steps(kept).front(), 0);
+  EXPECT_GE(loss_steps(kept).back(), 4);
+  std::vector<int64_t> all_steps(12);
+  std::iota(all_steps.begin(), all_steps.end(), 0);
+  EXPECT_EQ(loss_steps(early), all_steps);
+  EXPECT_EQ(loss_steps(later), all_steps);  // the history, then the live records: each step once
+  StreamCheck check;
+  for (const json& m : later) check.take(m);
+  EXPECT_EQ(check.error, "");
+  EXPECT_EQ(check.history, history);
+  EXPECT_EQ(check.end_records, early.back()["records"].get<int64_t>());
+
+  const SafetensorsFile scores = load_safetensors(out + "/scores.safetensors");
+  const json ids = json::parse(scores.metadata.at("example_ids"));
+  const at::Tensor s = scores.tensors.at("scores");
+  int64_t checked = 0;
+  for (const json& m : early) {
+    if (m["type"] != "record" || m["kind"] != "score" || m["step"] != -1) continue;
+    EXPECT_EQ(m["data"]["positive"], (s > 0).sum().item<int64_t>());
+    EXPECT_EQ(m["data"]["negative"], (s < 0).sum().item<int64_t>());
+    for (const char* part : {"largest", "smallest"}) {
+      const json& p = m["data"][part];
+      ASSERT_EQ(p["id"].size(), p["index"].size());
+      for (size_t i = 0; i < p["index"].size(); ++i) EXPECT_EQ(p["id"][i], ids[p["index"][i].get<size_t>()]);
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 1);
+  std::filesystem::remove_all(out);
 }
 
 TEST(LiveRun, EveryRankOfAMeshReachesRankZerosServerAndWritesItsFile) {

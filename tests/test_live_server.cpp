@@ -155,6 +155,39 @@ TEST(TraceServer, ClosingSendsWhatIsQueuedThenEndsEveryConnection) {
   EXPECT_EQ(http_request(s.port(), "/").status, 0);
 }
 
+// Issue 43: a client that connected mid-run got no history. It now gets the hello, the history
+// (a stride of each series with its first and latest record), the live records, and the end even
+// when it comes after it.
+TEST(TraceServer, AClientThatComesLateGetsTheHistoryThenTheLiveRecordsAndTheEnd) {
+  TraceServerOptions o;
+  o.history.points_per_series = 8;
+  Served s(o);
+  TraceClient early(s.port());
+  EXPECT_EQ(next(early)["type"], "hello");
+  for (int64_t i = 0; i < 100; ++i) s.record(i);
+  TraceClient late(s.port());
+  EXPECT_EQ(next(late)["type"], "hello");
+  const json h = next(late);
+  EXPECT_EQ(h["type"], "history");
+  EXPECT_EQ(h["seen"], 100);
+  // The stride is the smallest power of two with at most 8 of indices 0..99 on it: 16 (0, 16,
+  // ..., 96), then the latest, 99.
+  const std::vector<int64_t> expected = {0, 16, 32, 48, 64, 80, 96, 99};
+  ASSERT_EQ(h["records"], expected.size());
+  for (int64_t seq : expected) EXPECT_EQ(next(late)["seq"], seq);
+  s.record(100);
+  EXPECT_EQ(next(late)["seq"], 100);                                    // then live
+  for (int64_t i = 0; i <= 100; ++i) EXPECT_EQ(next(early)["seq"], i);  // the early client got no history
+  EXPECT_EQ(s.server->stats().history_records, 8);                      // 0, 16, ..., 96 and 100
+  s.server->publish(TraceEvent::make({{"type", "end"}, {"records", 101}}));
+  EXPECT_EQ(next(late)["type"], "end");
+  TraceClient after_end(s.port());
+  EXPECT_EQ(next(after_end)["type"], "hello");
+  EXPECT_EQ(next(after_end)["records"], 8);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(next(after_end)["type"], "record");
+  EXPECT_EQ(next(after_end)["type"], "end");
+}
+
 TEST(TraceServer, APortInUseIsRefusedByName) {
   Served s;
   TraceServerOptions o;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "lib/data/text_loader.h"
 #include "lib/io/safetensors.h"
@@ -124,6 +125,49 @@ TEST(MagicRunCli, ADivergentRunStopsNamingTheStepAndWritesNothing) {
   EXPECT_FALSE(std::filesystem::exists(out + "/scores.tsv"));
 }
 
+// The rows under the heading that starts with `title`: the heading line and each row's score.
+std::pair<std::string, std::vector<double>> ranking(const std::string& output, const std::string& title) {
+  std::istringstream in(output.substr(output.find("\n" + title) + 1));
+  std::string heading, line;
+  std::getline(in, heading);
+  std::vector<double> scores;
+  while (std::getline(in, line) && line.rfind("  ", 0) == 0) scores.push_back(std::stod(line));
+  return {heading, scores};
+}
+
+// Issue 43: with three examples and --top 3, "Most helpful" listed a positive (harmful) score.
+// A ranking holds only the examples of its own sign and says how many have it when fewer than --top.
+TEST(MagicRunCli, ARankingHoldsOnlyItsOwnSignAndSaysWhenFewerExamplesHaveIt) {
+  testing::TinyRun tiny;
+  tiny.documents = 3;
+  tiny.batch_size = 2;
+  const std::string out = testing::fresh_dir("magic-run-three");
+  Outcome o = run_magic_run("--config " + testing::write_tiny_run_config("three", tiny) + " --out " + out + " --top 3");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const at::Tensor s = load_safetensors(out + "/scores.safetensors").tensors.at("scores");
+  ASSERT_EQ(s.numel(), 3);
+  const int64_t negative = (s < 0).sum().item<int64_t>(), positive = (s > 0).sum().item<int64_t>();
+  // Three examples, three rows asked for: at least one of the two signs has fewer than three.
+  ASSERT_TRUE(negative < 3 || positive < 3);
+  for (const auto& [title, sign, effect, count] :
+       {std::tuple<std::string, double, std::string, int64_t>{"Most helpful", -1, "lower", negative},
+        std::tuple<std::string, double, std::string, int64_t>{"Most harmful", 1, "raise", positive}}) {
+    const auto [heading, scores] = ranking(o.output, title);
+    EXPECT_EQ(static_cast<int64_t>(scores.size()), count) << o.output;
+    for (double v : scores) EXPECT_GT(v * sign, 0) << title << ": " << v << "\n" << o.output;
+    const std::string most = title + (sign < 0 ? " (most negative score" : " (most positive score");
+    if (count == 0) {
+      EXPECT_EQ(heading, most + "): none of the 3 examples " + effect + "s the query loss") << o.output;
+    } else if (count < 3) {
+      EXPECT_EQ(heading, most + "; " + std::to_string(count) + " of the 3 examples " + effect + " the query loss):")
+          << o.output;
+    } else {
+      EXPECT_EQ(heading, most + "):") << o.output;
+    }
+  }
+  std::filesystem::remove_all(out);
+}
+
 TEST(MagicRunCli, AGoodRunPrintsRankedExamplesAndWritesScoreFiles) {
   const std::string out = ::testing::TempDir() + "/magic-run-out";
   std::filesystem::remove_all(out);
@@ -186,7 +230,8 @@ TEST(MagicRunCli, ShowsTheQueriesAndEachChunksOwnText) {
             std::string::npos)
       << o.output;
   for (size_t q = 0; q < queries.size(); ++q) {
-    const std::string line = "\n  " + std::to_string(q) + "  " + queries[q].id + "  " + row_text(queries[q].text) + "\n";
+    const std::string line =
+        "\n  " + std::to_string(q) + "  " + queries[q].id + "  " + row_text(queries[q].text) + "\n";
     EXPECT_NE(o.output.find(line), std::string::npos) << line << "\nin:\n" << o.output;
   }
   // Every row of scores.tsv: chunk k of a document holds bytes [24k, 24k + 24) of its text.
@@ -229,7 +274,8 @@ TEST(MagicRunCli, PerQuerySaysWhichQueryTheRankingIsFor) {
                            "), the first of 8 (no --query given); --query N (0 to 7) picks another; " + out +
                            "/scores.safetensors holds all 8.";
   EXPECT_NE(o.output.find("lowers the loss on " + queries[0].id + ".\n" + note + "\nMost helpful"), std::string::npos)
-      << note << "\nin:\n" << o.output;
+      << note << "\nin:\n"
+      << o.output;
   const std::string html = testing::read_file(out + "/report.html");
   EXPECT_NE(html.find("id=\"ranking-note\">Ranked by query 0 ("), std::string::npos);
   EXPECT_NE(html.find("<section id=\"queries\"><h2>Queries (8)</h2>"), std::string::npos);

@@ -45,9 +45,20 @@ using namespace magic;
 
 constexpr size_t kRowText = 90;  // bytes of text a row shows
 
-void print_ranked(const char* title, const at::Tensor& totals, const std::vector<int64_t>& order,
-                  const LmProblem& problem, size_t top) {
-  std::cout << title << "\n";
+// A ranking holds only the examples of its own sign (`order`, best first), and says when fewer
+// than --top have it: "Most helpful (most negative score; 2 of the 3 examples lower the query
+// loss):", or "...: none of the 3 examples lowers the query loss" (docs/magic-run.md).
+void print_ranked(const std::string& title, const std::string& sign, const std::string& effect,
+                  const at::Tensor& totals, const std::vector<int64_t>& order, const LmProblem& problem, size_t top) {
+  const int64_t examples = totals.size(0);
+  std::cout << title << " (most " << sign << " score";
+  if (order.empty()) {
+    std::cout << "): none of the " << examples << " examples " << effect << "s the query loss\n";
+    return;
+  }
+  if (order.size() < top)
+    std::cout << "; " << order.size() << " of the " << examples << " examples " << effect << " the query loss";
+  std::cout << "):\n";
   for (size_t k = 0; k < std::min(top, order.size()); ++k) {
     const int64_t i = order[k];
     const Example& ex = problem.train->examples[i];
@@ -246,10 +257,16 @@ void report(const Flags& f, const RunConfig& config, const Attribution& a, const
   const int64_t shown_query = f.query_index.value_or(0);
   at::Tensor totals = example_totals(table);
   if (f.per_query) totals = totals[shown_query];
-  std::vector<int64_t> order(totals.size(0));
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
-  std::sort(order.begin(), order.end(),
-            [&](int64_t a, int64_t b) { return totals[a].item<double>() < totals[b].item<double>(); });
+  // Each ranking holds the examples of its sign only, most negative (or most positive) first.
+  const at::Tensor values = totals.to(at::kDouble).contiguous();
+  const double* v = values.data_ptr<double>();
+  std::vector<int64_t> helpful, harmful;
+  for (int64_t i = 0; i < values.size(0); ++i) {
+    if (v[i] < 0) helpful.push_back(i);
+    if (v[i] > 0) harmful.push_back(i);
+  }
+  std::stable_sort(helpful.begin(), helpful.end(), [&](int64_t a, int64_t b) { return v[a] < v[b]; });
+  std::stable_sort(harmful.begin(), harmful.end(), [&](int64_t a, int64_t b) { return v[a] > v[b]; });
   const std::string query_name = f.per_query ? problem.query_documents[shown_query].id : "the query set";
   print_queries(problem, config.query_path);
   std::cout << "\nScores are dQ/dw: negative means up-weighting the example lowers the loss on " << query_name << ".\n";
@@ -257,9 +274,8 @@ void report(const Flags& f, const RunConfig& config, const Attribution& a, const
                                                       f.out_dir.empty() ? "" : f.out_dir + "/scores.safetensors")
                                        : "";
   if (!note.empty()) std::cout << note << "\n";
-  print_ranked("Most helpful (most negative score):", totals, order, problem, static_cast<size_t>(f.top));
-  std::reverse(order.begin(), order.end());
-  print_ranked("Most harmful (most positive score):", totals, order, problem, static_cast<size_t>(f.top));
+  print_ranked("Most helpful", "negative", "lower", totals, helpful, problem, static_cast<size_t>(f.top));
+  print_ranked("Most harmful", "positive", "raise", totals, harmful, problem, static_cast<size_t>(f.top));
   if (lds) print_lds(*lds, *f.lds);
   if (!f.out_dir.empty()) {
     write_score_files(f.out_dir, table);
@@ -441,6 +457,11 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
                    speaks ? &std::cout : nullptr);
   }
   LmProblem problem = build_lm_problem(config, parallelism);
+  if (tracer) {
+    std::vector<std::string> ids;
+    for (const Example& ex : problem.train->examples) ids.push_back(ex.id);
+    tracer->sink()->set_example_ids(std::move(ids));
+  }
   const int64_t queries = problem.query->num_queries();
   if (!f.dump_dir.empty()) require_dump_memory(f, config, runtime, problem, memory);
   if (f.lds) lds_dropped_count(*f.lds, problem.train->size());

@@ -67,19 +67,28 @@ bool has_token_scores(const HtmlExample& ex) {
   return !ex.token_scores.empty() && ex.token_scores.size() == ex.tokens.size();
 }
 
-// Indices by score, most negative first (or most positive with `descending`);
-// NaN last, ties in input order.
-std::vector<size_t> ranked(const std::vector<HtmlExample>& examples, bool descending, size_t count) {
-  std::vector<size_t> order(examples.size());
-  std::iota(order.begin(), order.end(), size_t{0});
+// The indices of the examples of one sign (negative: helpful; positive with `descending`:
+// harmful), most negative (most positive) first, ties in input order. A ranking holds only its
+// own sign: zero and NaN are in neither.
+std::vector<size_t> ranked(const std::vector<HtmlExample>& examples, bool descending) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < examples.size(); ++i) {
+    if (descending ? examples[i].score > 0 : examples[i].score < 0) order.push_back(i);
+  }
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    const double ka = descending ? -examples[a].score : examples[a].score;
-    const double kb = descending ? -examples[b].score : examples[b].score;
-    if (std::isnan(ka) || std::isnan(kb)) return !std::isnan(ka) && std::isnan(kb);
-    return ka < kb;
+    return descending ? examples[a].score > examples[b].score : examples[a].score < examples[b].score;
   });
-  order.resize(std::min(order.size(), count));
   return order;
+}
+
+// "Most helpful (most negative score)", saying how many examples have that sign when fewer than
+// `top` do.
+std::string ranking_heading(const char* title, bool harmful, size_t of_sign, size_t examples, size_t top) {
+  std::string h = str_cat(title, " (most ", harmful ? "positive" : "negative", " score");
+  if (of_sign < top) {
+    h += str_cat("; ", of_sign, " of the ", examples, " examples ", harmful ? "raise" : "lower", " the query loss");
+  }
+  return h + ")";
 }
 
 struct Segment {
@@ -140,9 +149,15 @@ std::string score_cell(double score) {
   return std::string("<td class=\"score") + sign + "\">" + format_score(score) + "</td>";
 }
 
-void ranking_table(std::ostringstream& out, const HtmlReport& r, const std::vector<size_t>& order, double scale) {
+void ranking_table(std::ostringstream& out, const HtmlReport& r, const std::vector<size_t>& order, double scale,
+                   const char* effect) {
   if (order.empty()) {
-    out << "<p>No examples.</p>\n";
+    if (r.top <= 0) {
+      out << "<p>No examples.</p>\n";
+    } else {
+      out << "<p class=\"none\">None of the " << r.examples.size() << " examples " << effect
+          << " the query loss.</p>\n";
+    }
     return;
   }
   out << "<table "
@@ -326,8 +341,11 @@ std::string format_score(double value) {
 
 std::string render_html_report(const HtmlReport& r) {
   const size_t top = static_cast<size_t>(std::max<int64_t>(r.top, 0));
-  const std::vector<size_t> helpful = ranked(r.examples, false, top);
-  const std::vector<size_t> harmful = ranked(r.examples, true, top);
+  std::vector<size_t> helpful = ranked(r.examples, false), harmful = ranked(r.examples, true);
+  const std::string helpful_heading = ranking_heading("Most helpful", false, helpful.size(), r.examples.size(), top);
+  const std::string harmful_heading = ranking_heading("Most harmful", true, harmful.size(), r.examples.size(), top);
+  helpful.resize(std::min(helpful.size(), top));
+  harmful.resize(std::min(harmful.size(), top));
   // One colour scale for every shown heat map, so rows compare by eye.
   double scale = 0;
   bool heat = false;
@@ -370,12 +388,10 @@ std::string render_html_report(const HtmlReport& r) {
         << colour(-1, 1) << ",#fff," << colour(1, 1) << ")\"></span>harmful; full colour at |token score| "
         << format_score(scale) << ". Hover a token for its score.</p>\n";
   }
-  out << "<section id=\"helpful\"><h2>Most helpful (most negative "
-         "score)</h2>\n";
-  ranking_table(out, r, helpful, scale);
-  out << "</section>\n<section id=\"harmful\"><h2>Most harmful (most positive "
-         "score)</h2>\n";
-  ranking_table(out, r, harmful, scale);
+  out << "<section id=\"helpful\"><h2>" << helpful_heading << "</h2>\n";
+  ranking_table(out, r, helpful, scale, "lowers");
+  out << "</section>\n<section id=\"harmful\"><h2>" << harmful_heading << "</h2>\n";
+  ranking_table(out, r, harmful, scale, "raises");
   out << "</section>\n<section id=\"histogram\"><h2>Scores of all " << r.examples.size() << " examples</h2>\n"
       << histogram_svg(r.examples) << "</section>\n";
   if (r.lds) lds_section(out, *r.lds);

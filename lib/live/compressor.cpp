@@ -151,10 +151,19 @@ json indexed(const at::Tensor& values, const at::Tensor& indices) {
 json top(const CompressorSpec& spec, const at::Tensor& t) {
   const at::Tensor flat = readable(t).to(at::kDouble).reshape({-1});
   const int64_t k = std::min(spec.k, flat.numel());
-  if (k == 0) return {{"largest", indexed(flat, flat.to(at::kLong))}, {"smallest", indexed(flat, flat.to(at::kLong))}};
-  const auto [large, large_at] = flat.topk(k, 0, /*largest=*/true, /*sorted=*/true);
-  const auto [small, small_at] = flat.topk(k, 0, /*largest=*/false, /*sorted=*/true);
-  return {{"largest", indexed(large, large_at)}, {"smallest", indexed(small, small_at)}};
+  // How many entries of the whole tensor are of each sign: a reader of the k largest learns
+  // whether they are all positive (for scores: whether that many examples raise the loss).
+  const json signs = {{"positive", (flat > 0).sum().item<int64_t>()}, {"negative", (flat < 0).sum().item<int64_t>()}};
+  json out;
+  if (k == 0) {
+    out = {{"largest", indexed(flat, flat.to(at::kLong))}, {"smallest", indexed(flat, flat.to(at::kLong))}};
+  } else {
+    const auto [large, large_at] = flat.topk(k, 0, /*largest=*/true, /*sorted=*/true);
+    const auto [small, small_at] = flat.topk(k, 0, /*largest=*/false, /*sorted=*/true);
+    out = {{"largest", indexed(large, large_at)}, {"smallest", indexed(small, small_at)}};
+  }
+  out.update(signs);
+  return out;
 }
 
 json projection(const at::Tensor& t, const std::string& layer, const ProjectionVectors* vectors) {

@@ -11,6 +11,12 @@ bool StreamCheck::take(const nlohmann::json& m) {
     dropped += m.at("count").get<int64_t>();
     pending_drops += m.at("count").get<int64_t>();
     if (m.at("total").get<int64_t>() != dropped) fail("a drop notice's total is not the sum of its counts");
+  } else if (type == "history") {
+    history_left = m.at("records").get<int64_t>();
+    if (records > 0 || history > 0) fail("a history after the stream began");
+  } else if (type == "record" && history_left > 0) {
+    --history_left;
+    ++history;
   } else if (type == "record") {
     const int64_t rank = m.at("rank").get<int64_t>(), seq = m.at("seq").get<int64_t>();
     // A record follows its rank's previous one, or the records dropped since account for the gap

@@ -17,6 +17,9 @@ struct StreamCheck {
   std::map<int64_t, int64_t> next_seq;  // by rank: the seq the next record must have
   std::map<std::string, int64_t> by_kind;
   int64_t records = 0, dropped = 0, pending_drops = 0, end_records = -1;
+  // A late client's history (docs/tracer.md, "History"): records sent before it came,
+  // downsampled, so their seq has gaps no notice counts; checked from the first live record on.
+  int64_t history = 0, history_left = 0;
   std::string error;  // the first violation, or ""
 
   // One message; returns false once the stream ended (the "end" message).

@@ -141,7 +141,9 @@ bool RelayReceiver::poll() {
         if (line.empty()) continue;
         auto e = std::make_shared<TraceEvent>();
         e->record = true;
-        e->text = line;  // relayed as sent: rank 0 does not parse another rank's records
+        e->text = line;  // relayed as sent; parsed only for the series the server's history keeps it under
+        const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (record.is_object()) e->series = series_key(record);
         target_->publish(e);
       }
     }

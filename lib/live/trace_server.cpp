@@ -5,6 +5,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -32,6 +33,11 @@ std::string error_message(const std::string& field, const std::string& message) 
       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+// {"type": "history", "records": N, "seen": M}: the N records that follow are the history.
+std::string history_message(size_t records, int64_t seen) {
+  return str_cat("{\"type\":\"history\",\"records\":", records, ",\"seen\":", seen, "}");
+}
+
 class WebSocketSession;
 
 }  // namespace
@@ -39,13 +45,21 @@ class WebSocketSession;
 class TraceServer::Impl : public std::enable_shared_from_this<TraceServer::Impl> {
  public:
   Impl(TraceServerOptions options, TraceServerHooks hooks)
-      : options(std::move(options)), hooks(std::move(hooks)), acceptor(io) {}
+      : options(std::move(options)), hooks(std::move(hooks)), acceptor(io), history(history_limits(this->options)) {}
+
+  static HistoryLimits history_limits(const TraceServerOptions& o) {
+    HistoryLimits limits = o.history;
+    limits.bytes = std::min(limits.bytes, o.queue_bytes / 2);
+    return limits;
+  }
 
   void listen();
   void accept();
   void add(const std::shared_ptr<WebSocketSession>& s);
   void remove(const WebSocketSession* s);
   std::vector<std::shared_ptr<WebSocketSession>> sessions_now();
+  // A message that is not a record, to every client.
+  void broadcast(const std::shared_ptr<const std::string>& message);
   bool origin_allowed(const std::string& origin) const { return origin.empty() || origins.count(origin) > 0; }
 
   TraceServerOptions options;
@@ -57,6 +71,12 @@ class TraceServer::Impl : public std::enable_shared_from_this<TraceServer::Impl>
   std::atomic<int64_t> clients_served{0}, requests_refused{0}, dropped_by_gone{0};
   std::atomic<int> live_clients{0};
   std::atomic<bool> stopped{false};
+  // Publishing and a client's joining take turns under this lock, so that a record reaches a new
+  // client once: in its history or live. `announcements` counts the messages that are not records.
+  std::mutex history_mutex;
+  TraceHistory history;
+  std::atomic<int64_t> announcements{0};
+  std::shared_ptr<const std::string> end_message;  // once published: a client that comes later gets it last
 
  private:
   std::mutex mutex_;
@@ -116,9 +136,30 @@ class WebSocketSession : public std::enable_shared_from_this<WebSocketSession> {
     ++server_->clients_served;
     ++server_->live_clients;
     accepted_ = true;
-    server_->add(shared_from_this());
-    enqueue(std::make_shared<const std::string>(server_->hooks.hello()), false);
+    join();
     read_next();
+  }
+
+  // The hello, the history (docs/tracer.md, "History"), then the live messages. The hello is made
+  // outside the lock (it reads the tracer's state under the tracer's own lock, which publishing
+  // holds before this one) and made again if a control was announced meanwhile.
+  void join() {
+    for (;;) {
+      const int64_t announced = server_->announcements;
+      auto hello = std::make_shared<const std::string>(server_->hooks.hello());
+      std::lock_guard<std::mutex> lock(server_->history_mutex);
+      if (server_->announcements != announced) continue;
+      enqueue(std::move(hello), false);
+      const std::vector<std::shared_ptr<const std::string>> kept = server_->history.messages();
+      if (!kept.empty()) {
+        enqueue(std::make_shared<const std::string>(history_message(kept.size(), server_->history.seen())), false);
+        // Not queued as records: the queue takes the whole history (at most half its capacity).
+        for (const auto& m : kept) enqueue(m, false);
+      }
+      if (server_->end_message) enqueue(server_->end_message, false);
+      server_->add(shared_from_this());
+      return;
+    }
   }
 
   void write_next() {
@@ -159,10 +200,7 @@ class WebSocketSession : public std::enable_shared_from_this<WebSocketSession> {
       }
     }
     if (!reply.to_sender.empty()) enqueue(std::make_shared<const std::string>(std::move(reply.to_sender)), false);
-    if (!reply.to_all.empty()) {
-      auto all = std::make_shared<const std::string>(std::move(reply.to_all));
-      for (const auto& s : server_->sessions_now()) s->enqueue(all, false);
-    }
+    if (!reply.to_all.empty()) server_->broadcast(std::make_shared<const std::string>(std::move(reply.to_all)));
     read_next();
   }
 
@@ -324,6 +362,12 @@ void TraceServer::Impl::remove(const WebSocketSession* s) {
                   sessions_.end());
 }
 
+void TraceServer::Impl::broadcast(const std::shared_ptr<const std::string>& message) {
+  std::lock_guard<std::mutex> lock(history_mutex);
+  ++announcements;
+  for (const auto& s : sessions_now()) s->enqueue(message, false);
+}
+
 std::vector<std::shared_ptr<WebSocketSession>> TraceServer::Impl::sessions_now() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::shared_ptr<WebSocketSession>> out;
@@ -366,12 +410,19 @@ const std::string& TraceServer::bind_address() const {
 void TraceServer::publish(const std::shared_ptr<const TraceEvent>& event) {
   // The event's text is shared by every client's queue: one copy of the message, not one per client.
   const std::shared_ptr<const std::string> text(event, &event->text);
+  std::lock_guard<std::mutex> lock(impl_->history_mutex);
+  if (event->record && !event->series.empty()) {
+    // A record kept whole holds its tensor too: the history keeps a copy of its text alone.
+    impl_->history.add(event->series,
+                       event->tensor.defined() ? std::make_shared<const std::string>(event->text) : text);
+  }
+  if (!event->record) ++impl_->announcements;
+  if (event->end) impl_->end_message = text;
   for (const auto& s : impl_->sessions_now()) s->enqueue(text, event->record);
 }
 
 void TraceServer::broadcast(const std::string& text) {
-  auto shared = std::make_shared<const std::string>(text);
-  for (const auto& s : impl_->sessions_now()) s->enqueue(shared, false);
+  impl_->broadcast(std::make_shared<const std::string>(text));
 }
 
 void TraceServer::close(int grace_ms) {
@@ -441,6 +492,9 @@ TraceServerStats TraceServer::stats() const {
   int64_t dropped = impl_->dropped_by_gone;
   for (const auto& session : impl_->sessions_now()) dropped += session->dropped();
   s.records_dropped = dropped;
+  std::lock_guard<std::mutex> lock(impl_->history_mutex);
+  s.history_records = static_cast<int64_t>(impl_->history.kept());
+  s.history_bytes = static_cast<int64_t>(impl_->history.bytes());
   return s;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "lib/live/trace_event.h"
+#include "lib/live/trace_history.h"
 
 namespace magic {
 
@@ -26,6 +27,9 @@ struct TraceServerOptions {
   size_t queue_bytes = size_t{8} << 20;
   size_t max_frame_bytes = size_t{1} << 20;
   int max_clients = 16;
+  // What a client that comes late gets first (trace_history.h); its bytes are held to half a
+  // client's queue, so the whole history fits in the queue of the client that comes.
+  HistoryLimits history;
   std::map<std::string, ViewerAsset> assets;  // by path: "/", "/viewer.js"
 };
 
@@ -45,6 +49,8 @@ struct TraceServerStats {
   int64_t clients_served = 0;    // WebSocket clients accepted in all
   int64_t records_dropped = 0;   // over every client
   int64_t requests_refused = 0;  // HTTP 403/404/405/503 and failed handshakes
+  int64_t history_records = 0;   // records kept now for a client that comes late
+  int64_t history_bytes = 0;
 };
 
 class TraceServer : public TraceOutput {
@@ -58,6 +64,7 @@ class TraceServer : public TraceOutput {
   int port() const;
   const std::string& bind_address() const;
 
+  // Sends to every client and keeps the record in the history a client that comes later gets.
   void publish(const std::shared_ptr<const TraceEvent>& event) override;
   // A message for every client that is not a record (a control change).
   void broadcast(const std::string& text);

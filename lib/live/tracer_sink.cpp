@@ -17,6 +17,20 @@ bool is_step_contribution(const TraceRecord& r) {
   return r.kind == "score" && r.phase == "replay" && r.step >= 0 && r.name == "scores";
 }
 
+// The example id of each entry `top` listed of a score tensor whose first dimension is the
+// examples (a per-token row's entries are its example's).
+void add_example_ids(json& data, const at::Tensor& scores, const std::vector<std::string>& ids) {
+  if (ids.empty() || scores.dim() < 1 || scores.size(0) != static_cast<int64_t>(ids.size())) return;
+  const int64_t per_example = std::max<int64_t>(scores.numel() / scores.size(0), 1);
+  for (const char* part : {"largest", "smallest"}) {
+    json& p = data[part];
+    json names = json::array();
+    for (const json& index : p.at("index"))
+      names.push_back(ids.at(static_cast<size_t>(index.get<int64_t>() / per_example)));
+    p["id"] = std::move(names);
+  }
+}
+
 }  // namespace
 
 nlohmann::json record_message(const TraceOrigin& origin, const TraceRecord& record, const at::Tensor& tensor,
@@ -59,6 +73,11 @@ void TracerSink::begin_run(std::string run) {
   running_scores_ = at::Tensor();
 }
 
+void TracerSink::set_example_ids(std::vector<std::string> ids) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  example_ids_ = std::move(ids);
+}
+
 TraceOrigin TracerSink::origin() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return origin_;
@@ -93,6 +112,7 @@ void TracerSink::emit(const TraceRecord& record, const at::Tensor& tensor) {
   const TraceRule* rule = matching_rule(*control, record, origin_.run);
   if (rule == nullptr || !due(*rule, record)) return;
   json data = compress(rule->spec, tensor, record.layer, vectors_.get());
+  if (rule->spec.kind == Compressor::kTop && record.kind == "score") add_example_ids(data, tensor, example_ids_);
   json message = record_message(origin_, record, tensor, *rule, std::move(data));
   message["seq"] = seq_++;
   at::Tensor whole;

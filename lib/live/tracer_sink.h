@@ -41,6 +41,10 @@ class TracerSink : public TraceSink {
   // made one of the same identity. The running scores start again.
   void begin_run(std::string run);
 
+  // The training examples' ids, in order (magic-run): a score record sent with `top` names the
+  // example of each entry it lists (its `id`), when the tensor's first dimension is the examples.
+  void set_example_ids(std::vector<std::string> ids);
+
   // Replaces the control (any thread); the next record reads the new one.
   void set_control(TraceControl control);
   TraceControl control() const;
@@ -68,6 +72,7 @@ class TracerSink : public TraceSink {
   mutable std::mutex mutex_;  // the origin's run, the identities, the running scores, seq and the order of publishing
   std::set<std::string> identities_;
   at::Tensor running_scores_;
+  std::vector<std::string> example_ids_;
   std::atomic<int64_t> seq_{0};
   bool finished_ = false;
 };

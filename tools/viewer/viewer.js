@@ -19,6 +19,8 @@ const PALETTE = ['#2f6fdb', '#e4572e', '#2a9d5c', '#9b59b6', '#d4a017', '#17a2b8
 const trace = window.__trace = {
   connected: false, records: 0, dropped: 0, byKind: {}, lastControl: null, errors: [], ended: false,
   runs: [],                 // the runs records came from, in the order they first came
+  history: { records: 0, seen: 0, received: 0 },   // the history this page got when it connected
+  charts: {},               // canvas id -> {series, points, firstX, lastX, yTicks, xTicks} as last drawn
 };
 
 const state = {
@@ -31,6 +33,7 @@ const state = {
   pickerParams: {},         // kind -> parameters of the rule in force (kept when re-applied)
   otherRules: [],           // {rule, shadowed}: rules the table cannot show
   selectsDirty: false,
+  historyLeft: 0,           // records of the history still to come
 };
 
 /** What the charts show of one run: each record updates the data of the run it names. */
@@ -93,14 +96,24 @@ const isNum = (v) => typeof v === 'number' && Number.isFinite(v);
 // Server strings go into HTML only escaped: nothing a message holds is markup.
 const esc = (v) => String(v).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 
-function fmt(v) {
+/** A number to `digits` significant digits (4 by default). */
+function fmt(v, digits = 4) {
   if (v === null || v === undefined) return '—';
   if (typeof v !== 'number') return String(v);
   if (!Number.isFinite(v)) return String(v);
   if (v === 0) return '0';
   const a = Math.abs(v);
-  if (a >= 1e5 || a < 1e-3) return v.toExponential(2);
-  return String(Number(v.toPrecision(4)));
+  if (a >= 1e5 || a < 1e-3) return v.toExponential(digits - 2);
+  return String(Number(v.toPrecision(digits)));
+}
+
+/** Labels for axis ticks: the fewest significant digits (4 or more) at which neighbours differ. */
+function tickLabels(values) {
+  for (let digits = 4; digits <= 15; digits++) {
+    const labels = values.map((v) => fmt(v, digits));
+    if (labels.every((l, i) => i === 0 || l !== labels[i - 1])) return labels;
+  }
+  return values.map(String);
 }
 
 function globMatch(pattern, text) {
@@ -155,7 +168,7 @@ function connect() {
   };
 }
 
-// The stream has no history, so a reconnect only resumes from the records made after it.
+// A reconnect gets the server's history again (docs/tracer.md, "History"): the charts are redrawn from it.
 function scheduleReconnect() {
   const wait = retryMs;
   retryMs = Math.min(retryMs * 2, 10000);
@@ -200,7 +213,19 @@ function handleMessage(text) {
       addMessage('info', `hello: ${msg.ranks} rank(s)${msg.mesh && msg.mesh.length ? `, mesh ${JSON.stringify(msg.mesh)}` : ''}`);
       if (msg.control) applyControl(msg.control);
       break;
+    case 'history':
+      // The records sent before this page came, downsampled, follow; on a reconnect they replace
+      // what the page had, so no point is drawn twice.
+      if (trace.records > 0) forgetRecords();
+      state.historyLeft = Number(msg.records) || 0;
+      trace.history = { records: state.historyLeft, seen: Number(msg.seen) || 0, received: 0 };
+      addMessage('info', `history: ${trace.history.records} of the ${trace.history.seen} records sent before this page connected`);
+      break;
     case 'record':
+      if (state.historyLeft > 0) {
+        state.historyLeft -= 1;
+        trace.history.received += 1;
+      }
       onRecord(msg);
       break;
     case 'dropped':
@@ -224,6 +249,17 @@ function handleMessage(text) {
       addMessage('warn', `unknown message type ${JSON.stringify(msg.type)}`);
   }
   dirty = true;
+}
+
+/** Drops every record's effect on the charts (a reconnect, before the history that replaces them). */
+function forgetRecords() {
+  state.runs.clear();
+  state.latestRun = '';
+  state.lastStep = null;
+  trace.records = 0;
+  trace.byKind = {};
+  trace.runs = [];
+  state.selectsDirty = true;
 }
 
 function onRecord(r) {
@@ -469,7 +505,11 @@ function drawLineChart(canvas, series, opts) {
     }
     return { label: s.label, color: PALETTE[i % PALETTE.length], pts };
   }).filter((s) => s.pts.length);
-  if (!prepared.length) { drawEmpty(ctx, w, h, opts.empty || 'waiting for records'); return; }
+  if (!prepared.length) {
+    trace.charts[canvas.id] = { series: 0, points: 0 };
+    drawEmpty(ctx, w, h, opts.empty || 'waiting for records');
+    return;
+  }
 
   if (x0 === x1) { x0 -= 1; x1 += 1; }
   if (y0 === y1) { const d = Math.abs(y0) * 0.1 || 1; y0 -= d; y1 += d; }
@@ -488,18 +528,27 @@ function drawLineChart(canvas, series, opts) {
   ctx.lineWidth = 1;
   ctx.textAlign = 'right';
   ctx.textBaseline = 'middle';
-  for (const t of niceTicks(y0, y1, Math.max(2, Math.floor(ph / 30)), false)) {
+  const yTicks = niceTicks(y0, y1, Math.max(2, Math.floor(ph / 30)), false);
+  const yLabels = tickLabels(yTicks.map((t) => (opts.logY ? Math.pow(10, t) : t)));
+  yTicks.forEach((t, i) => {
     const y = Math.round(sy(t)) + 0.5;
     ctx.beginPath(); ctx.moveTo(m.l, y); ctx.lineTo(m.l + pw, y); ctx.stroke();
-    ctx.fillText(opts.logY ? fmt(Math.pow(10, t)) : fmt(t), m.l - 6, y);
-  }
+    ctx.fillText(yLabels[i], m.l - 6, y);
+  });
   ctx.textAlign = 'center';
   ctx.textBaseline = 'top';
-  for (const t of niceTicks(x0, x1, Math.max(2, Math.floor(pw / 70)), true)) {
+  const xTicks = niceTicks(x0, x1, Math.max(2, Math.floor(pw / 70)), true);
+  for (const t of xTicks) {
     const x = Math.round(sx(t)) + 0.5;
     ctx.beginPath(); ctx.moveTo(x, m.t); ctx.lineTo(x, m.t + ph); ctx.stroke();
     ctx.fillText(String(t), x, m.t + ph + 4);
   }
+  let points = 0; let firstX = Infinity; let lastX = -Infinity;
+  for (const s of prepared) {
+    points += s.pts.length / 2;
+    for (let j = 0; j < s.pts.length; j += 2) { firstX = Math.min(firstX, s.pts[j]); lastX = Math.max(lastX, s.pts[j]); }
+  }
+  trace.charts[canvas.id] = { series: prepared.length, points, firstX, lastX, yTicks: yLabels, xTicks: xTicks.map(String) };
   ctx.strokeStyle = '#9aa3af';
   ctx.strokeRect(m.l + 0.5, m.t + 0.5, pw, ph);
   ctx.fillStyle = '#6b7482';
@@ -682,16 +731,37 @@ function chosenScore() {
   return scores.get(latestScore);
 }
 
-function scoreTable(title, part) {
+/**
+ * One side of a score record sent with `top`: only the entries of its sign (+1: they raise the
+ * query loss, -1: they lower it), each named by its example's id (magic-run sends them; else the
+ * index), and how many entries of that sign the whole tensor holds.
+ */
+function scoreTable(rec, sign) {
+  const part = rec.data[sign > 0 ? 'largest' : 'smallest'];
   const idx = part && Array.isArray(part.index) ? part.index : [];
   const val = part && Array.isArray(part.value) ? part.value : [];
-  const rows = idx.map((ix, i) => {
+  const ids = part && Array.isArray(part.id) ? part.id : null;
+  const shape = Array.isArray(rec.shape) ? rec.shape : [];
+  const perExample = shape.length > 1 ? shape.slice(1).reduce((a, b) => a * b, 1) : 1;
+  const what = perExample > 1 ? 'tokens' : 'examples';
+  const rows = [];
+  idx.forEach((ix, i) => {
     const v = val[i];
-    const cls = isNum(v) ? (v > 0 ? 'pos' : v < 0 ? 'neg' : '') : '';
-    return `<tr><td>${i + 1}</td><td>${esc(ix)}</td><td class="${cls}">${esc(fmt(v))}</td></tr>`;
-  }).join('');
-  return `<div><h3>${title}</h3><table><thead><tr><th>#</th><th>example</th><th>score</th></tr></thead>` +
-    `<tbody>${rows}</tbody></table></div>`;
+    if (!isNum(v) || Math.sign(v) !== sign) return;
+    const name = ids && ids[i] !== undefined
+      ? `${ids[i]}${perExample > 1 ? ` · token ${ix % perExample}` : ''}` : String(ix);
+    rows.push(`<tr><td>${rows.length + 1}</td><td title="index ${esc(ix)}">${esc(name)}</td>` +
+      `<td class="${sign > 0 ? 'pos' : 'neg'}">${esc(fmt(v))}</td></tr>`);
+  });
+  const title = sign > 0 ? 'raise the query loss (score > 0)' : 'lower the query loss (score < 0)';
+  const total = rec.data[sign > 0 ? 'positive' : 'negative'];
+  const count = shape.reduce((a, b) => a * b, 1);
+  const note = isNum(total) ? `${total} of ${count} ${what}` : '';
+  const body = rows.length
+    ? `<table><thead><tr><th>#</th><th>example</th><th>score</th></tr></thead><tbody>${rows.join('')}</tbody></table>`
+    : `<div class="empty-note">none: no ${what.slice(0, -1)} ${sign > 0 ? 'raises' : 'lowers'} the query loss</div>`;
+  return `<div class="score-side" data-sign="${sign}"><h3>${title}</h3>` +
+    `${note ? `<div class="count">${esc(note)} ${sign > 0 ? 'positive' : 'negative'}</div>` : ''}${body}</div>`;
 }
 
 function renderScores() {
@@ -704,8 +774,7 @@ function renderScores() {
   }
   const what = rec.step < 0 ? 'final' : rec.name === 'running_scores' ? `steps ≥ ${rec.step}` : `step ${rec.step} only`;
   $('scores-title').textContent = `${rec.name} · ${what}`;
-  body.innerHTML = scoreTable('largest: raise the query loss', rec.data.largest) +
-    scoreTable('smallest: lower the query loss', rec.data.smallest);
+  body.innerHTML = scoreTable(rec, 1) + scoreTable(rec, -1);
 }
 
 // One row per kind: the records received under each compressor.
