@@ -140,6 +140,7 @@ std::pair<std::string, std::vector<double>> ranking(const std::string& output, c
 TEST(MagicRunCli, ARankingHoldsOnlyItsOwnSignAndSaysWhenFewerExamplesHaveIt) {
   testing::TinyRun tiny;
   tiny.documents = 3;
+  tiny.max_len = 256;  // each verse one example
   tiny.batch_size = 2;
   const std::string out = testing::fresh_dir("magic-run-three");
   Outcome o = run_magic_run("--config " + testing::write_tiny_run_config("three", tiny) + " --out " + out + " --top 3");
