@@ -369,7 +369,8 @@ std::string render_html_report(const HtmlReport& r) {
       << "</b>: negative means up-weighting the example lowers the query loss "
          "(helpful), positive raises it "
          "(harmful).</p>\n";
-  if (!r.ranking_note.empty()) out << "<p class=\"lede\" id=\"ranking-note\">" << html_escape(r.ranking_note) << "</p>\n";
+  if (!r.ranking_note.empty())
+    out << "<p class=\"lede\" id=\"ranking-note\">" << html_escape(r.ranking_note) << "</p>\n";
   if (r.warning) out << "<p class=\"alert\" id=\"warning\">" << html_escape(*r.warning) << "</p>\n";
 
   out << "<section id=\"run\"><h2>Run</h2><table class=\"kv\">";
