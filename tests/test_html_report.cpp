@@ -110,16 +110,14 @@ TEST(HtmlReport, EscapesEveryText) {
                                         // value, shown query, id twice, text
 }
 
-TEST(HtmlReport, EscapeReplacesInvalidUtf8AndControlCharacters) {
+// A byte that is not UTF-8 reads \xNN, as in the terminal's rows and scores.tsv.
+TEST(HtmlReport, EscapeWritesInvalidUtf8AndControlCharactersAsTheirBytes) {
   EXPECT_EQ(html_escape("caf\xC3\xA9 \xE2\x82\xAC"),
             "caf\xC3\xA9 \xE2\x82\xAC");  // valid UTF-8 kept
-  EXPECT_EQ(html_escape("a\xFFz"), "a\xEF\xBF\xBDz");
-  EXPECT_EQ(html_escape("\xC3"), "\xEF\xBF\xBD");  // cut short
-  EXPECT_EQ(html_escape("\xED\xA0\x80"),
-            "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate
-  EXPECT_EQ(html_escape(std::string("a\0b\tc\n", 6)),
-            "a\xEF\xBF\xBD"
-            "b\tc\n");
+  EXPECT_EQ(html_escape("a\xFFz"), "a\\xFFz");
+  EXPECT_EQ(html_escape("\xC3"), "\\xC3");                    // cut short
+  EXPECT_EQ(html_escape("\xED\xA0\x80"), "\\xED\\xA0\\x80");  // a surrogate
+  EXPECT_EQ(html_escape(std::string("a\0b\tc\n", 6)), "a\\x00b\tc\n");
 }
 
 TEST(HtmlReport, NonFiniteScoresPrintAndRankLast) {
@@ -211,8 +209,7 @@ TEST(HtmlReport, ShowsTheQueriesTheRankedOneAndAWarning) {
   EXPECT_NE(queries.find("<tr class=\"shown\"><td class=\"rank\">1</td>"), std::string::npos) << queries;
   EXPECT_NE(html.find("<p class=\"lede\" id=\"ranking-note\">Ranked by query 1 (Ecc2:2: I said of laughter).</p>"),
             std::string::npos);
-  EXPECT_NE(html.find("id=\"warning\">warning: training looks non-smooth: spikes &amp; jumps</p>"),
-            std::string::npos);
+  EXPECT_NE(html.find("id=\"warning\">warning: training looks non-smooth: spikes &amp; jumps</p>"), std::string::npos);
   EXPECT_LT(html.find("id=\"warning\""), html.find("id=\"helpful\""));
 }
 

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "lib/core/strings.h"
+#include "lib/core/utf8.h"
 #include "lib/io/atomic_file.h"
 
 namespace magic {
@@ -305,7 +306,7 @@ std::string html_escape(std::string_view text) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
     const size_t n = utf8_length(text, i);
     if (n == 0 || (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7F) {
-      out += "\xEF\xBF\xBD";
+      out += byte_escape(c);  // as the terminal rows and scores.tsv show it (lib/core/utf8.h)
       ++i;
       continue;
     }
@@ -351,7 +352,8 @@ std::string render_html_report(const HtmlReport& r) {
       << "</b>: negative means up-weighting the example lowers the query loss "
          "(helpful), positive raises it "
          "(harmful).</p>\n";
-  if (!r.ranking_note.empty()) out << "<p class=\"lede\" id=\"ranking-note\">" << html_escape(r.ranking_note) << "</p>\n";
+  if (!r.ranking_note.empty())
+    out << "<p class=\"lede\" id=\"ranking-note\">" << html_escape(r.ranking_note) << "</p>\n";
   if (r.warning) out << "<p class=\"alert\" id=\"warning\">" << html_escape(*r.warning) << "</p>\n";
 
   out << "<section id=\"run\"><h2>Run</h2><table class=\"kv\">";
