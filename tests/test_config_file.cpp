@@ -80,6 +80,18 @@ TEST(ConfigOverrides, DottedKeysSetTypedValuesAndMakeMissingObjects) {
   EXPECT_NE(why.find("--seed.value: seed is a value, not an object of keys"), std::string::npos) << why;
   why = testing::input_error_of([] { parse_overrides({"--steps", "3"}); });
   EXPECT_NE(why.find("unknown argument '--steps'"), std::string::npos) << why;
+  // The config's keys outside a section are set by their own names where the caller names them.
+  const std::vector<ConfigOverride> top = parse_overrides({"--seed", "3", "--dtype=fp32"}, {"seed", "dtype"});
+  c = apply_overrides(c, top);
+  EXPECT_EQ(c["seed"], 3);
+  EXPECT_EQ(c["dtype"], "fp32");
+  why = testing::input_error_of([] { parse_overrides({"--steps", "3"}, {"seed", "dtype"}); });
+  EXPECT_NE(why.find("unknown argument '--steps' (a config key is overridden as --section.key VALUE or --seed VALUE, "
+                     "--dtype VALUE;"),
+            std::string::npos)
+      << why;
+  why = testing::input_error_of([] { parse_overrides({"--sead", "3"}, {"seed", "dtype"}); });
+  EXPECT_NE(why.find("unknown argument '--sead' (did you mean --seed?)"), std::string::npos) << why;
   why = testing::input_error_of([] { parse_overrides({"--training.steps"}); });
   EXPECT_NE(why.find("--training.steps: expected a value after it"), std::string::npos) << why;
   why = testing::input_error_of([] { apply_overrides(json::object(), {{"a..b", "1"}}); });

@@ -3,6 +3,7 @@
 // planted bug in it still fails with its factor.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -118,6 +119,37 @@ TEST(MagicCheckConfig, FlagsThatTheConfigFixesAreRefused) {
   o = magic_check("--config " + config + " --topology n_ci=2,n_per_block=1");
   EXPECT_EQ(o.exit_code, 2) << o.output;
   EXPECT_NE(o.output.find("runs on mesh layouts"), std::string::npos) << o.output;
+}
+
+// A config on a model folder: the check says its memory estimate before any rank starts, and one
+// that cannot fit is refused at once with one line naming the estimate and what is available.
+TEST(MagicCheckConfig, AModelFolderConfigSaysItsMemoryEstimateFirstAndIsRefusedWhenItCannotFit) {
+  const auto folder_config = [](const std::string& name, int64_t steps) {
+    nlohmann::json j = testing::tiny_run_json({});
+    j["model"] = {{"path", testing::source_path("fixtures/models/neox-tiny")}, {"max_len", 16}};
+    j["data"]["train"] = testing::source_path("fixtures/text/proverbs.jsonl");
+    j["data"]["queries"] = testing::source_path("fixtures/text/queries.jsonl");
+    j["training"]["steps"] = steps;
+    const std::string path = ::testing::TempDir() + "/" + name + ".json";
+    std::ofstream(path) << j.dump(2);
+    return path;
+  };
+  const std::string fits = folder_config("check-folder", 2);
+  auto o = magic_check("--config " + fits + " --topology dp=2 --launch threads --steps 1 --checks grad");
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("magic-check: estimated peak memory "), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find(" (1 steps of "), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find(" available\n"), std::string::npos) << o.output;
+
+  const std::string huge = folder_config("check-folder-huge", 99999999999);
+  o = magic_check("--config " + huge + " --topology dp=2 --steps 99999999999");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_EQ(std::count(o.output.begin(), o.output.end(), '\n'), 1) << o.output;
+  EXPECT_NE(o.output.find("this check needs about "), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find(" available; "), std::string::npos) << o.output;
+  EXPECT_EQ(o.output.find("estimated peak memory"), std::string::npos) << o.output;
+  std::remove(fits.c_str());
+  std::remove(huge.c_str());
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "lib/core/utf8.h"
 #include "lib/data/text_loader.h"
 #include "lib/io/safetensors.h"
 #include "tests/support.h"
@@ -186,15 +187,32 @@ TEST(MagicRunCli, AGoodRunPrintsRankedExamplesAndWritesScoreFiles) {
   }
 }
 
+// The time estimate counts --validate lds's retrainings (the subsets and the baseline), and a
+// per-query REPLAY's progress says its steps are queries x steps.
+TEST(MagicRunCli, TheEstimateCountsLdsAndPerQueryProgressSaysWhatItCounts) {
+  Outcome o = run_magic_run("--config " + config_with("lds-estimate", [](nlohmann::json&) {}) +
+                            " --per-query --top 0 --validate lds --subsets 2 --drop-fraction 0.2");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const size_t line = o.output.find("estimated time: training about ");
+  ASSERT_NE(line, std::string::npos) << o.output;
+  const std::string estimate = o.output.substr(line, o.output.find('\n', line) - line);
+  EXPECT_NE(estimate.find(", LDS about "), std::string::npos) << estimate;
+  EXPECT_NE(estimate.find(" for 3 retrainings (calibration: "), std::string::npos) << estimate;
+  EXPECT_NE(o.output.find("REPLAY: 48 steps (of 8 queries x 6 steps) in "), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("LDS: 3 retrainings in "), std::string::npos) << o.output;
+}
+
 // fp16 on the CPU (ops without fp16 kernels run widened), scores written in the master dtype;
 // a bad policy exits 2 naming the field.
 TEST(MagicRunCli, Fp16RunsOnTheCpuAndWritesFp32Scores) {
   const std::string out = ::testing::TempDir() + "/magic-run-fp16";
   std::filesystem::remove_all(out);
-  Outcome o = run_magic_run("--config " + config_with("fp16", [](nlohmann::json& j) { j["dtype"] = "fp16"; }) +
-                            " --out " + out + " --top 2");
+  // The config's top-level keys are set on the command line by their own names, as --dtype and --seed.
+  Outcome o = run_magic_run("--config " + config_with("fp16", [](nlohmann::json&) {}) +
+                            " --dtype fp16 --seed 3 --out " + out + " --top 2");
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("sqrt checkpoints, fp16"), std::string::npos) << o.output;
+  EXPECT_EQ(nlohmann::json::parse(testing::read_file(out + "/run.json"))["seed"], 3);
   const at::Tensor scores = load_safetensors(out + "/scores.safetensors").tensors.at("scores");
   EXPECT_EQ(scores.scalar_type(), c10::kFloat);
   EXPECT_TRUE(scores.isfinite().all().item<bool>());
@@ -260,6 +278,70 @@ TEST(MagicRunCli, ShowsTheQueriesAndEachChunksOwnText) {
     if (o.output.find("  " + id + "  " + text + "\n") != std::string::npos) ++rows;
   }
   EXPECT_EQ(rows, 6) << o.output;  // --top 3, helpful and harmful
+}
+
+// A prompt/completion run shows both parts of every query and example, the arrow where the
+// completion begins and no doubled space; scores.tsv has the parts in two columns; the report's
+// Run table names the model, the data format and the dtype.
+TEST(MagicRunCli, APromptCompletionRunShowsBothPartsEverywhere) {
+  const std::string out = ::testing::TempDir() + "/magic-run-pairs";
+  std::filesystem::remove_all(out);
+  const std::string pairs = testing::source_path("fixtures/text/qa_pairs.jsonl");
+  const std::string config = config_with("pairs-text", [&](nlohmann::json& j) {
+    j["model"]["max_len"] = 96;  // every pair (at most 83 bytes) in one row
+    j["data"] = {{"train", pairs}, {"queries", {{"slice", {0, 4}}}}, {"format", "prompt_completion"}};
+  });
+  Outcome o = run_magic_run("--config " + config + " --out " + out + " --html --top 3");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const std::string arrow = "\xE2\x87\x92";  // ⇒
+  // qa00 in the fixture: "Question: What does a wise son make?\nAnswer:" and " A glad father."
+  EXPECT_NE(o.output.find("\n  0  qa00  Question: What does a wise son make?\\nAnswer: " + arrow + " A glad father.\n"),
+            std::string::npos)
+      << o.output;
+  EXPECT_EQ(o.output.find("qa00   "), std::string::npos) << "a doubled space:\n" << o.output;
+  // Every ranked row (3 helpful, 3 harmful) shows its prompt, the arrow and its completion.
+  const size_t rows_from = o.output.find("Most helpful");
+  ASSERT_NE(rows_from, std::string::npos) << o.output;
+  std::istringstream rows(o.output.substr(rows_from));
+  int64_t shown = 0;
+  for (std::string line; std::getline(rows, line);) {
+    if (line.rfind("  ", 0) != 0) continue;
+    EXPECT_NE(line.find("  Question: "), std::string::npos) << line;
+    EXPECT_NE(line.find("\\nAnswer: " + arrow + " "), std::string::npos) << line;
+    ++shown;
+  }
+  EXPECT_EQ(shown, 6) << o.output;
+  // scores.tsv: prompt and completion in their own columns, each exactly the document's.
+  std::map<std::string, TextDocument> documents;
+  for (const TextDocument& d : load_jsonl(pairs, {"completion", "id", "prompt"})) documents[d.id] = d;
+  std::istringstream tsv(testing::read_file(out + "/scores.tsv"));
+  std::string line;
+  std::getline(tsv, line);
+  EXPECT_EQ(line, "id\tscore\tprompt\ttext");
+  int64_t examples = 0;
+  while (std::getline(tsv, line)) {
+    const std::vector<std::string> fields = [&] {
+      std::vector<std::string> f;
+      std::istringstream in(line);
+      for (std::string field; std::getline(in, field, '\t');) f.push_back(field);
+      return f;
+    }();
+    ASSERT_EQ(fields.size(), 4u) << line;
+    const TextDocument& d = documents.at(fields[0]);
+    EXPECT_EQ(fields[2], one_line_text(d.prompt, true)) << line;
+    EXPECT_EQ(fields[3], one_line_text(d.text, true)) << line;
+    ++examples;
+  }
+  EXPECT_EQ(examples, 20);  // the 24 pairs less the 4 queries
+  const std::string html = testing::read_file(out + "/report.html");
+  EXPECT_NE(html.find("<tr><th>model</th><td>GPT from the config (1 layer, d_model 8, 2 heads, vocab 257, learned "
+                      "positions, sequences of 96)</td></tr>"),
+            std::string::npos);
+  EXPECT_NE(html.find("<tr><th>data format</th><td>prompt_completion (fields prompt, completion), fit chunk</td></tr>"),
+            std::string::npos);
+  EXPECT_NE(html.find("<tr><th>dtype</th><td>fp64</td></tr>"), std::string::npos);
+  EXPECT_NE(html.find("Question: What does a wise son make?\nAnswer: " + arrow + " A glad father."), std::string::npos);
+  std::filesystem::remove_all(out);
 }
 
 // --per-query without --query ranks by query 0 and says so, how to pick another, and where all

@@ -74,6 +74,24 @@ TEST(MagicRunDistributed, ScoreDiffFailsOnScoresThatDiffer) {
   EXPECT_EQ(score_diff(planted, base).exit_code, 2);
 }
 
+// Progress is on stderr under --topology as in one process (rank 0's reaches the launcher's stderr
+// as it is made), and the report on stdout.
+TEST(MagicRunDistributed, ProgressGoesToStderrAsInOneProcess) {
+  const std::string folder = fresh_dir("mr-streams");
+  std::filesystem::create_directories(folder);
+  const std::string out = folder + "/stdout", err = folder + "/stderr";
+  const testing::CommandOutcome o =
+      magic_run("--config " + tiny_config("streams") + " --topology dp=2 --top 1 >" + out + " 2>" + err);
+  ASSERT_EQ(o.exit_code, 0) << testing::read_file(err);
+  const std::string stdout_text = testing::read_file(out), stderr_text = testing::read_file(err);
+  for (const char* line : {"estimated time: training about ", "training: 6 steps in ", "REPLAY: 6 steps in "}) {
+    EXPECT_NE(stderr_text.find(line), std::string::npos) << line << " not on stderr:\n" << stderr_text;
+    EXPECT_EQ(stdout_text.find(line), std::string::npos) << line << " on stdout:\n" << stdout_text;
+  }
+  EXPECT_NE(stdout_text.find("Most helpful"), std::string::npos) << stdout_text;
+  std::filesystem::remove_all(folder);
+}
+
 // Three-pool layouts are magic-check's decomposition workload, not a language model.
 TEST(MagicRunDistributed, AThreePoolLayoutIsRefusedBeforeAnyRankStarts) {
   testing::CommandOutcome o = magic_run("--config " + tiny_config("pools") + " --topology n_ci=2,n_per_block=1");

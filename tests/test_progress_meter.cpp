@@ -60,6 +60,45 @@ TEST(ProgressMeter, NamesWhatItCounts) {
             "LDS: 17 retrainings in 8.5s (2.0 retrainings/s)\n");
 }
 
+// A slow unit reads as the time each takes, not "0.0 retrainings/s": 3 retrainings in 37.5 s.
+TEST(ProgressMeter, ASlowUnitShowsTheTimeEachTakes) {
+  double now = 0.0;
+  std::ostringstream out;
+  ProgressMeter meter("LDS", 33, out, /*terminal=*/false, 5.0, [&] { return now; });
+  meter.counting("retrainings");
+  now = 6.0;
+  meter.update(0);  // none finished yet: no rate to give
+  now = 37.5;
+  meter.update(3);  // 12.5 s each, 30 left: 6m15s
+  now = 412.0;
+  meter.update(33);
+  meter.finish();
+  EXPECT_EQ(out.str(),
+            "LDS: 0/33 retrainings (0%), ?s a retraining, ETA ?\n"
+            "LDS: 3/33 retrainings (9%), 12.5s a retraining, ETA 6m15s\n"
+            "LDS: 33/33 retrainings (100%), 12.5s a retraining, ETA 0.0s\n"
+            "LDS: 33 retrainings in 6m52s (12.5s a retraining)\n");
+  EXPECT_EQ(format_rate(1, 1, "steps"), "1.0 steps/s");  // one a second or more: a rate
+  EXPECT_EQ(format_rate(2, 250, "retrainings"), "2m05s a retraining");
+}
+
+// A per-query REPLAY says its steps are queries x steps.
+TEST(ProgressMeter, SaysWhatTheTotalIsMadeOf) {
+  double now = 0.0;
+  std::ostringstream out;
+  ProgressMeter meter("REPLAY", 32, out, /*terminal=*/false, 5.0, [&] { return now; });
+  meter.made_of("4 queries x 8 steps");
+  now = 6.0;
+  meter.update(12);  // 2 steps/s, 20 left: 10 s
+  now = 16.0;
+  meter.update(32);
+  meter.finish();
+  EXPECT_EQ(out.str(),
+            "REPLAY: 12/32 steps (4 queries x 8 steps; 37%), 2.0 steps/s, ETA 10.0s\n"
+            "REPLAY: 32/32 steps (4 queries x 8 steps; 100%), 2.0 steps/s, ETA 0.0s\n"
+            "REPLAY: 32 steps (of 4 queries x 8 steps) in 16.0s (2.0 steps/s)\n");
+}
+
 TEST(ProgressMeter, RedrawsABarInPlaceOnATerminal) {
   double now = 0.0;
   std::ostringstream out;

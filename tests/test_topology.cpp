@@ -31,6 +31,9 @@ TEST(Topology, RejectsBadStringsNamingTheProblemAndTheValidKeys) {
   EXPECT_NE(error_of("dp=2,").find("'' is not key=value"), std::string::npos);
   EXPECT_NE(error_of("dp=2,dp=2").find("given twice"), std::string::npos);
   EXPECT_NE(error_of("tp=2").find("unknown key 'tp'"), std::string::npos);
+  EXPECT_NE(error_of("dp=2,fdsp=2").find("unknown key 'fdsp' (did you mean fsdp?)"), std::string::npos);
+  EXPECT_NE(error_of("n_ci=2,n_per_blok=1").find("unknown key 'n_per_blok' (did you mean n_per_block?)"),
+            std::string::npos);
   EXPECT_NE(error_of("dp=4,fsdp=3").find("fsdp=3 must divide dp=4"), std::string::npos);
   EXPECT_NE(error_of("cp=2,n_ci=2,n_per_block=1").find("cp cannot be combined"), std::string::npos);
   EXPECT_NE(error_of("").find("empty topology"), std::string::npos);

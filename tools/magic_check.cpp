@@ -322,8 +322,13 @@ int check_main(int argc, char** argv, std::shared_ptr<const checks::ReferenceRun
     // like any other: the flags are known good). Under torchrun the ranks may be on several machines.
     if (!dist::running_as_rank()) {
       const checks::CheckSettings& s = command.request.settings;
-      checks::require_check_memory(s, checks::estimate_check_memory(s, command.mutation_runs),
-                                   available_memory_bytes());
+      const checks::CheckMemoryEstimate memory = checks::estimate_check_memory(s, command.mutation_runs);
+      const int64_t available = available_memory_bytes();
+      checks::require_check_memory(s, memory, available);
+      // Said before anything grows, as magic-run does: a model folder's check can need gigabytes.
+      std::cerr << "magic-check: estimated peak memory " << memory.str()
+                << (available > 0 ? str_cat(", of ", format_bytes(static_cast<double>(available)), " available") : "")
+                << std::endl;
     }
     // A forked rank enters here while this frame, in its copy of the launcher's memory, is live.
     command.program.entry = [&command](int rank_argc, char** rank_argv) {

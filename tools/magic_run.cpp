@@ -18,6 +18,7 @@
 #include "lib/core/strings.h"
 #include "lib/core/utf8.h"
 #include "lib/distributed/parallel/mesh_dump.h"
+#include "lib/distributed/runtime/console.h"
 #include "lib/distributed/runtime/progress.h"
 #include "lib/distributed/runtime/rank_program.h"
 #include "lib/io/atomic_folder.h"
@@ -63,7 +64,7 @@ void print_ranked(const std::string& title, const std::string& sign, const std::
     const int64_t i = order[k];
     const Example& ex = problem.train->examples[i];
     std::cout << "  " << format_sci(totals[i].item<double>(), 3) << "  " << one_line_text(ex.id) << "  "
-              << snippet(example_text(*problem.train, i, *problem.tokenizer), kRowText) << "\n";
+              << snippet(parts_text(example_parts(*problem.train, i, *problem.tokenizer)), kRowText) << "\n";
   }
 }
 
@@ -74,7 +75,8 @@ void print_queries(const LmProblem& problem, const std::string& path) {
   std::cout << "\nQueries (" << n << ", from " << path << "):\n";
   for (size_t q = 0; q < std::min(n, kShown); ++q) {
     const TextDocument& d = problem.query_documents[q];
-    std::cout << "  " << q << "  " << one_line_text(d.id) << "  " << snippet(d.text, kRowText) << "\n";
+    std::cout << "  " << q << "  " << one_line_text(d.id) << "  " << snippet(pair_text(d.prompt, d.text), kRowText)
+              << "\n";
   }
   if (n > kShown) std::cout << "  ... and " << n - kShown << " more (every id in scores.safetensors' query_ids)\n";
 }
@@ -183,7 +185,7 @@ Flags parse(int argc, char** argv, int& early_exit) {
   } catch (const CLI::ParseError& e) {
     throw InputError(str_cat(e.what(), " (run with --help for usage)"));
   }
-  f.overrides = parse_overrides(app.remaining());
+  f.overrides = parse_overrides(app.remaining(), kRunConfigTopLevelKeys);
   f.command.assign(argv, argv + argc);
   if (f.top < 0) throw InputError(str_cat("--top ", f.top, ": expected a count >= 0"));
   if (f.query_index && !f.per_query) {
@@ -249,9 +251,19 @@ void report(const Flags& f, const RunConfig& config, const Attribution& a, const
   ScoreTable table;
   table.scores = result.scores;
   table.per_query = f.per_query;
+  const bool pairs = !config.fields.prompt.empty();
   for (int64_t i = 0; i < problem.train->size(); ++i) {
     table.example_ids.push_back(problem.train->examples[i].id);
-    table.example_texts.push_back(example_text(*problem.train, i, *problem.tokenizer));
+    if (!pairs) {
+      table.example_texts.push_back(example_text(*problem.train, i, *problem.tokenizer));
+      continue;
+    }
+    // scores.tsv's prompt and text columns: the example's tokens without loss and with it.
+    std::string prompt, completion;
+    for (const TextPart& part : example_parts(*problem.train, i, *problem.tokenizer))
+      (part.prompt ? prompt : completion) += part.text;
+    table.example_prompts.push_back(prompt);
+    table.example_texts.push_back(completion);
   }
   for (const auto& q : problem.query_documents) table.query_ids.push_back(q.id);
   const int64_t shown_query = f.query_index.value_or(0);
@@ -289,6 +301,9 @@ void report(const Flags& f, const RunConfig& config, const Attribution& a, const
     page.config_json = config.resolved.dump(2);  // as read (JSON or YAML), the overrides set
     page.layout = layout;
     page.train_path = config.train_path;
+    page.model = model_summary(config, problem.model);
+    page.data_format = data_format_summary(config);
+    page.dtype = config.precision.str();
     page.ranking_note = note;
     if (f.per_query) page.shown_query = shown_query;
     page.top = std::max<int64_t>(f.top, 10);
@@ -444,11 +459,11 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
   AttributionOptions options;
   options.per_query = f.per_query;
   options.replay_mode = replay_mode;
-  // Progress: on stderr in one process; a rank's stderr goes to its log, so rank 0 shows it on stdout.
-  std::ostream& progress = runtime ? std::cout : std::cerr;
+  if (f.lds) options.lds_retrainings = lds_retrainings(*f.lds);
+  // Progress on the user's stderr, in one process and from rank 0 (whose own stderr is its log).
   if (speaks) {
-    options.progress = &progress;
-    options.terminal = isatty(runtime ? STDOUT_FILENO : STDERR_FILENO) != 0;
+    options.progress = &dist::console();
+    options.terminal = isatty(dist::console_fd()) != 0;
   }
   // The tracer's server binds now, so a port in use is refused before the data is loaded.
   std::optional<LiveTracer> tracer;
@@ -488,11 +503,8 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
               << (runtime ? ", on " + f.program->topology.str() : std::string()) << "; estimated peak memory "
               << memory.str() << (runtime ? " per rank" : "") << std::endl;
     if (config.model_folder) {
-      const GptConfig& m = problem.model;
-      std::cout << "model: " << *config.model_folder << " (" << m.n_layers << " layers, d_model " << m.d_model << ", "
-                << m.n_heads << " heads, vocab " << m.vocab << ", "
-                << (m.positions == Positions::kRotary ? "rotary" : "learned") << " positions, sequences of "
-                << m.max_len << "); tokenizer: " << problem.tokenizer->description() << std::endl;
+      std::cout << "model: " << model_summary(config, problem.model)
+                << "; tokenizer: " << problem.tokenizer->description() << std::endl;
     }
   }
   // Trace records are kept while the run goes (lib/trace) and written once it has finished; the

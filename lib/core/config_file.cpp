@@ -2,12 +2,14 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 
 #include "lib/core/error.h"
 #include "lib/core/json_fields.h"
+#include "lib/core/nearest_word.h"
 #include "lib/core/strings.h"
 
 namespace magic {
@@ -146,16 +148,21 @@ json apply_overrides(json config, const std::vector<ConfigOverride>& overrides) 
   return config;
 }
 
-std::vector<ConfigOverride> parse_overrides(const std::vector<std::string>& extras) {
+std::vector<ConfigOverride> parse_overrides(const std::vector<std::string>& extras,
+                                            const std::vector<std::string>& top_level_keys) {
   std::vector<ConfigOverride> out;
   for (size_t i = 0; i < extras.size(); ++i) {
     const std::string& word = extras[i];
     const bool flag = word.rfind("--", 0) == 0;
     const size_t equals = word.find('=');
     const std::string key = flag ? word.substr(2, equals == std::string::npos ? std::string::npos : equals - 2) : "";
-    if (!flag || key.find('.') == std::string::npos) {
-      throw InputError(str_cat("unknown argument '", word,
-                               "' (a config key is overridden as --section.key VALUE; run with --help for the flags)"));
+    const bool top_level = std::find(top_level_keys.begin(), top_level_keys.end(), key) != top_level_keys.end();
+    if (!flag || (key.find('.') == std::string::npos && !top_level)) {
+      const std::string near = flag ? nearest_word(key, top_level_keys) : "";
+      throw InputError(str_cat("unknown argument '", word, "'", near.empty() ? "" : " (did you mean --" + near + "?)",
+                               " (a config key is overridden as --section.key VALUE",
+                               top_level_keys.empty() ? "" : " or --" + join(top_level_keys, " VALUE, --") + " VALUE",
+                               "; run with --help for the flags)"));
     }
     if (equals != std::string::npos) {
       out.push_back({key, word.substr(equals + 1)});

@@ -23,8 +23,10 @@ nlohmann::json read_config_file(const std::string& path);
 // InputError naming the override where a key is empty or runs through a value that is no object.
 nlohmann::json apply_overrides(nlohmann::json config, const std::vector<ConfigOverride>& overrides);
 
-// The overrides among command-line words: "--a.b VALUE" or "--a.b=VALUE" (a key with a dot).
+// The overrides among command-line words: "--a.b VALUE" or "--a.b=VALUE" (a key with a dot, or
+// one of `top_level_keys`, the config's values outside any section: "--seed 3").
 // InputError for any other word (`extras`: what the flag parser did not know).
-std::vector<ConfigOverride> parse_overrides(const std::vector<std::string>& extras);
+std::vector<ConfigOverride> parse_overrides(const std::vector<std::string>& extras,
+                                            const std::vector<std::string>& top_level_keys = {});
 
 }  // namespace magic

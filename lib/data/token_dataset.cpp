@@ -144,4 +144,19 @@ std::string example_text(const TokenDataset& data, int64_t i, const DocumentToke
   return text;
 }
 
+std::vector<TextPart> example_parts(const TokenDataset& data, int64_t i, const DocumentTokenizer& tokenizer) {
+  const Example& example = data.examples.at(static_cast<size_t>(i));
+  const at::Tensor ids = data.input_ids[i].slice(0, 0, example.length).contiguous();
+  const at::Tensor labels = data.labels[i].slice(0, 0, example.length).contiguous();
+  const int64_t* id = ids.data_ptr<int64_t>();
+  const int64_t* label = labels.data_ptr<int64_t>();
+  std::vector<TextPart> parts;
+  for (int64_t j = 0; j < example.length; ++j) {
+    const bool prompt = label[j] == kIgnoreLabel;
+    if (parts.empty() || parts.back().prompt != prompt) parts.push_back({"", prompt});
+    parts.back().text += tokenizer.token_text(id[j]);
+  }
+  return parts;
+}
+
 }  // namespace magic

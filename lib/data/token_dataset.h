@@ -58,4 +58,13 @@ TokenDataset tokenize_documents(const std::vector<TextDocument>& documents, cons
 // multi-byte UTF-8 character; the next chunk holds the rest).
 std::string example_text(const TokenDataset& data, int64_t i, const DocumentTokenizer& tokenizer);
 
+// Example i's text in parts, in order: runs of tokens that carry no loss (a pair's prompt) and of
+// tokens that do (a completion, or all of a text document's); the parts' texts joined are
+// example_text's.
+struct TextPart {
+  std::string text;
+  bool prompt = false;
+};
+std::vector<TextPart> example_parts(const TokenDataset& data, int64_t i, const DocumentTokenizer& tokenizer);
+
 }  // namespace magic

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "lib/core/strings.h"
+#include "lib/core/utf8.h"
 #include "lib/io/atomic_file.h"
 
 namespace magic {
@@ -320,7 +321,7 @@ std::string html_escape(std::string_view text) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
     const size_t n = utf8_length(text, i);
     if (n == 0 || (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7F) {
-      out += "\xEF\xBF\xBD";
+      out += byte_escape(c);  // as the terminal rows and scores.tsv show it (lib/core/utf8.h)
       ++i;
       continue;
     }

@@ -34,16 +34,16 @@ struct HtmlLds {
 
 struct HtmlReport {
   std::string title;
-  std::string config_json;                                 // pretty-printed run configuration
-  std::vector<std::pair<std::string, double>> timings;     // phase name, seconds
-  std::vector<std::pair<std::string, std::string>> facts;  // free key/value lines
-  std::vector<std::string> query_ids;                      // per-query runs only
-  std::string shown_query = "the query set";               // the query the ranking is for
-  std::string ranking_note;                                // per-query runs: which query ranks, how to pick another
+  std::string config_json;                                   // pretty-printed run configuration
+  std::vector<std::pair<std::string, double>> timings;       // phase name, seconds
+  std::vector<std::pair<std::string, std::string>> facts;    // free key/value lines
+  std::vector<std::string> query_ids;                        // per-query runs only
+  std::string shown_query = "the query set";                 // the query the ranking is for
+  std::string ranking_note;                                  // per-query runs: which query ranks, how to pick another
   std::vector<std::pair<std::string, std::string>> queries;  // every query: id, text
-  std::optional<std::string> warning;                      // e.g. training looked non-smooth
-  std::vector<HtmlExample> examples;                       // all training examples, any order
-  int64_t top = 10;                                        // rows in each of the two tables
+  std::optional<std::string> warning;                        // e.g. training looked non-smooth
+  std::vector<HtmlExample> examples;                         // all training examples, any order
+  int64_t top = 10;                                          // rows in each of the two tables
   std::optional<HtmlLds> lds;
 };
 
@@ -54,8 +54,9 @@ std::string render_html_report(const HtmlReport& report);
 void write_html_report(const std::string& path, const HtmlReport& report);
 
 // Text made safe for HTML content and attribute values: & < > " ' escaped,
-// invalid UTF-8 and control characters (other than tab, newline, carriage
-// return) replaced by U+FFFD.
+// each byte that is not UTF-8 and each control character (other than tab,
+// newline, carriage return) written as the four characters \xNN, as the
+// terminal's rows and scores.tsv write a byte that is not UTF-8.
 std::string html_escape(std::string_view text);
 
 // A score as "-1.52e-03" (3 significant digits); "nan", "inf", "-inf" when not

@@ -51,7 +51,8 @@ void write_score_files(const std::string& directory, const ScoreTable& table) {
   } else {
     out << "\tscore";
   }
-  out << "\ttext\n";
+  const bool prompts = !table.example_prompts.empty();
+  out << (prompts ? "\tprompt\ttext\n" : "\ttext\n");
   for (size_t i = 0; i < table.example_ids.size(); ++i) {
     out << tsv_field(table.example_ids[i]);
     if (table.per_query) {
@@ -59,6 +60,7 @@ void write_score_files(const std::string& directory, const ScoreTable& table) {
     } else {
       out << '\t' << format_number(totals[i].item<double>());
     }
+    if (prompts) out << '\t' << tsv_field(i < table.example_prompts.size() ? table.example_prompts[i] : "");
     out << '\t' << tsv_field(i < table.example_texts.size() ? table.example_texts[i] : "") << '\n';
   }
   write_file_atomically((std::filesystem::path(directory) / "scores.tsv").string(), out.str());

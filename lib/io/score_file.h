@@ -1,5 +1,6 @@
 // Score files written by magic-run: scores.safetensors (the raw tensor, example ids in the
-// metadata) and scores.tsv (one row per example: id, score, text; for per-query scores one
+// metadata) and scores.tsv (one row per example: id, score, text (prompt and text for pairs); for
+// per-query scores one
 // score column per query; for per-token scores the document's sum), valid UTF-8 both, joining
 // on id: ids and texts are written as printable_text (lib/core/utf8.h: each byte that is not UTF-8
 // as \xNN) in both (the safetensors metadata is JSON, which must be UTF-8); the TSV then escapes
@@ -22,6 +23,9 @@ struct ScoreTable {
   bool per_query = false;
   std::vector<std::string> example_ids;
   std::vector<std::string> example_texts;
+  // Prompt/completion runs: each example's prompt part (its tokens that carry no loss), example_texts
+  // then holding the completion part; written as a "prompt" column before "text". Empty otherwise.
+  std::vector<std::string> example_prompts;
   std::vector<std::string> query_ids;  // per_query only
 };
 

@@ -44,6 +44,7 @@ Attribution run_attribution(const RunConfig& config, LmProblem problem, const At
   const auto start_replay_meter = [&] {
     if (replay || !options.progress) return;
     replay.emplace("REPLAY", replay_steps, *options.progress, options.terminal);
+    if (options.per_query) replay->made_of(str_cat(p.query->num_queries(), " queries x ", steps, " steps"));
     replay->resume_at(replay_resumed);
   };
   magic.on_resume = [&](const ResumePoint& at) {
@@ -84,8 +85,9 @@ Attribution run_attribution(const RunConfig& config, LmProblem problem, const At
     if (replayed == replay_steps) replay->finish();
   };
   // Every rank takes part in the calibration step's collectives; the speaking one prints it.
-  const TimeEstimate time = estimate_time(*p.step, p.initial, p.weights, config.checkpoints,
-                                          options.per_query ? p.query->num_queries() : 1, options.replay_mode);
+  TimeEstimate time = estimate_time(*p.step, p.initial, p.weights, config.checkpoints,
+                                    options.per_query ? p.query->num_queries() : 1, options.replay_mode);
+  time.add_retrainings(options.lds_retrainings);
   if (options.progress) {
     *options.progress << "estimated time: " << time.str() << std::endl;
     training.emplace("training", steps, *options.progress, options.terminal);  // its clock starts now

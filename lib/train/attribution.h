@@ -23,6 +23,7 @@ struct AttributionOptions {
   std::optional<std::string> resume_folder;
   std::function<int64_t(int64_t)> least_across_ranks;
   ReplayMode replay_mode = ReplayMode::kSequential;  // replay_mode.h
+  int64_t lds_retrainings = 0;                       // --validate lds's, for the time estimate (lds.h)
 };
 
 struct Attribution {

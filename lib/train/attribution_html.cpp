@@ -15,6 +15,9 @@ HtmlReport attribution_html(const Attribution& a, const ScoreTable& table, const
   h.facts = {{"training examples", examples_summary(*p.train, page.train_path)},
              {"queries", std::to_string(p.query->num_queries())},
              {"steps", std::to_string(p.step->num_steps())},
+             {"model", page.model},
+             {"data format", page.data_format},
+             {"dtype", page.dtype},
              {"layout", page.layout},
              {"query loss", format_fixed(r.query_loss, 6)},
              {"checkpoints", str_cat(r.checkpoints, " (", format_fixed(r.checkpoint_bytes / 1048576.0, 2),
@@ -23,7 +26,7 @@ HtmlReport attribution_html(const Attribution& a, const ScoreTable& table, const
                                      : a.training_warning     ? "looks non-smooth (the warning above)"
                                                               : "smooth: no loss spike or update-norm jump"},
              {"scores", "dQ/dw at w = 1: negative means up-weighting the example lowers the query loss"}};
-  for (const TextDocument& q : p.query_documents) h.queries.emplace_back(q.id, q.text);
+  for (const TextDocument& q : p.query_documents) h.queries.emplace_back(q.id, pair_text(q.prompt, q.text));
   h.warning = a.training_warning;
   h.ranking_note = page.ranking_note;
   h.top = page.top;
@@ -43,7 +46,7 @@ HtmlReport attribution_html(const Attribution& a, const ScoreTable& table, const
     const Example& ex = p.train->examples[i];
     HtmlExample e;
     e.id = ex.id;
-    e.text = example_text(*p.train, i, *p.tokenizer);  // a chunk row shows its chunk
+    e.text = parts_text(example_parts(*p.train, i, *p.tokenizer));  // a chunk row shows its chunk
     if (table.per_query) {
       for (int64_t q = 0; q < totals.size(0); ++q) e.per_query.push_back(totals[q][i].item<double>());
       e.score = e.per_query.at(page.shown_query.value_or(0));
@@ -53,9 +56,14 @@ HtmlReport attribution_html(const Attribution& a, const ScoreTable& table, const
     if (per_token) {
       // The chunk's own tokens (a long document's later chunks start mid-text).
       const at::Tensor ids = p.train->input_ids[i].slice(0, 0, ex.length);
+      const at::Tensor prompt = p.train->labels[i].slice(0, 0, ex.length).eq(kIgnoreLabel);
       e.text.clear();
       for (int64_t j = 0; j < ex.length; ++j) {
-        const std::string token = p.tokenizer->token_text(ids[j].item<int64_t>());
+        std::string token = p.tokenizer->token_text(ids[j].item<int64_t>());
+        // A pair's first completion token carries the arrow the rows show (pair_text).
+        if (j > 0 && prompt[j - 1].item<bool>() && !prompt[j].item<bool>()) {
+          token = pair_text(e.text, token).substr(e.text.size());
+        }
         e.text += token;
         e.tokens.push_back(token);
         e.token_scores.push_back(token_scores[i][j].item<double>());

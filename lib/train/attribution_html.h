@@ -15,10 +15,11 @@ namespace magic {
 
 struct AttributionPage {
   std::string config_path, config_json;  // the config as given, pretty-printed
-  std::string train_path;                 // the training data as the config names it
+  std::string train_path;                // the training data as the config names it
   std::string layout = "single process";
-  std::optional<int64_t> shown_query;  // per-query runs: the ranked query
-  std::string ranking_note;            // per-query runs: attribution_text.h's ranking_note
+  std::string model, data_format, dtype;  // the Run table's: attribution_text.h's summaries, the precision
+  std::optional<int64_t> shown_query;     // per-query runs: the ranked query
+  std::string ranking_note;               // per-query runs: attribution_text.h's ranking_note
   int64_t top = 10;
   std::optional<HtmlLds> lds;
 };

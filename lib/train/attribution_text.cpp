@@ -18,6 +18,37 @@ std::string snippet(const std::string& text, size_t width) {
   return one_line_text(text.substr(0, cut)) + "...";
 }
 
+std::string pair_text(const std::string& prompt, const std::string& completion) {
+  if (prompt.empty()) return completion;
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  return prompt + (space(prompt.back()) ? "" : " ") + "\u21D2" +
+         (!completion.empty() && space(completion.front()) ? "" : " ") + completion;
+}
+
+std::string parts_text(const std::vector<TextPart>& parts) {
+  std::string text;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    text = !parts[k].prompt && k > 0 && parts[k - 1].prompt ? pair_text(text, parts[k].text) : text + parts[k].text;
+  }
+  return text;
+}
+
+std::string model_summary(const RunConfig& config, const GptConfig& m) {
+  const std::string shape = str_cat(
+      m.n_layers, m.n_layers == 1 ? " layer" : " layers", ", d_model ", m.d_model, ", ", m.n_heads, " heads, vocab ",
+      m.vocab, ", ", m.positions == Positions::kRotary ? "rotary" : "learned", " positions, sequences of ", m.max_len);
+  if (config.model_folder) return str_cat(*config.model_folder, " (", shape, ")");
+  return str_cat("GPT from the config (", shape, ")",
+                 config.model_init ? str_cat(", initial weights from ", *config.model_init) : std::string());
+}
+
+std::string data_format_summary(const RunConfig& config) {
+  const DocumentFields& f = config.fields;
+  const std::string format = f.prompt.empty() ? str_cat("text (field ", f.text, ")")
+                                              : str_cat("prompt_completion (fields ", f.prompt, ", ", f.text, ")");
+  return str_cat(format, ", fit ", fit_name(config.fit));
+}
+
 std::string examples_summary(const TokenDataset& data, const std::string& path) {
   std::string line = str_cat(data.size(), " examples from ", path);
   if (data.packed) return str_cat(line, " (", data.documents, " documents packed into rows of ", data.max_len(), ")");
@@ -38,7 +69,8 @@ std::string examples_summary(const TokenDataset& data, const std::string& path) 
 std::string ranking_note(const LmProblem& problem, int64_t query, bool chosen, const std::string& scores_file) {
   const auto queries = static_cast<int64_t>(problem.query_documents.size());
   const TextDocument& q = problem.query_documents.at(static_cast<size_t>(query));
-  std::string note = str_cat("Ranked by query ", query, " (", one_line_text(q.id), ": ", snippet(q.text, 40), ")");
+  std::string note = str_cat("Ranked by query ", query, " (", one_line_text(q.id), ": ",
+                             snippet(pair_text(q.prompt, q.text), 40), ")");
   if (!chosen) note += str_cat(", the first of ", queries, " (no --query given)");
   if (queries > 1) note += str_cat("; --query N (0 to ", queries - 1, ") picks another");
   note += scores_file.empty() ? str_cat("; --out DIR writes all ", queries, " queries' scores")

@@ -102,7 +102,7 @@ LdsResult validate_lds(const LmProblem& p, const at::Tensor& scores, bool per_qu
     return out;
   };
   std::optional<ProgressMeter> meter;
-  if (o.progress) meter.emplace("LDS", o.subsets + 1, *o.progress, o.terminal).counting("retrainings");
+  if (o.progress) meter.emplace("LDS", lds_retrainings(o), *o.progress, o.terminal).counting("retrainings");
   dist::set_phase("LDS: retraining with every weight");
   const std::vector<double> base = losses(train_forward(*p.step, p.initial, p.weights, nullptr).params);
   if (meter) meter->update(1);

@@ -41,6 +41,11 @@ struct LdsResult {
   double seconds = 0;
 };
 
+// How many times validate_lds trains: once per subset and once with every weight.
+inline int64_t lds_retrainings(const LdsOptions& options) {
+  return options.subsets + 1;
+}
+
 // Throws InputError for subsets < 2 or a fraction that drops no example or all of them.
 void validate_lds_options(const LdsOptions& options, const std::string& subsets_flag, const std::string& fraction_flag);
 

@@ -17,6 +17,13 @@ std::string format_duration(double seconds) {
   return std::to_string(whole / 3600) + "h" + two(whole % 3600 / 60) + "m";
 }
 
+std::string format_rate(double units, double seconds, const std::string& unit) {
+  const double rate = seconds > 0 ? units / seconds : 0.0;
+  if (rate >= 1) return str_cat(format_fixed(rate, 1), " ", unit, "/s");
+  const std::string one = !unit.empty() && unit.back() == 's' ? unit.substr(0, unit.size() - 1) : unit;
+  return str_cat(rate > 0 ? format_duration(1 / rate) : "?s", " a ", one);
+}
+
 namespace {
 
 double steady_seconds() {
@@ -45,12 +52,14 @@ std::string ProgressMeter::status(int64_t done, double elapsed) const {
   const std::string eta = rate > 0 ? format_duration(static_cast<double>(total_ - done) / rate) : "?";
   const std::string counts = str_cat(done, "/", total_, " ", unit_);
   if (!terminal_) {
-    return str_cat(label_, ": ", counts, " (", total_ > 0 ? 100 * done / total_ : 100, "%), ", format_fixed(rate, 1),
-                   " ", unit_, "/s, ETA ", eta);
+    return str_cat(label_, ": ", counts, " (", parts_.empty() ? "" : parts_ + "; ",
+                   total_ > 0 ? 100 * done / total_ : 100, "%), ",
+                   format_rate(static_cast<double>(done - resumed_), elapsed, unit_), ", ETA ", eta);
   }
   const int filled = total_ > 0 ? static_cast<int>(kBarWidth * done / total_) : kBarWidth;
-  return str_cat(label_, "  [", std::string(filled, '#'), std::string(kBarWidth - filled, '.'), "]  ", counts, "  ",
-                 format_fixed(rate, 1), " ", unit_, "/s  ETA ", eta);
+  return str_cat(label_, "  [", std::string(filled, '#'), std::string(kBarWidth - filled, '.'), "]  ", counts,
+                 parts_.empty() ? "" : " (" + parts_ + ")", "  ",
+                 format_rate(static_cast<double>(done - resumed_), elapsed, unit_), "  ETA ", eta);
 }
 
 void ProgressMeter::resume_at(int64_t done) {
@@ -78,10 +87,10 @@ void ProgressMeter::finish() {
   if (quiet_when_quick_ && !shown_) return;
   const double elapsed = clock_() - start_;
   if (terminal_) out_ << "\r\x1b[K";
-  out_ << label_ << ": " << done_ - resumed_ << " " << unit_ << " in " << format_duration(elapsed)
+  out_ << label_ << ": " << done_ - resumed_ << " " << unit_ << (parts_.empty() ? "" : " (of " + parts_ + ")") << " in "
+       << format_duration(elapsed)
        << (resumed_ > 0 ? str_cat(", resumed at ", resumed_, " of ", total_) : std::string()) << " ("
-       << format_fixed(elapsed > 0 ? static_cast<double>(done_ - resumed_) / elapsed : 0.0, 1) << " " << unit_
-       << "/s)\n"
+       << format_rate(static_cast<double>(done_ - resumed_), elapsed, unit_) << ")\n"
        << std::flush;
 }
 

@@ -28,6 +28,9 @@
 
 namespace magic {
 
+// The config's keys outside any section: the command line sets them as --seed VALUE, --dtype VALUE.
+inline const std::vector<std::string> kRunConfigTopLevelKeys{"seed", "dtype"};
+
 struct RunConfig {
   std::string source = "config";
   uint64_t seed = 0;

@@ -23,12 +23,19 @@ double timed(Fn&& fn) {
 
 std::string TimeEstimate::str() const {
   return str_cat("training about ", format_duration(training), ", REPLAY about ", format_duration(replay),
+                 retrainings > 0 ? str_cat(", LDS about ", format_duration(lds), " for ", retrainings, " retrainings")
+                                 : std::string(),
                  " (calibration: ", format_duration(step_seconds), " a step, ", format_duration(vjp_seconds),
                  " a step's VJP",
                  trace_seconds > 0 ? str_cat(", pipelined: ", format_duration(trace_seconds), " traced on one thread, ",
                                              format_duration(back_seconds), " back on the other")
                                    : std::string(),
                  ")");
+}
+
+void TimeEstimate::add_retrainings(int64_t count) {
+  retrainings = count;
+  lds = static_cast<double>(count) * training;
 }
 
 TimeEstimate estimate_time(const StepFunction& step, const TrainState& initial, const at::Tensor& w,

@@ -8,6 +8,9 @@
 // with the recomputation) and its backward (t_back, on the caller), each timed with its share of
 // the threads, and the slower side sets the pace:
 //   REPLAY   ≈ R max(N t_back, N t_trace + (N - C) t_step')
+// With --validate lds, each of its R' retrainings (the subsets and the baseline) trains the run
+// again untraced and without checkpoints, the same steps:
+//   LDS      ≈ R' N t_step
 // Steps differ in batch content, so this is a guide, not a promise; progress meters correct it.
 #pragma once
 
@@ -22,8 +25,13 @@ struct TimeEstimate {
   double step_seconds = 0, vjp_seconds = 0;
   double trace_seconds = 0, back_seconds = 0;  // pipelined: vjp_seconds = trace + back
   double training = 0, replay = 0;
-  // "training about 16.8s, REPLAY about 31.8s (calibration: 0.35s a step, 0.62s a step's VJP)"
+  int64_t retrainings = 0;  // --validate lds: the subsets and the baseline
+  double lds = 0;
+  // "training about 16.8s, REPLAY about 31.8s (calibration: 0.35s a step, 0.62s a step's VJP)";
+  // with retrainings, ", LDS about 9m14s for 33 retrainings" before the calibration.
   std::string str() const;
+  // Adds --validate lds's `count` retrainings, each as long as training.
+  void add_retrainings(int64_t count);
 };
 
 TimeEstimate estimate_time(const StepFunction& step, const TrainState& initial, const at::Tensor& w,

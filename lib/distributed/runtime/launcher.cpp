@@ -434,7 +434,7 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
     const std::string key = entry.substr(0, entry.find('='));
     if (key == "RANK" || key == "WORLD_SIZE" || key == "LOCAL_RANK" || key == "LOCAL_WORLD_SIZE" ||
         key == "MASTER_ADDR" || key == "MASTER_PORT" || key == "TORCHELASTIC_USE_AGENT_STORE" ||
-        key == "TORCHELASTIC_RESTART_COUNT" || key == "MAGIC_RANK_LOG") {
+        key == "TORCHELASTIC_RESTART_COUNT" || key == "MAGIC_RANK_LOG" || key == "MAGIC_CONSOLE_FD") {
       dropped_keys.push_back(key);
       continue;
     }
@@ -458,6 +458,16 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
   };
   if (!forked) start_store();
 
+  // Rank 0's copy of our stderr, for its progress (console.h); every other rank closes it.
+  struct Descriptor {
+    int fd;
+    ~Descriptor() {
+      if (fd >= 0) close(fd);
+    }
+  };
+  const Descriptor console{fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3)};
+  const int console_fd = console.fd;
+
   std::vector<RankProcess> ranks(world_size);
   std::vector<int> port_pipes;  // forked ranks: the write end of each rank's pipe
   const auto give_up = [&](const std::string& what) {
@@ -471,7 +481,7 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
   for (int r = 0; r < world_size; ++r) {
     ranks[r].rank = r;
     ranks[r].log_path = str_cat(logs.path(), "/rank-", r, ".log");
-    const std::vector<std::string> rank_vars = {
+    std::vector<std::string> rank_vars = {
         str_cat("RANK=", r),
         str_cat("LOCAL_RANK=", r),
         str_cat("WORLD_SIZE=", world_size),
@@ -480,6 +490,7 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
         str_cat("MASTER_PORT=", port),  // forked ranks: replaced by the port read from the pipe
         std::string("TORCHELASTIC_USE_AGENT_STORE=True"),
         str_cat("MAGIC_RANK_LOG=", ranks[r].log_path)};
+    if (r == 0 && console_fd >= 0) rank_vars.push_back(str_cat("MAGIC_CONSOLE_FD=", console_fd));
     std::vector<std::string> env = base_env;
     env.insert(env.end(), rank_vars.begin(), rank_vars.end());
     std::vector<char*> envp;
@@ -519,6 +530,13 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
       sigprocmask(SIG_SETMASK, &none, nullptr);
       dup2(log_fd, STDERR_FILENO);
       if (r != 0) dup2(log_fd, STDOUT_FILENO);
+      if (console_fd >= 0) {
+        if (r == 0) {
+          fcntl(console_fd, F_SETFD, 0);  // kept across exec
+        } else {
+          close(console_fd);
+        }
+      }
       if (forked) {
         close(log_fd);
         for (int fd : port_pipes) close(fd);

@@ -5,7 +5,8 @@
 //    other thread, else they execute the program (see SpawnOptions::rank_main);
 //  - rank 0's stdout is passed through; every rank's stderr (and the other ranks' stdout) goes
 //    to a per-rank log (MAGIC_RANK_LOG tells the rank its path); rank 0's log is copied to the
-//    launcher's log stream at the end of a run in which no rank failed;
+//    launcher's log stream at the end of a run in which no rank failed; rank 0 also gets a copy
+//    of the launcher's stderr (MAGIC_CONSOLE_FD, console.h) for the progress a person watches;
 //  - signal dispositions inherited from whoever started us (an ignored SIGCHLD, SIGINT, SIGPIPE)
 //    are reset, so that rank statuses can be read and ranks behave as if started from a shell;
 //  - a rank that dies (a signal, an exit code other than 0, or above 1 from rank 0), or stays

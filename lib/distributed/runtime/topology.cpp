@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "lib/core/error.h"
+#include "lib/core/nearest_word.h"
 #include "lib/core/strings.h"
 
 namespace magic::dist {
@@ -73,7 +74,10 @@ TopologySpec TopologySpec::parse(const std::string& text) {
     const size_t eq = item.find('=');
     if (item.empty() || eq == std::string::npos) reject(text, str_cat("'", item, "' is not key=value"));
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-    if (!contains(topology_keys(), key)) reject(text, str_cat("unknown key '", key, "'"));
+    if (!contains(topology_keys(), key)) {
+      const std::string near = nearest_word(key, topology_keys());
+      reject(text, str_cat("unknown key '", key, "'", near.empty() ? "" : " (did you mean " + near + "?)"));
+    }
     if (spec.values.count(key)) reject(text, str_cat("key '", key, "' given twice"));
     errno = 0;
     char* end = nullptr;
