@@ -43,8 +43,16 @@ testing::CommandOutcome run_scenario(const std::string& config, const std::strin
                                     "one_topic_queries.jsonl --top 10 ", overrides));
 }
 
+// The report's Run table row that gives the figures (lib/train/learning_health.h).
+std::string learning_row(const std::string& html) {
+  const std::string key = "<th>learning</th><td>";
+  const size_t at = html.find(key);
+  return at == std::string::npos ? "" : html.substr(at + key.size(), html.find("</td>", at) - at - key.size());
+}
+
 TEST(MagicRunLearning, TheOneTopicScenarioWithTheDemoSettingsWarns) {
-  const auto o = run_scenario("demo.json", "");
+  const std::string out = testing::fresh_dir("one-topic-demo");
+  const auto o = run_scenario("demo.json", "--out " + out + " --html");
   ASSERT_EQ(o.exit_code, 0) << o.output;
   const size_t at = o.output.find(kWarning);
   ASSERT_NE(at, std::string::npos) << o.output;
@@ -58,14 +66,25 @@ TEST(MagicRunLearning, TheOneTopicScenarioWithTheDemoSettingsWarns) {
   EXPECT_NE(warning.find("train longer (training.steps)"), std::string::npos) << warning;
   EXPECT_LT(at, o.output.find("REPLAY: 32 steps in ")) << "the warning comes before REPLAY:\n" << o.output;
   EXPECT_EQ(o.output.find(kWarning, at + 1), std::string::npos) << "warned twice:\n" << o.output;
+  // The report holds the same line and the figures.
+  const std::string html = testing::read_file(out + "/report.html");
+  EXPECT_NE(html.find("id=\"warning\">warning: the model learned little beyond token frequencies: "),
+            std::string::npos);
+  EXPECT_NE(learning_row(html).find(": learned little beyond token frequencies (the warning above)"), std::string::npos)
+      << learning_row(html);
 }
 
 // The documented settings made shorter for the default suite: half the width of
 // fixtures/runs/one_topic.json, at a larger rate with clipping (docs/magic-run.md).
 TEST(MagicRunLearning, ShorterMeaningfulSettingsRankTheQueriesTopicFirst) {
-  const auto o = run_scenario("one_topic.json", "--model.d_model 32 --optimizer.lr 0.01 --optimizer.clip_norm 1.0");
+  const std::string out = testing::fresh_dir("one-topic-short");
+  const auto o = run_scenario(
+      "one_topic.json", "--model.d_model 32 --optimizer.lr 0.01 --optimizer.clip_norm 1.0 --out " + out + " --html");
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_EQ(o.output.find("warning"), std::string::npos) << o.output;
+  const std::string html = testing::read_file(out + "/report.html");
+  EXPECT_EQ(html.find("id=\"warning\""), std::string::npos);
+  EXPECT_NE(learning_row(html).find(": learned beyond token frequencies"), std::string::npos) << learning_row(html);
   const int same = helpful_of_topic(o.output, "sea");
   std::cout << "top-10 precision with d_model 32, lr 0.01, clip_norm 1.0, 64 steps: " << same << " of 10\n";
   EXPECT_GE(same, 4) << o.output;
