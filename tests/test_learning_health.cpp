@@ -1,6 +1,6 @@
 // The learned-too-little criterion (learning_health.h) on made-up figures: each threshold with a
 // planted case just on either side, figures a run did not see left unjudged, and the unigram
-// entropy against its value worked by hand.
+// entropy and the share of tokens seen once against their values worked by hand.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -102,7 +102,7 @@ TEST(LearningHealth, TheFinalLossIsTheMeanOfTheLastQuarterOfTheWatchedSteps) {
   trace.total_steps = 8;
   for (int64_t t = 0; t < 8; ++t) trace.add(t, 10.0 - t, 1.0, 1.0);
   const std::vector<double> per_token = {5, 4, 3, 3, 3, 3, 2, 1};
-  LearningFigures f = learning_figures(trace, per_token, 3.0, 2.5);
+  LearningFigures f = learning_figures(trace, per_token, Unigram{3.0, 0}, 2.5);
   EXPECT_EQ(f.first_loss, 5.0);
   EXPECT_EQ(f.final_loss, 1.5);  // steps 7 and 8
   EXPECT_EQ(f.final_first, 7);
@@ -111,22 +111,41 @@ TEST(LearningHealth, TheFinalLossIsTheMeanOfTheLastQuarterOfTheWatchedSteps) {
   TrainingTrace resumed;
   resumed.total_steps = 8;
   for (int64_t t = 4; t < 8; ++t) resumed.add(t, 1.0, 1.0, 1.0);
-  f = learning_figures(resumed, {3, 3, 2, 1}, 3.0, 2.5);
+  f = learning_figures(resumed, {3, 3, 2, 1}, Unigram{3.0, 0}, 2.5);
   EXPECT_FALSE(f.first_loss.has_value());
   EXPECT_EQ(f.final_loss, 1.5);
-  f = learning_figures(resumed, {}, 3.0, 2.5);
+  f = learning_figures(resumed, {}, Unigram{3.0, 0}, 2.5);
   EXPECT_FALSE(f.first_loss.has_value() || f.final_loss.has_value());
 }
 
 TEST(LearningHealth, TheUnigramEntropyCountsTheTargetsOnly) {
   // Position 0 of a row is never a target (7, 0 below) and -100 is padding.
-  // Targets 1 1 2 2 and 1 2: three of each, H = ln 2.
+  // Targets 1 1 2 2 and 1 2: three of each, H = ln 2, no kind seen once.
   const at::Tensor even = at::tensor({7, 1, 1, 2, 2, 7, 1, 2, -100, -100}, at::kLong).reshape({2, 5});
-  EXPECT_NEAR(unigram_entropy(even), std::log(2.0), 1e-15);
-  // Targets 5 5 5 6 and 5 6: four 5s and two 6s, H = -(2/3 ln 2/3 + 1/3 ln 1/3).
-  const at::Tensor skewed = at::tensor({0, 5, 5, 5, 6, 0, 5, 6, -100, -100}, at::kLong).reshape({2, 5});
-  EXPECT_NEAR(unigram_entropy(skewed), -(2.0 / 3 * std::log(2.0 / 3) + 1.0 / 3 * std::log(1.0 / 3)), 1e-15);
-  EXPECT_EQ(unigram_entropy(at::full({2, 3}, -100, at::kLong)), 0.0);
+  EXPECT_NEAR(unigram_of(even).entropy, std::log(2.0), 1e-15);
+  EXPECT_EQ(unigram_of(even).seen_once_share, 0.0);
+  // Targets 5 5 5 6 and 5 9: four 5s, one 6, one 9: H = -(2/3 ln 2/3 + 2 (1/6) ln 1/6), 2 of 6 seen once.
+  const at::Tensor skewed = at::tensor({0, 5, 5, 5, 6, 0, 5, 9, -100, -100}, at::kLong).reshape({2, 5});
+  EXPECT_NEAR(unigram_of(skewed).entropy, -(2.0 / 3 * std::log(2.0 / 3) + 2.0 / 6 * std::log(1.0 / 6)), 1e-15);
+  EXPECT_NEAR(unigram_of(skewed).seen_once_share, 2.0 / 6, 1e-15);
+  EXPECT_EQ(unigram_of(at::full({2, 3}, -100, at::kLong)).entropy, 0.0);
+}
+
+// A large vocabulary on a small data set (a model folder's BPE on a few hundred documents): many
+// kinds seen once, H far below a frequency table's loss on new text; not compared.
+TEST(LearningHealth, TheUnigramEntropyIsComparedOnlyWhereFewKindsAreSeenOnce) {
+  LearningFigures f = learned();
+  f.query_loss = 4.26;
+  f.seen_once_share = 0.05;
+  EXPECT_TRUE(judge_learning(f).query_near_unigram);
+  f.seen_once_share = 0.051;
+  const LearningVerdict v = judge_learning(f);
+  EXPECT_FALSE(v.unigram_judged);
+  EXPECT_TRUE(v.learned());
+  EXPECT_NE(learning_summary(f).find("(not compared: 5.1% of the tokens are of a kind seen once)"), std::string::npos)
+      << learning_summary(f);
+  f.final_loss = 5.5;  // step 1's 5.55: the drop is still judged
+  EXPECT_TRUE(judge_learning(f).barely_trained);
 }
 
 }  // namespace

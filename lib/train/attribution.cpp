@@ -85,13 +85,13 @@ Attribution run_attribution(const RunConfig& config, LmProblem problem, const At
     }
   };
   // Every rank judges what the model learned (the sum over ranks is a collective); the speaking one prints it.
-  const double entropy = unigram_entropy(p.train->labels);
+  const Unigram unigram = unigram_of(p.train->labels);
   magic.on_query_loss = [&](double query_loss) {
     at::Tensor losses = at::tensor(a.training.losses, at::kDouble);
     if (options.sum_across_ranks && losses.numel() > 0) options.sum_across_ranks(losses);
     const double* sums = losses.data_ptr<double>();
     a.learning =
-        learning_figures(a.training, losses_per_token(config, {sums, sums + losses.numel()}), entropy, query_loss);
+        learning_figures(a.training, losses_per_token(config, {sums, sums + losses.numel()}), unigram, query_loss);
     a.learning.built_in_model = !config.model_folder.has_value();
     a.learning_warning = learned_little_warning(a.learning);
     if (a.learning_warning && options.progress) *options.progress << "magic-run: " << *a.learning_warning << std::endl;

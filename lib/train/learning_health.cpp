@@ -7,19 +7,21 @@
 
 namespace magic {
 
-double unigram_entropy(const at::Tensor& labels) {
+Unigram unigram_of(const at::Tensor& labels) {
   const at::Tensor targets = labels.slice(1, 1).reshape(-1);
   const at::Tensor kept = targets.masked_select(targets.ne(kIgnoreLabel));
-  if (kept.numel() == 0) return 0;
-  const at::Tensor p = kept.bincount().to(at::kDouble) / static_cast<double>(kept.numel());
-  const at::Tensor seen = p.masked_select(p.gt(0));
-  return -(seen * seen.log()).sum().item<double>();
+  if (kept.numel() == 0) return {};
+  const at::Tensor counts = kept.bincount().to(at::kDouble);
+  const double n = static_cast<double>(kept.numel());
+  const at::Tensor p = counts.masked_select(counts.gt(0)) / n;
+  return {-(p * p.log()).sum().item<double>(), counts.eq(1).sum().item<double>() / n};
 }
 
 LearningFigures learning_figures(const TrainingTrace& trace, const std::vector<double>& losses_per_token,
-                                 double unigram_entropy, std::optional<double> query_loss) {
+                                 const Unigram& unigram, std::optional<double> query_loss) {
   LearningFigures f;
-  f.unigram_entropy = unigram_entropy;
+  f.unigram_entropy = unigram.entropy;
+  f.seen_once_share = unigram.seen_once_share;
   f.query_loss = query_loss;
   if (losses_per_token.empty()) return f;
   if (!trace.steps.empty() && trace.steps.front() == 0) f.first_loss = losses_per_token.front();
@@ -41,8 +43,9 @@ LearningFigures learning_figures(const TrainingTrace& trace, const std::vector<d
 LearningVerdict judge_learning(const LearningFigures& f) {
   const double near = (1 - kUnigramMargin) * f.unigram_entropy;
   LearningVerdict v;
-  v.query_near_unigram = f.query_loss && *f.query_loss > near;
-  v.final_near_unigram = f.final_loss && *f.final_loss > near;
+  v.unigram_judged = f.seen_once_share <= kMostSeenOnce;
+  v.query_near_unigram = v.unigram_judged && f.query_loss && *f.query_loss > near;
+  v.final_near_unigram = v.unigram_judged && f.final_loss && *f.final_loss > near;
   v.barely_trained = f.final_loss && f.first_loss && *f.final_loss > (1 - kLeastDrop) * *f.first_loss;
   return v;
 }
@@ -95,13 +98,17 @@ std::string learning_summary(const LearningFigures& f) {
   if (f.query_loss) figures.push_back(str_cat("query loss ", nats(*f.query_loss)));
   if (f.final_loss) figures.push_back(final_loss_named(f).substr(4));  // without "the "
   if (f.first_loss) figures.push_back(str_cat("step 1's ", nats(*f.first_loss)));
-  figures.push_back(str_cat("unigram entropy of the training tokens ", nats(f.unigram_entropy)));
   const LearningVerdict v = judge_learning(f);
-  return str_cat(join(figures, ", "), " (nats a token): ",
-                 v.learned() ? "learned beyond token frequencies"
-                 : v.query_near_unigram || v.final_near_unigram
-                     ? "learned little beyond token frequencies (the warning above)"
-                     : "training barely moved the model (the warning above)");
+  figures.push_back(str_cat("unigram entropy of the training tokens ", nats(f.unigram_entropy),
+                            v.unigram_judged ? ""
+                                             : str_cat(" (not compared: ", format_fixed(100 * f.seen_once_share, 1),
+                                                       "% of the tokens are of a kind seen once)")));
+  const std::string verdict = !v.learned()       ? (v.query_near_unigram || v.final_near_unigram
+                                                        ? "learned little beyond token frequencies (the warning above)"
+                                                        : "training barely moved the model (the warning above)")
+                              : v.unigram_judged ? "learned beyond token frequencies"
+                                                 : "trained: its loss fell by 2% or more";
+  return str_cat(join(figures, ", "), " (nats a token): ", verdict);
 }
 
 }  // namespace magic
