@@ -316,7 +316,12 @@ void report(const Flags& f, const RunConfig& config, const Attribution& a, const
       }
       page.lds = h;
     }
-    write_html_report(f.out_dir + "/report.html", attribution_html(a, table, page));
+    HtmlReport html = attribution_html(a, table, page);
+    // What the model learned, beside the non-smooth warning (lib/train/learning_health.h).
+    html.facts.emplace_back("learning", learning_summary(a.learning));
+    if (a.learning_warning)
+      html.warning = html.warning ? *html.warning + " " + *a.learning_warning : *a.learning_warning;
+    write_html_report(f.out_dir + "/report.html", html);
     std::cout << "wrote " << f.out_dir << "/report.html\n";
   }
 }
@@ -494,6 +499,7 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
     options.least_across_ranks = [world](int64_t value) {
       return world->all_gather(at::tensor({value}, at::kLong), 0).min().item<int64_t>();
     };
+    options.sum_across_ranks = [world](at::Tensor& values) { world->all_reduce_sum_(values); };
   }
   if (speaks) {
     std::cout << "magic-run: " << examples_summary(*problem.train, config.train_path) << ", " << queries << " queries, "

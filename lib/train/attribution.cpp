@@ -22,10 +22,20 @@ double update_norm(const TrainState& before, const TrainState& after) {
   return std::sqrt(sum);
 }
 
+// The training losses in nats a token, as the unigram entropy is: a mean over the batch's labels
+// is one already, a sum of row means is one a row; a plain sum is a batch's (empty: not judged).
+std::vector<double> losses_per_token(const RunConfig& config, std::vector<double> losses) {
+  if (config.reduction == Reduction::kSum) return {};
+  if (config.reduction == Reduction::kSumOfMeans) {
+    for (double& loss : losses) loss /= static_cast<double>(config.batch_size);
+  }
+  return losses;
+}
+
 }  // namespace
 
 Attribution run_attribution(const RunConfig& config, LmProblem problem, const AttributionOptions& options) {
-  Attribution a{std::move(problem), {}, {}, std::nullopt};
+  Attribution a{std::move(problem), {}, {}, std::nullopt, {}, std::nullopt};
   const LmProblem& p = a.problem;
   MagicOptions magic;
   magic.schedule = config.checkpoints;
@@ -74,6 +84,18 @@ Attribution run_attribution(const RunConfig& config, LmProblem problem, const At
       if (a.training_warning) *options.progress << "magic-run: " << *a.training_warning << std::endl;
       start_replay_meter();  // REPLAY starts now: its first step is timed too
     }
+  };
+  // Every rank judges what the model learned (the sum over ranks is a collective); the speaking one prints it.
+  const Unigram unigram = unigram_of(p.train->labels);
+  magic.on_query_loss = [&](double query_loss) {
+    at::Tensor losses = at::tensor(a.training.losses, at::kDouble);
+    if (options.sum_across_ranks && losses.numel() > 0) options.sum_across_ranks(losses);
+    const double* sums = losses.data_ptr<double>();
+    a.learning =
+        learning_figures(a.training, losses_per_token(config, {sums, sums + losses.numel()}), unigram, query_loss);
+    a.learning.built_in_model = !config.model_folder.has_value();
+    a.learning_warning = learned_little_warning(a.learning);
+    if (a.learning_warning && options.progress) *options.progress << "magic-run: " << *a.learning_warning << std::endl;
   };
   magic.on_replay_step = [&](int64_t t, const StepVjp&) {
     dist::set_phase(str_cat("REPLAY at step ", t));

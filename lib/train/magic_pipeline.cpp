@@ -74,6 +74,7 @@ MagicResult run_magic(const StepFunction& step, const QueryFunction& query, cons
     if (options.stop_on_non_finite) require_finite(loss, "the query loss", "after training");
     result.query_loss = loss.item<double>();
   }
+  if (options.on_query_loss) options.on_query_loss(result.query_loss);
 
   {
     dist::PhaseScope phase("query gradient");

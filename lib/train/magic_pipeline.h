@@ -27,6 +27,8 @@ struct MagicOptions {
   bool replay = true;                    // false: train and take the query gradient only (scores undefined)
   StepObserver on_step;                  // sees every forward-training step
   ReplayObserver on_replay_step;         // sees every REPLAY step (per-query: every query's)
+  // Told Q(θ_N) as soon as it is known, before REPLAY.
+  std::function<void(double)> on_query_loss;
   // Sequential, or pipelined on two threads (replay_mode.h; with one intra-op thread each, the
   // scores equal a one-thread sequential REPLAY's bit for bit).
   ReplayMode replay_mode = ReplayMode::kSequential;
