@@ -117,6 +117,13 @@ void CheckSettings::validate() const {
     throw InputError(str_cat("--optimizer: unknown optimizer '", optimizer, "'; expected one of sgd, adam, adamw"));
   }
   if (batch_size < 0) throw InputError(str_cat("--batch: expected an integer >= 1, got ", batch_size));
+  if (!(label_smoothing >= 0.0 && label_smoothing < 1.0)) {
+    throw InputError(str_cat("--label-smoothing: expected a number in [0, 1), got ", label_smoothing));
+  }
+  if (w == "spd" && label_smoothing != 0.0) {
+    throw InputError(
+        "--label-smoothing: the three-pool workload (a decomposition) has no language-model loss to smooth");
+  }
   if (w == "spd" && convention == dist::Convention::kAvg) {
     throw InputError(
         "--convention avg: the three-pool workload reduces with SUM throughout (plant AVG with "
@@ -162,6 +169,7 @@ void apply_run_config(CheckSettings& s, std::shared_ptr<const RunConfig> config)
   s.optimizer = config->optimizer.name;
   s.checkpoints = checkpoint_schedule_name(config->checkpoints);
   s.seed = config->seed;
+  s.label_smoothing = config->label_smoothing;
   s.steps = std::min(s.steps, config->steps);
   s.run_config = std::move(config);
 }

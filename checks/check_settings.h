@@ -48,6 +48,9 @@ struct CheckSettings {
   int64_t batch_size = 0;  // 0: mesh 3 x dp + 1 (uneven shards); three-pool 4 x lcm(pool sizes)
   int64_t documents = 12;
   int64_t max_len = 16;
+  // --label-smoothing: ε in [0, 1) of the lm workload's training loss (lm_loss.h); with --config, the
+  // config's training.label_smoothing.
+  double label_smoothing = 0.0;
   // Whether the lm reference keeps its trace records for the first divergence (first_divergence.h).
   // They go to the process's one sink: only a process that computes the reference on one thread
   // (the magic-check tool) may, not rank threads that each compute their own.

@@ -40,6 +40,7 @@ nlohmann::json workload_json(const CheckSettings& s, const nlohmann::json& optim
        {{"steps", s.steps},
         {"batch_size", s.global_batch()},
         {"weights", "per_token"},
+        {"label_smoothing", s.label_smoothing},
         {"checkpoints", s.checkpoints}}},
       {"optimizer", optimizer},
   };
@@ -314,7 +315,8 @@ ReferenceRun run_reference_lm(const CheckSettings& settings) {
                                    config.optimizer.clip_norm,
                                    problem.initial.params,
                                    config.precision,
-                                   {}};
+                                   {},
+                                   config.label_smoothing};
   const std::string label = str_cat("reference (", config.precision.str(), ")");
   // The reference's records (first_divergence.h), from here on: config and clip norm are made.
   std::optional<TraceRecorder> recorder;

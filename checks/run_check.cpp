@@ -174,6 +174,7 @@ CheckReport report_header(const CheckRequest& request) {
   report.backend = dist::backend_name(s.backend);
   report.steps = s.steps;
   report.seed = s.seed;
+  report.label_smoothing = s.label_smoothing;
   if (request.mode == CheckMode::kMutate) report.mutation = request.mutation;
   report.bite_mode = request.mode == CheckMode::kBite;
   return report;

@@ -53,7 +53,8 @@ at::Tensor plain_batch_loss(const UnrolledLmSetup& setup, const TensorTree& para
   at::Tensor weights = rows_with_padding(w, rows, at::zeros(zero_shape, w.options()));
   trace_activation(ids, "input_ids", "input", "");
 
-  at::Tensor losses = next_token_losses(logits_in_master(setup, params, ids), labels);
+  at::Tensor losses = next_token_losses(logits_in_master(setup, params, ids), labels,
+                                        TokenLoss{setup.model.vocab, setup.label_smoothing});
   at::Tensor targets = labels.narrow(1, 1, T - 1);
   at::Tensor valid = targets.ne(kIgnoreLabel).to(losses.scalar_type());
   at::Tensor token_weights =
@@ -101,7 +102,8 @@ int64_t query_document_count(const UnrolledLmSetup& setup) {
 // of all its chunks; with `index`, document `index` alone.
 at::Tensor plain_query_loss(const UnrolledLmSetup& setup, const TensorTree& params, std::optional<int64_t> index) {
   const at::Tensor ids = setup.queries->input_ids, labels = setup.queries->labels;
-  at::Tensor losses = next_token_losses(logits_in_master(setup, params, ids), labels);
+  at::Tensor losses =
+      next_token_losses(logits_in_master(setup, params, ids), labels, TokenLoss{setup.model.vocab, 0.0});
   at::Tensor valid = labels.narrow(1, 1, labels.size(1) - 1).ne(kIgnoreLabel).to(losses.scalar_type());
   const at::Tensor documents = query_documents(setup);
   const int64_t count = query_document_count(setup);

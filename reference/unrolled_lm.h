@@ -36,6 +36,8 @@ struct UnrolledLmSetup {
   // Called after each training step of the unrolled run (a caller's progress and stop check);
   // it sees the step index only, so it cannot change a value.
   std::function<void(int64_t step)> after_step;
+  // ε of the training loss (lm_loss.h); the query loss Q is unsmoothed.
+  double label_smoothing = 0.0;
 };
 
 struct UnrolledLmResult {

@@ -96,12 +96,14 @@ struct LmLossFixture {
   at::Tensor ids = at::tensor({72, 101, 108, 108, 111, 32, 87, 111, 114, 108, 100, 256}, at::kLong).view({2, 6});
   at::Tensor labels = ids.clone();
   at::Tensor weights = at::tensor({0.7, 1.3}, at::kDouble);
+  double label_smoothing = 0.0;
 
   checks::TensorFunction loss_of(const std::vector<std::string>& names) const {
     return [this, names](const std::vector<at::Tensor>& x) {
       TensorTree p = params;
       for (size_t i = 0; i < names.size(); ++i) p.set(names[i], x[i]);
-      at::Tensor losses = next_token_losses(gpt_forward(config, p, ids), labels);
+      at::Tensor losses =
+          next_token_losses(gpt_forward(config, p, ids), labels, TokenLoss{config.vocab, label_smoothing});
       at::Tensor mask = label_mask(labels, at::kDouble);
       return std::vector<at::Tensor>{
           reduce_weighted_loss(losses, mask, weights, Reduction::kMean, mask.sum().item<double>())};
@@ -118,6 +120,24 @@ TEST(Gradcheck, LmLossFirstAndSecondDerivatives) {
   EXPECT_TRUE(first.passed) << first.message;
   GradcheckOptions fast;
   fast.fast_mode = true;
+  auto second = checks::gradgradcheck(f.loss_of(names), inputs, fast);
+  EXPECT_TRUE(second.passed) << second.message;
+  auto second_slow = checks::gradgradcheck(f.loss_of({"blocks.0.ln1.weight"}), {inputs[1]});
+  EXPECT_TRUE(second_slow.passed) << second_slow.message;
+}
+
+// The same with label smoothing, whose mean over the vocabulary reaches every logit of a position.
+TEST(Gradcheck, LabelSmoothedLmLossFirstAndSecondDerivatives) {
+  LmLossFixture f;
+  f.label_smoothing = 0.1;
+  f.labels[1][3] = kIgnoreLabel;
+  std::vector<std::string> names{"head.weight", "blocks.0.ln1.weight"};
+  std::vector<at::Tensor> inputs;
+  for (const auto& n : names) inputs.push_back(f.params.at(n).detach().clone().requires_grad_(true));
+  GradcheckOptions fast;
+  fast.fast_mode = true;
+  auto first = checks::gradcheck(f.loss_of(names), inputs, fast);
+  EXPECT_TRUE(first.passed) << first.message;
   auto second = checks::gradgradcheck(f.loss_of(names), inputs, fast);
   EXPECT_TRUE(second.passed) << second.message;
   auto second_slow = checks::gradgradcheck(f.loss_of({"blocks.0.ln1.weight"}), {inputs[1]});

@@ -67,6 +67,22 @@ TEST(LmLoss, IgnoredPositionsHaveExactlyZeroGradients) {
   EXPECT_EQ(g[1][0][0].item<double>(), 0.0);
 }
 
+// Label smoothing by hand: with logits (0, 1) over V = 2, -log p_1 = a and -log p_0 = a + 1, so the
+// smoothed loss on label 1 is (1-ε)a + (ε/2)(a + a + 1) = a + ε/2; on label 0 it is a + 1 - ε/2.
+// Uniform logits give log 2 whatever ε is; an ignored label gives 0.
+TEST(LmLoss, LabelSmoothingByHand) {
+  Fixture f;
+  const double a = std::log(1 + std::exp(1.0)) - 1.0, eps = 0.3;
+  at::Tensor l = next_token_losses(f.logits, f.labels, TokenLoss{2, eps});
+  EXPECT_NEAR(l[0][0].item<double>(), a + eps / 2, 1e-15);
+  EXPECT_NEAR(l[0][1].item<double>(), std::log(2.0), 1e-15);
+  EXPECT_NEAR(l[1][0].item<double>(), std::log(2.0), 1e-15);
+  EXPECT_EQ(l[1][1].item<double>(), 0.0);
+  at::Tensor targets = at::tensor(std::vector<int64_t>{0}, at::kLong).view({1, 1});
+  EXPECT_NEAR(position_losses(f.logits[0].narrow(0, 0, 1).unsqueeze(0), targets, TokenLoss{2, eps}).item<double>(),
+              a + 1 - eps / 2, 1e-15);
+}
+
 TEST(LmLoss, ParseRejectsUnknownReductions) {
   EXPECT_EQ(parse_reduction("sum_of_means"), Reduction::kSumOfMeans);
   EXPECT_THROW(parse_reduction("avg"), InputError);

@@ -35,9 +35,9 @@ CheckReport sample_report() {
 TEST(Report, JsonHasTheDocumentedSchema) {
   auto j = report_json(sample_report());
   const std::vector<std::string> keys = {
-      "tool",       "topology", "world_size", "workload", "config",           "model",        "dtype",
-      "convention", "backend",  "steps",      "seed",     "mutation",         "passed",       "seconds",
-      "checks",     "notes",    "bite",       "failure",  "first_divergence", "bite_skipped", "failed_rank"};
+      "tool",    "topology", "world_size", "workload",         "config",       "model",      "dtype",   "convention",
+      "backend", "steps",    "seed",       "label_smoothing",  "mutation",     "passed",     "seconds", "checks",
+      "notes",   "bite",     "failure",    "first_divergence", "bite_skipped", "failed_rank"};
   for (const auto& key : keys) {
     EXPECT_TRUE(j.contains(key)) << key;
   }

@@ -109,6 +109,8 @@ Command parse(int argc, char** argv, int& early_exit) {
   app.add_option("--seed", seed, "seed of every random choice (init, data order, HVP direction)")
       ->capture_default_str();
   app.add_option("--optimizer", s.optimizer, "sgd | adam | adamw")->capture_default_str();
+  app.add_option("--label-smoothing", s.label_smoothing,
+                 "label smoothing eps in [0, 1) of the training loss, over the real vocabulary (default 0)");
   app.add_option("--batch", s.batch_size,
                  "global batch rows (default: 3 x dp + 1, uneven shards; three-pool: 4 x lcm of the pool sizes)");
   c.program.threads_allowed = true;
@@ -141,7 +143,8 @@ Command parse(int argc, char** argv, int& early_exit) {
   s.topology = dist::TopologySpec::parse(topology);
   if (!run_config.empty()) {
     // The config fixes these; a flag that disagrees with it would check a different run.
-    for (const char* flag : {"--dtype", "--loss-scale", "--reduce-dtype", "--optimizer", "--batch", "--seed"}) {
+    for (const char* flag :
+         {"--dtype", "--loss-scale", "--reduce-dtype", "--optimizer", "--batch", "--seed", "--label-smoothing"}) {
       if (app.count(flag) > 0) {
         throw InputError(str_cat(flag, ": comes from --config ", run_config, " (edit the config to change it)"));
       }

@@ -258,6 +258,7 @@ nlohmann::ordered_json report_json(const CheckReport& r) {
               {"backend", r.backend},
               {"steps", r.steps},
               {"seed", r.seed},
+              {"label_smoothing", r.label_smoothing},
               {"mutation", r.mutation.empty() ? json(nullptr) : json(r.mutation)},
               {"passed", r.exit_code() == 0},
               {"seconds", r.seconds},

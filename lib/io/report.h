@@ -50,7 +50,8 @@ struct CheckReport {
   std::string model;   // the model folder of the built-in workload (--model), "" for its own GPT
   int64_t steps = 0;
   uint64_t seed = 0;
-  std::string mutation;  // planted in `rows` ("" for a clean run)
+  double label_smoothing = 0.0;  // ε of the lm workload's training loss
+  std::string mutation;          // planted in `rows` ("" for a clean run)
   std::vector<CheckRow> rows;
   std::vector<std::string> notes;  // run-level explanations printed under the table
   // Where a failing run first differed from the reference ("first divergence: step 0, ..."), or "".

@@ -24,18 +24,43 @@ std::string reduction_name(Reduction reduction) {
   return "?";
 }
 
+void validate_token_loss(const TokenLoss& options, const at::Tensor& logits) {
+  const double eps = options.label_smoothing;
+  if (!(eps >= 0.0 && eps < 1.0)) {
+    throw std::invalid_argument(str_cat("token loss: label smoothing ", eps, " outside [0, 1)"));
+  }
+  if (logits.size(-1) != options.vocabulary) {
+    throw std::invalid_argument(
+        str_cat("token loss: logits have ", logits.size(-1), " classes, the vocabulary ", options.vocabulary));
+  }
+}
+
 at::Tensor next_token_losses(const at::Tensor& logits, const at::Tensor& labels) {
+  return next_token_losses(logits, labels, TokenLoss{logits.size(-1), 0.0});
+}
+
+at::Tensor next_token_losses(const at::Tensor& logits, const at::Tensor& labels, const TokenLoss& options) {
   const int64_t T = logits.size(1);
-  return position_losses(logits.narrow(1, 0, T - 1), labels.narrow(1, 1, T - 1));
+  return position_losses(logits.narrow(1, 0, T - 1), labels.narrow(1, 1, T - 1), options);
 }
 
 at::Tensor position_losses(const at::Tensor& logits, const at::Tensor& targets) {
+  return position_losses(logits, targets, TokenLoss{logits.size(-1), 0.0});
+}
+
+at::Tensor position_losses(const at::Tensor& logits, const at::Tensor& targets, const TokenLoss& options) {
+  validate_token_loss(options, logits);
   at::Tensor valid = targets.ne(kIgnoreLabel);
   at::Tensor log_probs = at::log_softmax(logits, -1);
-  at::Tensor picked = log_probs.gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1);
+  at::Tensor loss = -log_probs.gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1);
+  const double eps = options.label_smoothing;
+  if (eps > 0.0) {  // ε = 0 keeps the plain loss's operations, bit for bit
+    const double V = static_cast<double>(options.vocabulary);
+    loss = (1.0 - eps) * loss - (eps / V) * log_probs.sum(-1);
+  }
   // where() rather than a multiply: ignored positions are exactly 0 and carry exactly-zero
   // gradients to every order.
-  return at::where(valid, -picked, at::zeros({}, picked.options()));
+  return at::where(valid, loss, at::zeros({}, loss.options()));
 }
 
 at::Tensor next_token_targets(const at::Tensor& labels, int64_t padded_length) {

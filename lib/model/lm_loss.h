@@ -20,12 +20,29 @@ enum class Reduction {
 Reduction parse_reduction(const std::string& name, const std::string& what = "reduction");
 std::string reduction_name(Reduction reduction);
 
-// ℓ[b, j] = -log softmax(logits[b, j])[labels[b, j+1]], exactly 0 where the label is ignored. [B, T-1]
+// The per-token loss's options. Label smoothing as PyTorch's cross_entropy(label_smoothing=ε): the
+// target puts 1-ε on the label and spreads ε uniformly over the V classes of the real vocabulary,
+// the label included, so with p = softmax(logits)
+//   ℓ = (1-ε)·(-log p_label) + ε·(1/V)·Σ_{v<V} (-log p_v).
+// V is stated, not read off the logits: a vocabulary-parallel head will hold padding columns that
+// are no class (today the logits' last dimension must equal V).
+struct TokenLoss {
+  int64_t vocabulary = 0;        // V
+  double label_smoothing = 0.0;  // ε in [0, 1)
+};
+
+// std::invalid_argument when ε is outside [0, 1) or the logits do not have V classes.
+void validate_token_loss(const TokenLoss& options, const at::Tensor& logits);
+
+// ℓ[b, j] = -log softmax(logits[b, j])[labels[b, j+1]] (smoothed as `options` say), exactly 0 where
+// the label is ignored. [B, T-1]. Without options: no smoothing, over every column of the logits.
 at::Tensor next_token_losses(const at::Tensor& logits, const at::Tensor& labels);
+at::Tensor next_token_losses(const at::Tensor& logits, const at::Tensor& labels, const TokenLoss& options);
 
 // The same with the targets already aligned to the logits: ℓ[b, j] = -log softmax(logits[b, j])[targets[b, j]].
 // Context parallelism shards targets, not labels: a chunk's last target is the next chunk's first label.
 at::Tensor position_losses(const at::Tensor& logits, const at::Tensor& targets);
+at::Tensor position_losses(const at::Tensor& logits, const at::Tensor& targets, const TokenLoss& options);
 
 // targets[b, j] = labels[b, j+1] for a batch padded to `padded_length` columns; ignored past the end. [B, P]
 at::Tensor next_token_targets(const at::Tensor& labels, int64_t padded_length);

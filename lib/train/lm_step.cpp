@@ -11,11 +11,12 @@
 
 namespace magic {
 LmStep::LmStep(GptConfig model, std::shared_ptr<const TokenDataset> data, const DataStream& stream, Reduction reduction,
-               std::shared_ptr<const Optimizer> optimizer, std::optional<double> clip_norm,
+               double label_smoothing, std::shared_ptr<const Optimizer> optimizer, std::optional<double> clip_norm,
                std::shared_ptr<const Parallelism> parallelism, std::shared_ptr<const MixedPrecision> precision)
     : model_(model),
       data_(std::move(data)),
       reduction_(reduction),
+      token_loss_{model.vocab, label_smoothing},
       optimizer_(std::move(optimizer)),
       clip_norm_(clip_norm),
       parallelism_(std::move(parallelism)),
@@ -64,7 +65,7 @@ at::Tensor LmStep::loss(const TensorTree& params, int64_t t, const at::Tensor& w
   if (tracing()) trace_activation(local.input_ids, "input_ids", "input", "");
   at::Tensor logits = gpt_forward(model_, precision_->compute_params(*parallelism_, params), local.input_ids, layout);
   if (tracing()) trace_activation(logits, "logits", "logits", "head");
-  at::Tensor losses = position_losses(precision_->to_master(logits), local.targets);
+  at::Tensor losses = position_losses(precision_->to_master(logits), local.targets, token_loss_);
   at::Tensor mask = local.targets.ne(kIgnoreLabel).to(losses.scalar_type());
   const double denominator =
       reduction_ == Reduction::kMean ? parallelism_->mean_denominator(mask.sum().item<double>()) : 1.0;
@@ -194,7 +195,8 @@ at::Tensor LmQuery::loss(const TensorTree& params, std::optional<int64_t> index)
   const LocalColumns local =
       local_columns(layout, local_ids_, local_labels_, at::ones({local_ids_.size(0)}), queries_.pad_id);
   at::Tensor logits = gpt_forward(model_, precision_->compute_params(*parallelism_, params), local.input_ids, layout);
-  at::Tensor losses = position_losses(precision_->to_master(logits), local.targets);
+  // The query loss is the plain cross-entropy: label smoothing is a training option (Q measures the model).
+  at::Tensor losses = position_losses(precision_->to_master(logits), local.targets, TokenLoss{model_.vocab, 0.0});
   at::Tensor mask = local.targets.ne(kIgnoreLabel).to(losses.scalar_type());
   // A document's mean over all its chunks' labels: this rank's chunks and columns give a partial
   // sum of it, each chunk's sum over the document's label count.

@@ -1,7 +1,7 @@
 // The causal-LM training step and query loss over a tokenized dataset, written once for the
 // single-process engine and for data-parallel ranks (the Parallelism strategy decides the
 // local rows, the normalizer and how the gradient is reduced).
-//   L_t(θ, w) = reduce(w_batch · ℓ(θ; batch_t))      (lm_loss.h)
+//   L_t(θ, w) = reduce(w_batch · ℓ_ε(θ; batch_t))    (lm_loss.h; ε the label smoothing)
 //   g = ∇θ L_t (reduced across ranks), optionally clipped;  (θ', o') = optimizer(θ, g, o)
 // under the run's precision policy (mixed_precision.h: compute dtype, loss scale, reduce dtype).
 #pragma once
@@ -25,7 +25,7 @@ namespace magic {
 class LmStep : public StepFunction {
  public:
   LmStep(GptConfig model, std::shared_ptr<const TokenDataset> data, const DataStream& stream, Reduction reduction,
-         std::shared_ptr<const Optimizer> optimizer, std::optional<double> clip_norm,
+         double label_smoothing, std::shared_ptr<const Optimizer> optimizer, std::optional<double> clip_norm,
          std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>(),
          std::shared_ptr<const MixedPrecision> precision = std::make_shared<MixedPrecision>());
 
@@ -51,6 +51,7 @@ class LmStep : public StepFunction {
   std::shared_ptr<const TokenDataset> data_;
   std::vector<Batch> batches_;  // this rank's rows of each step
   Reduction reduction_;
+  TokenLoss token_loss_;  // the training loss's vocabulary and label smoothing
   std::shared_ptr<const Optimizer> optimizer_;
   std::optional<double> clip_norm_;
   std::shared_ptr<const Parallelism> parallelism_;

@@ -77,6 +77,7 @@ Json precision_json(const PrecisionPolicy& p) {
 Json loss_json(const RunConfig& c) {
   return {{"token_loss", "next_token_cross_entropy"},
           {"reduction", reduction_name(c.reduction)},
+          {"label_smoothing", c.label_smoothing},
           {"weights", weight_kind_name(c.weights)},
           {"ignore_target", kIgnoreLabel}};
 }

@@ -114,6 +114,10 @@ RunConfig RunConfig::from_json(const nlohmann::json& json, std::shared_ptr<const
   if (c.batch_size < 1) training.fail("batch_size", str_cat("expected an integer >= 1, got ", c.batch_size));
   c.shuffle = training.boolean("shuffle", true);
   c.reduction = parse_reduction(training.string("reduction", "mean"), training.where("reduction"));
+  c.label_smoothing = training.number("label_smoothing", 0.0);
+  if (!(c.label_smoothing >= 0.0 && c.label_smoothing < 1.0)) {
+    training.fail("label_smoothing", str_cat("expected a number in [0, 1), got ", c.label_smoothing));
+  }
   c.weights = parse_weight_kind(training.string("weights", "per_document"), training.where("weights"));
   c.checkpoints = parse_checkpoint_schedule(training.string("checkpoints", "sqrt"), training.where("checkpoints"));
   if (auto spill = training.optional_string("spill_dir")) c.spill_dir = resolve(*spill, base_dir);
@@ -234,8 +238,8 @@ LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const Parallelism
       train->size(), StreamConfig{c.batch_size, c.steps, derive_seed(c.seed, "data-order"), c.shuffle}, c.train_path);
   auto optimizer = make_optimizer(c.optimizer);
   p.optimizer = optimizer;
-  p.step = std::make_shared<LmStep>(p.model, train, *p.stream, c.reduction, optimizer, c.optimizer.clip_norm,
-                                    parallelism, precision);
+  p.step = std::make_shared<LmStep>(p.model, train, *p.stream, c.reduction, c.label_smoothing, optimizer,
+                                    c.optimizer.clip_norm, parallelism, precision);
   p.query = std::make_shared<LmQuery>(p.model, std::move(queries), parallelism, precision);
   // Parameters, optimizer state and data weights live in the master dtype.
   const TensorTree init = c.model_folder

@@ -8,7 +8,8 @@
 //             "completion_field": "completion", "id_field": "id", "fit": "chunk" | "truncate" | "pack",
 //             "max_documents": n (use the first n training documents)},
 //    A query slice of the train file is held out of training (a train/query split).
-//    "training": {"steps", "batch_size", "shuffle", "reduction", "weights", "checkpoints", "spill_dir"},
+//    "training": {"steps", "batch_size", "shuffle", "reduction", "label_smoothing", "weights", "checkpoints",
+//                 "spill_dir"},
 //    "optimizer": {"name", "lr", ... , "schedule": {...}}}
 #pragma once
 
@@ -47,6 +48,7 @@ struct RunConfig {
   int64_t steps = 1, batch_size = 8;
   bool shuffle = true;
   Reduction reduction = Reduction::kMean;
+  double label_smoothing = 0.0;  // ε in [0, 1) of the training loss (lm_loss.h)
   WeightKind weights = WeightKind::kPerDocument;
   CheckpointSchedule checkpoints = CheckpointSchedule::kSqrt;
   std::optional<std::string> spill_dir;

@@ -51,6 +51,8 @@ PLANTS = {
                 lambda plan: plan["optimizer"]["clip"] is not None),
     "token-weight-unshifted": ("position j weighted by token j instead of the token j + 1 it predicts",
                                lambda plan: plan["loss"]["weights"] == "per_token"),
+    "no-label-smoothing": ("the training loss not label-smoothed",
+                           lambda plan: plan["loss"]["label_smoothing"] != 0),
 }
 
 
@@ -232,8 +234,14 @@ def gpt_logits(model, params, ids):
     return linear(norm(x, "ln_f"), "head", bias=False)
 
 
-def token_losses(logits, targets, ignore):
-    """ℓ[r, j] = -log softmax(logits[r, j])[targets[r, j]], exactly 0 where the target is ignored."""
+def token_losses(logits, targets, ignore, label_smoothing=0.0):
+    """ℓ[r, j] = -log softmax(logits[r, j])[targets[r, j]], exactly 0 where the target is ignored;
+    with label smoothing ε, PyTorch's own cross_entropy(label_smoothing=ε) (ε/V on every class)."""
+    if label_smoothing:
+        V = logits.shape[-1]
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=ignore,
+                                                 reduction="none", label_smoothing=label_smoothing
+                                                 ).view(targets.shape)
     valid = targets != ignore
     picked = torch.log_softmax(logits, -1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
     return torch.where(valid, -picked, torch.zeros_like(picked))
@@ -241,7 +249,8 @@ def token_losses(logits, targets, ignore):
 
 def step_loss(plan, params, batches, s, w, plant=None):
     ids, targets, e = batches["input_ids"][s], batches["targets"][s], batches["example_index"][s]
-    losses = token_losses(gpt_logits(plan["model"], params, ids), targets, plan["loss"]["ignore_target"])
+    smoothing = 0.0 if plant == "no-label-smoothing" else plan["loss"]["label_smoothing"]
+    losses = token_losses(gpt_logits(plan["model"], params, ids), targets, plan["loss"]["ignore_target"], smoothing)
     padded = torch.cat([w, torch.zeros_like(w[:1])])  # index -1 picks the zero row: padding weighs 0
     row_w = padded[e]
     if plan["loss"]["weights"] == "per_document":
@@ -442,9 +451,11 @@ def check_config(args, config, per_query, failures):
         diff = run([args.compare, mine, theirs, "--tolerance", str(TOLERANCE)])
         o = plan["optimizer"]
         clipping = f"clipping fired at steps {facts['clipped']}" if o["clip"] else "no clipping"
+        eps = plan["loss"]["label_smoothing"]
+        smoothing = f", label smoothing {eps:g}" if eps else ""
         print(f"{name}: {plan['data']['examples']} examples, {facts['steps']} steps of "
               f"{plan['training']['batch_size']}, {o['name']}, {plan['loss']['reduction']}, "
-              f"{plan['loss']['weights']}, scores {plan['scores']['shape']}; {clipping}")
+              f"{plan['loss']['weights']}{smoothing}, scores {plan['scores']['shape']}; {clipping}")
         print(f"  oracle vs magic-run: relative error {err:.3e} (tolerance {TOLERANCE:g}); "
               f"magic-run {run_seconds:.1f} s, oracle {oracle_seconds:.1f} s "
               f"(training {facts['train_seconds']:.1f} s, REPLAY {facts['replay_seconds']:.1f} s)")
