@@ -186,7 +186,7 @@ TEST(ConfigErrors, AMisspeltKeyIsNamedWithTheNearestKnownKey) {
       testing::write_tiny_run_config("colour", {}, [](json& j) { j["training"]["colour"] = "red"; });
   EXPECT_EQ(load_error(colour, {}), colour +
                                         ": unknown key 'colour' in training; known keys: batch_size, checkpoints, "
-                                        "reduction, shuffle, spill_dir, steps, weights");
+                                        "label_smoothing, reduction, shuffle, spill_dir, steps, weights");
 }
 
 // The acceptance: a YAML config with two dotted overrides; run.json shows the resolved values.
