@@ -1,4 +1,4 @@
-// The mesh's pure pieces: topology keys and rules, the rank order (cp fastest, then dp) and the
+// The mesh's pure pieces: topology keys and rules, the rank order (tp fastest, then cp, then dp) and the
 // groups derived from it, the zig-zag split of a sequence and the dim-0 split of parameters.
 // Expected values are worked out by hand from docs/magic-check.md,
 // "Mesh: context parallel and sharded parameters", beside each test.
@@ -61,12 +61,30 @@ TEST(MeshLayout, HybridShardingSplitsDpIntoShardGroupsAndReplicas) {
   EXPECT_EQ(MeshLayout(3, 1, 3).replica_group(2), (std::vector<int>{2}));
 }
 
+// dp=2, cp=2, fsdp=2, tp=3: rank = (2·d + c)·3 + t, so rank 10 is (d=1, c=1, t=1).
+TEST(MeshLayout, RanksAreTpFastestThenCpThenDp) {
+  const MeshLayout mesh(2, 2, 2, 3);
+  EXPECT_EQ(mesh.world_size(), 12);
+  EXPECT_EQ(mesh.rank_of(1, 1, 1), 10);
+  EXPECT_EQ(mesh.dp_index(10), 1);
+  EXPECT_EQ(mesh.cp_index(10), 1);
+  EXPECT_EQ(mesh.tp_index(10), 1);
+  EXPECT_EQ(mesh.tp_group(10), (std::vector<int>{9, 10, 11}));                   // d = 1, c = 1, every t
+  EXPECT_EQ(mesh.cp_group(10), (std::vector<int>{7, 10}));                       // d = 1, t = 1, every c
+  EXPECT_EQ(mesh.shard_group(10), (std::vector<int>{4, 10}));                    // c = 1, t = 1, d in {0, 1}
+  EXPECT_EQ(mesh.replica_group(10), (std::vector<int>{7, 10}));                  // shard index 1, t = 1, every c
+  EXPECT_EQ(mesh.replica_tp_group(10), (std::vector<int>{6, 7, 8, 9, 10, 11}));  // shard index 1
+  EXPECT_EQ(mesh.batch_group(10), (std::vector<int>{1, 4, 7, 10}));              // t = 1, every d and c
+}
+
 RC_GTEST_PROP(MeshLayout, EveryGroupFamilyPartitionsTheWorld, ()) {
   const int64_t fsdp = *rc::gen::inRange<int64_t>(1, 4);
   const int64_t dp = fsdp * *rc::gen::inRange<int64_t>(1, 4);
   const int64_t cp = *rc::gen::inRange<int64_t>(1, 5);
-  const MeshLayout mesh(dp, cp, fsdp);
-  for (auto members_of : {&MeshLayout::cp_group, &MeshLayout::shard_group, &MeshLayout::replica_group}) {
+  const int64_t tp = *rc::gen::inRange<int64_t>(1, 4);
+  const MeshLayout mesh(dp, cp, fsdp, tp);
+  for (auto members_of : {&MeshLayout::tp_group, &MeshLayout::cp_group, &MeshLayout::shard_group,
+                          &MeshLayout::replica_group, &MeshLayout::replica_tp_group, &MeshLayout::batch_group}) {
     for (int r = 0; r < mesh.world_size(); ++r) {
       const std::vector<int> members = (mesh.*members_of)(r);
       RC_ASSERT(std::find(members.begin(), members.end(), r) != members.end());
@@ -76,6 +94,9 @@ RC_GTEST_PROP(MeshLayout, EveryGroupFamilyPartitionsTheWorld, ()) {
   RC_ASSERT(static_cast<int64_t>(mesh.cp_group(0).size()) == cp);
   RC_ASSERT(static_cast<int64_t>(mesh.shard_group(0).size()) == fsdp);
   RC_ASSERT(static_cast<int64_t>(mesh.replica_group(0).size()) == dp / fsdp * cp);
+  RC_ASSERT(static_cast<int64_t>(mesh.replica_tp_group(0).size()) == dp / fsdp * cp * tp);
+  RC_ASSERT(static_cast<int64_t>(mesh.tp_group(0).size()) == tp);
+  RC_ASSERT(static_cast<int64_t>(mesh.batch_group(0).size()) == dp * cp);
 }
 
 // T = 16, cp = 2: chunks of 4; rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2.

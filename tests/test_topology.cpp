@@ -30,14 +30,32 @@ TEST(Topology, RejectsBadStringsNamingTheProblemAndTheValidKeys) {
   EXPECT_NE(error_of("dp").find("'dp' is not key=value"), std::string::npos);
   EXPECT_NE(error_of("dp=2,").find("'' is not key=value"), std::string::npos);
   EXPECT_NE(error_of("dp=2,dp=2").find("given twice"), std::string::npos);
-  EXPECT_NE(error_of("tp=2").find("unknown key 'tp'"), std::string::npos);
+  EXPECT_NE(error_of("dq=2").find("unknown key 'dq' (did you mean dp?)"), std::string::npos);
+  EXPECT_NE(error_of("dp=2,sp").find("sp needs tp > 1"), std::string::npos);
+  EXPECT_NE(error_of("tp=2,sp=2").find("sp is a flag"), std::string::npos);
+  EXPECT_NE(error_of("tp=2,sp,sp").find("'sp' given twice"), std::string::npos);
+  EXPECT_NE(error_of("tp=2,n_ci=2,n_per_block=1").find("tp cannot be combined"), std::string::npos);
+  EXPECT_NE(error_of("mb=0").find("mb=0 must be >= 1"), std::string::npos);
   EXPECT_NE(error_of("dp=2,fdsp=2").find("unknown key 'fdsp' (did you mean fsdp?)"), std::string::npos);
   EXPECT_NE(error_of("n_ci=2,n_per_blok=1").find("unknown key 'n_per_blok' (did you mean n_per_block?)"),
             std::string::npos);
   EXPECT_NE(error_of("dp=4,fsdp=3").find("fsdp=3 must divide dp=4"), std::string::npos);
   EXPECT_NE(error_of("cp=2,n_ci=2,n_per_block=1").find("cp cannot be combined"), std::string::npos);
   EXPECT_NE(error_of("").find("empty topology"), std::string::npos);
-  EXPECT_NE(error_of("tp=2").find("keys from: dp, cp, fsdp, n_ci, n_per_block, n_blocks, n_ppgd"), std::string::npos);
+  EXPECT_NE(error_of("dq=2").find("keys from: dp, cp, tp, fsdp, sp, mb, n_ci, n_per_block, n_blocks, n_ppgd"),
+            std::string::npos);
+}
+
+TEST(Topology, ParsesTensorParallelSequenceParallelAndMicroBatches) {
+  const auto t = TopologySpec::parse("mb=3,sp,tp=2,cp=2,dp=2");
+  EXPECT_EQ(t.tp(), 2);
+  EXPECT_TRUE(t.sp());
+  EXPECT_EQ(t.mb(), 3);
+  EXPECT_EQ(t.world_size(), 8);  // dp * cp * tp: micro-batches are a step option, not ranks
+  EXPECT_EQ(t.str(), "dp=2,cp=2,tp=2,sp,mb=3");
+  EXPECT_EQ(TopologySpec::parse(t.str()).str(), t.str());
+  EXPECT_FALSE(TopologySpec::parse("tp=4").sp());
+  EXPECT_EQ(TopologySpec::parse("tp=4").mb(), 1);
 }
 
 RC_GTEST_PROP(Topology, EveryPositiveDpRoundTrips, ()) {

@@ -207,6 +207,7 @@ Flags parse(int argc, char** argv, int& early_exit) {
   if (!topology.empty()) {
     program.topology = dist::TopologySpec::parse(topology);
     require_mesh_topology(program.topology, "magic-run");
+    require_built_axes(program.topology, "magic-run");
     program.backend = dist::parse_backend(backend);
     if (!(timeout_s > 0)) throw InputError("--timeout: expected seconds > 0");
     program.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));

@@ -1,6 +1,7 @@
 #include "lib/train/distributed_lm.h"
 
 #include "lib/core/error.h"
+#include "lib/core/strings.h"
 #include "lib/distributed/parallel/mesh_layout.h"
 
 namespace magic {
@@ -11,6 +12,17 @@ void require_mesh_topology(const dist::TopologySpec& topology, const std::string
                      " trains a language model, which runs on mesh layouts (dp=N[,cp=C][,fsdp=F]); three-pool "
                      "layouts are magic-check's decomposition workload");
   }
+}
+
+void require_built_axes(const dist::TopologySpec& topology, const std::string& tool) {
+  if (topology.family() != dist::TopologyFamily::kMesh) return;
+  auto refuse = [&](const std::string& key) {
+    throw InputError(str_cat("--topology ", topology.str(), ": ", key, " is not built into ", tool,
+                             " yet (supported: dp, cp, fsdp)"));
+  };
+  if (topology.tp() > 1) refuse("tp");
+  if (topology.sp()) refuse("sp");
+  if (topology.mb() > 1) refuse("mb");
 }
 
 dist::MeshParts lm_mesh_parts(const dist::Runtime& runtime, const dist::TopologySpec& topology,

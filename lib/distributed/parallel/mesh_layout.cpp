@@ -1,36 +1,59 @@
 #include "lib/distributed/parallel/mesh_layout.h"
 
+#include <functional>
+#include <map>
+
 #include "lib/core/strings.h"
 
 namespace magic::dist {
 
-MeshLayout::MeshLayout(int64_t dp, int64_t cp, int64_t fsdp) : dp_(dp), cp_(cp), fsdp_(fsdp) {
-  if (dp < 1 || cp < 1 || fsdp < 1 || dp % fsdp != 0) {
-    throw std::invalid_argument(str_cat("MeshLayout: dp=", dp, ", cp=", cp, ", fsdp=", fsdp));
+MeshLayout::MeshLayout(int64_t dp, int64_t cp, int64_t fsdp, int64_t tp) : dp_(dp), cp_(cp), fsdp_(fsdp), tp_(tp) {
+  if (dp < 1 || cp < 1 || fsdp < 1 || tp < 1 || dp % fsdp != 0) {
+    throw std::invalid_argument(str_cat("MeshLayout: dp=", dp, ", cp=", cp, ", fsdp=", fsdp, ", tp=", tp));
   }
 }
 
-MeshLayout::MeshLayout(const TopologySpec& topology) : MeshLayout(topology.dp(), topology.cp(), topology.fsdp()) {}
+MeshLayout::MeshLayout(const TopologySpec& topology)
+    : MeshLayout(topology.dp(), topology.cp(), topology.fsdp(), topology.tp()) {}
+
+namespace {
+
+std::vector<int> members_where(const MeshLayout& layout, const std::function<bool(int)>& member) {
+  std::vector<int> members;
+  for (int r = 0; r < layout.world_size(); ++r) {
+    if (member(r)) members.push_back(r);
+  }
+  return members;
+}
+
+}  // namespace
+
+std::vector<int> MeshLayout::tp_group(int rank) const {
+  return members_where(*this, [&](int r) { return r / tp_ == rank / tp_; });
+}
 
 std::vector<int> MeshLayout::cp_group(int rank) const {
-  std::vector<int> members;
-  for (int64_t c = 0; c < cp_; ++c) members.push_back(rank_of(dp_index(rank), c));
-  return members;
+  return members_where(*this, [&](int r) { return dp_index(r) == dp_index(rank) && tp_index(r) == tp_index(rank); });
 }
 
 std::vector<int> MeshLayout::shard_group(int rank) const {
-  std::vector<int> members;
-  const int64_t first = dp_index(rank) / fsdp_ * fsdp_;
-  for (int64_t d = first; d < first + fsdp_; ++d) members.push_back(rank_of(d, cp_index(rank)));
-  return members;
+  return members_where(*this, [&](int r) {
+    return dp_index(r) / fsdp_ == dp_index(rank) / fsdp_ && cp_index(r) == cp_index(rank) &&
+           tp_index(r) == tp_index(rank);
+  });
 }
 
 std::vector<int> MeshLayout::replica_group(int rank) const {
-  std::vector<int> members;
-  for (int r = 0; r < world_size(); ++r) {
-    if (shard_index(r) == shard_index(rank)) members.push_back(r);
-  }
-  return members;
+  return members_where(*this,
+                       [&](int r) { return shard_index(r) == shard_index(rank) && tp_index(r) == tp_index(rank); });
+}
+
+std::vector<int> MeshLayout::replica_tp_group(int rank) const {
+  return members_where(*this, [&](int r) { return shard_index(r) == shard_index(rank); });
+}
+
+std::vector<int> MeshLayout::batch_group(int rank) const {
+  return members_where(*this, [&](int r) { return tp_index(r) == tp_index(rank); });
 }
 
 MeshGroups make_mesh_groups(const Runtime& runtime, const MeshLayout& layout) {
@@ -45,9 +68,12 @@ MeshGroups make_mesh_groups(const Runtime& runtime, const MeshLayout& layout) {
   // Every rank creates every group in rank order (shared_group is collective); each keeps its own.
   // A group of one rank is not created (nullptr: its collectives are identities), and a group
   // spanning the world is the world group.
+  // Two families with the same members (replica and replica_tp when tp = 1) share one group.
+  std::map<std::vector<int>, std::shared_ptr<const Group>> made;
   auto collect = [&](const std::string& kind, auto members_of) -> std::shared_ptr<const Group> {
     if (members_of(runtime.rank()).size() == 1) return nullptr;
     if (static_cast<int>(members_of(runtime.rank()).size()) == layout.world_size()) return runtime.world();
+    if (made.count(members_of(runtime.rank()))) return made.at(members_of(runtime.rank()));
     std::shared_ptr<const Group> mine;
     int64_t created = 0;
     for (int r = 0; r < layout.world_size(); ++r) {
@@ -56,11 +82,15 @@ MeshGroups make_mesh_groups(const Runtime& runtime, const MeshLayout& layout) {
       auto group = runtime.shared_group(str_cat(kind, "-", created++), members);
       if (group) mine = group;
     }
+    made[members_of(runtime.rank())] = mine;
     return mine;
   };
+  g.tp = collect("tp", [&](int r) { return layout.tp_group(r); });
   g.cp = collect("cp", [&](int r) { return layout.cp_group(r); });
   g.shard = collect("shard", [&](int r) { return layout.shard_group(r); });
   g.replica = collect("replica", [&](int r) { return layout.replica_group(r); });
+  g.replica_tp = collect("replica_tp", [&](int r) { return layout.replica_tp_group(r); });
+  g.batch = collect("batch", [&](int r) { return layout.batch_group(r); });
   return g;
 }
 

@@ -23,13 +23,15 @@ bool contains(const std::vector<std::string>& keys, const std::string& key) {
   throw InputError(
       str_cat("--topology '", text, "': ", why, "; expected key=value[,key=value...] with integers >= 1",
               " and keys from: ", join(topology_keys(), ", "),
-              " (mesh: dp, optionally cp and fsdp; three-pool: n_ci and n_per_block, optionally n_blocks and n_ppgd)"));
+              " (mesh: dp, optionally cp, tp, fsdp, the flag sp and mb; three-pool: n_ci and n_per_block, optionally",
+              " n_blocks and n_ppgd)"));
 }
 
 }  // namespace
 
 const std::vector<std::string>& topology_keys() {
-  static const std::vector<std::string> keys{"dp", "cp", "fsdp", "n_ci", "n_per_block", "n_blocks", "n_ppgd"};
+  static const std::vector<std::string> keys{"dp", "cp",   "tp",          "fsdp",     "sp",
+                                             "mb", "n_ci", "n_per_block", "n_blocks", "n_ppgd"};
   return keys;
 }
 
@@ -46,19 +48,22 @@ int64_t TopologySpec::get(const std::string& key, int64_t fallback) const {
 }
 
 int64_t TopologySpec::world_size() const {
-  if (family() == TopologyFamily::kMesh) return dp() * cp();
+  if (family() == TopologyFamily::kMesh) return dp() * cp() * tp();
   return n_ci() + n_blocks() * n_per_block() + n_ppgd();
 }
 
 std::string TopologySpec::str() const {
   if (family() == TopologyFamily::kMesh) {
-    return str_cat("dp=", dp(), cp() > 1 ? str_cat(",cp=", cp()) : "", fsdp() > 1 ? str_cat(",fsdp=", fsdp()) : "");
+    return str_cat("dp=", dp(), cp() > 1 ? str_cat(",cp=", cp()) : "", tp() > 1 ? str_cat(",tp=", tp()) : "",
+                   fsdp() > 1 ? str_cat(",fsdp=", fsdp()) : "", sp() ? ",sp" : "",
+                   mb() > 1 ? str_cat(",mb=", mb()) : "");
   }
   return str_cat("n_ci=", n_ci(), ",n_per_block=", n_per_block(), ",n_blocks=", n_blocks(), ",n_ppgd=", n_ppgd());
 }
 
 std::vector<std::pair<std::string, int64_t>> TopologySpec::named_sizes() const {
-  if (family() == TopologyFamily::kMesh) return {{"dp", dp()}, {"cp", cp()}, {"fsdp", fsdp()}};
+  if (family() == TopologyFamily::kMesh)
+    return {{"dp", dp()}, {"cp", cp()}, {"tp", tp()}, {"fsdp", fsdp()}, {"mb", mb()}};
   return {{"n_ci", n_ci()},
           {"n_per_block", n_per_block()},
           {"n_blocks", n_blocks()},
@@ -71,6 +76,11 @@ TopologySpec TopologySpec::parse(const std::string& text) {
   spec.text = text;
   if (text.empty()) reject(text, "empty topology");
   for (const std::string& item : split(text, ',')) {
+    if (item == "sp") {  // the one flag: sequence parallelism
+      if (spec.values.count(item)) reject(text, "key 'sp' given twice");
+      spec.values[item] = 1;
+      continue;
+    }
     const size_t eq = item.find('=');
     if (item.empty() || eq == std::string::npos) reject(text, str_cat("'", item, "' is not key=value"));
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
@@ -78,6 +88,7 @@ TopologySpec TopologySpec::parse(const std::string& text) {
       const std::string near = nearest_word(key, topology_keys());
       reject(text, str_cat("unknown key '", key, "'", near.empty() ? "" : " (did you mean " + near + "?)"));
     }
+    if (key == "sp") reject(text, "sp is a flag: write ',sp', without a value");
     if (spec.values.count(key)) reject(text, str_cat("key '", key, "' given twice"));
     errno = 0;
     char* end = nullptr;
@@ -87,7 +98,7 @@ TopologySpec TopologySpec::parse(const std::string& text) {
     spec.values[key] = number;
   }
   if (spec.family() == TopologyFamily::kThreePool) {
-    for (const char* mesh : {"dp", "cp", "fsdp"}) {
+    for (const char* mesh : {"dp", "cp", "tp", "fsdp", "sp", "mb"}) {
       if (spec.values.count(mesh)) reject(text, str_cat(mesh, " cannot be combined with the three-pool keys"));
     }
     for (const char* required : {"n_ci", "n_per_block"}) {
@@ -97,6 +108,9 @@ TopologySpec TopologySpec::parse(const std::string& text) {
   if (spec.family() == TopologyFamily::kMesh && spec.dp() % spec.fsdp() != 0) {
     reject(text, str_cat("fsdp=", spec.fsdp(), " must divide dp=", spec.dp(),
                          " (parameters are sharded fsdp ways inside groups of data-parallel replicas)"));
+  }
+  if (spec.sp() && spec.tp() == 1) {
+    reject(text, "sp needs tp > 1 (sequence parallelism splits the sequence across the tensor-parallel ranks)");
   }
   return spec;
 }

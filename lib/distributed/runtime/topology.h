@@ -1,13 +1,15 @@
 // TopologySpec: the layout string of magic-check --topology, "key=value[,key=value...]" with
 // integers >= 1 (docs/design.md, "Distribution"). Two families:
 //   mesh:       dp (data-parallel replicas, default 1), cp (context-parallel ranks inside a replica,
-//               default 1), fsdp (parameter shard group, default 1, must divide dp);
-//               world = dp * cp. Rank order: cp varies fastest, then dp (rank = dp_index * cp +
-//               cp_index); fsdp = dp is full sharding, 1 < fsdp < dp hybrid (mesh_layout.h).
+//               default 1), tp (tensor-parallel ranks, default 1), fsdp (parameter shard group,
+//               default 1, must divide dp); world = dp * cp * tp. Rank order: tp varies fastest,
+//               then cp, then dp (Megatron's order; mesh_layout.h); fsdp = dp is full sharding,
+//               1 < fsdp < dp hybrid. Two step options ride along: `sp` (a bare flag: sequence
+//               parallelism, needs tp > 1) and mb (micro-batches per optimizer step, default 1).
 //   three-pool: n_ci, n_per_block (both required), n_blocks (default 2), n_ppgd (default 2);
 //               world = n_ci + n_blocks * n_per_block + n_ppgd.
-// Unknown keys, non-integers, zero, duplicates and mixed families: InputError listing the
-// valid keys.
+// Unknown keys, non-integers, zero, duplicates, mixed families and sp without tp: InputError
+// naming the rule and listing the valid keys.
 #pragma once
 
 #include <cstdint>
@@ -29,12 +31,15 @@ struct TopologySpec {
   int64_t dp() const { return get("dp", 1); }
   int64_t cp() const { return get("cp", 1); }
   int64_t fsdp() const { return get("fsdp", 1); }
+  int64_t tp() const { return get("tp", 1); }
+  bool sp() const { return values.count("sp") > 0; }
+  int64_t mb() const { return get("mb", 1); }
   int64_t n_ci() const { return get("n_ci", 1); }
   int64_t n_per_block() const { return get("n_per_block", 1); }
   int64_t n_blocks() const { return get("n_blocks", 2); }
   int64_t n_ppgd() const { return get("n_ppgd", 2); }
   int64_t world_size() const;
-  // Canonical form: "dp=4", "dp=2,cp=2,fsdp=2" (cp and fsdp when > 1),
+  // Canonical form: "dp=4", "dp=2,cp=2,tp=2,fsdp=2,sp,mb=3" (each of cp, tp, fsdp, mb when > 1),
   // "n_ci=4,n_per_block=2,n_blocks=2,n_ppgd=2" (three-pool defaults spelled out).
   std::string str() const;
   // The sizes a scale error can be a multiple of, by name, for the diagnosis ("dp", 4).
