@@ -19,11 +19,14 @@ class ForwardingParallelism : public Parallelism {
   double mean_denominator(double local_valid_labels) const override {
     return inner_->mean_denominator(local_valid_labels);
   }
-  SequenceLayout sequence(int64_t length) const override { return inner_->sequence(length); }
+  ModelLayout model_layout(int64_t length) const override { return inner_->model_layout(length); }
   TensorTree shard(const TensorTree& full) const override { return inner_->shard(full); }
   TensorTree unshard(const TensorTree& local) const override { return inner_->unshard(local); }
   TensorTree enter(const TensorTree& params) const override { return inner_->enter(params); }
   at::Tensor global_norm(const TensorTree& grads) const override { return inner_->global_norm(grads); }
+  TensorTree apply_clip(const TensorTree& grads, const at::Tensor& coefficient) const override {
+    return inner_->apply_clip(grads, coefficient);
+  }
   TensorTree reduce_gradient(const TensorTree& grads) const override { return inner_->reduce_gradient(grads); }
   TensorTree apply_convention(const TensorTree& grads) const override { return inner_->apply_convention(grads); }
   TensorTree optimizer_input(const TensorTree& clipped) const override { return inner_->optimizer_input(clipped); }

@@ -1,5 +1,7 @@
 #include "checks/lm_pipelines.h"
 
+#include <numeric>
+
 #include "checks/first_divergence.h"
 #include "checks/hessian_vector_product.h"
 #include "checks/phase_progress.h"
@@ -27,10 +29,16 @@ namespace magic::checks {
 namespace {
 
 nlohmann::json workload_json(const CheckSettings& s, const nlohmann::json& optimizer) {
-  const nlohmann::json model =
-      s.model_folder.empty()
-          ? nlohmann::json{{"vocab", 257}, {"d_model", 16}, {"n_layers", 1}, {"n_heads", 2}, {"max_len", s.max_len}}
-          : nlohmann::json{{"path", s.model_folder}, {"max_len", s.max_len}};
+  // The built-in model has lcm(2, tp) heads (2 up to tp = 2), 4 dimensions or more each, so that
+  // every tp splits it; its vocabulary of 257 bytes is one no tp > 1 divides (padding always runs).
+  const int64_t heads = std::lcm<int64_t>(2, s.topology.tp());
+  const nlohmann::json model = s.model_folder.empty()
+                                   ? nlohmann::json{{"vocab", 257},
+                                                    {"d_model", std::max<int64_t>(16, 4 * heads)},
+                                                    {"n_layers", 1},
+                                                    {"n_heads", heads},
+                                                    {"max_len", s.max_len}}
+                                   : nlohmann::json{{"path", s.model_folder}, {"max_len", s.max_len}};
   return {
       {"seed", s.seed},
       {"dtype", s.precision.to_json()},
@@ -88,10 +96,16 @@ RunConfig lm_unclipped_config(const CheckSettings& s) {
 }
 
 RunConfig lm_check_config(const CheckSettings& s) {
-  if (s.run_config) return lm_unclipped_config(s);  // the config's own clip norm, if any
-  nlohmann::json optimizer = s.optimizer_json();
-  optimizer["clip_norm"] = workload_clip_norm(s);
-  return RunConfig::from_json(workload_json(s, optimizer), "magic-check workload", s.fixtures_dir);
+  RunConfig config;
+  if (s.run_config) {
+    config = lm_unclipped_config(s);  // the config's own clip norm, if any
+  } else {
+    nlohmann::json optimizer = s.optimizer_json();
+    optimizer["clip_norm"] = workload_clip_norm(s);
+    config = RunConfig::from_json(workload_json(s, optimizer), "magic-check workload", s.fixtures_dir);
+  }
+  validate_tensor_parallel(config.model, s.topology.tp(), str_cat("--topology ", s.topology.str()));
+  return config;
 }
 
 TensorTree hvp_direction(const TensorTree& params, uint64_t seed) {
@@ -268,8 +282,8 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
   }
   const SumLengths n = sum_lengths(config, problem, full_init);
   PipelineOutputs out = lm_grad_outputs(n, step_grads);
-  out.push_back(
-      shard_weight_output(*parts.groups.world, normalizers, convention_factor(*parallel, parallel->shard(full_init))));
+  out.push_back(shard_weight_output(*parts.groups.world, normalizers,
+                                    convention_factor(*parallel, parallel->shard(full_init)), settings.topology.tp()));
   if (settings.wants(Level::kOptimizer)) append_optimizer_outputs(out, n, optimizer_steps);
   // Levels past the optimizer need the training run (and REPLAY for replay and scores); a --bite
   // mutation run whose expected level is earlier skips them (CheckSettings::levels_through).

@@ -1,5 +1,8 @@
 #include "checks/planted_variants.h"
 
+#include "lib/distributed/parallel/tensor_parallel_group.h"
+#include "lib/model/kernel_fallback.h"
+
 #include "lib/core/derivative_scale.h"
 
 #include <functional>
@@ -35,7 +38,9 @@ class AvgOnUnevenShards : public DataParallel {
  public:
   using DataParallel::DataParallel;
   double mean_denominator(double local) const override { return std::max(local, 1.0); }
-  TensorTree apply_convention(const TensorTree& grads) const override { return scale(grads, 1.0 / world().size()); }
+  TensorTree apply_convention(const TensorTree& grads) const override {
+    return scale(grads, 1.0 / static_cast<double>(layout().dp() * layout().cp()));
+  }
 };
 
 // SUM reduction of losses normalized by each rank's own count.
@@ -73,7 +78,9 @@ class CpDpOnlyNormalizer : public DataParallel {
   double mean_denominator(double local) const override {
     at::Tensor by_cp_index = at::zeros({layout().cp()}, at::kDouble);
     by_cp_index[layout().cp_index(rank())] = local;
-    return std::max(world().sum(by_cp_index)[layout().cp_index(rank())].item<double>(), 1.0);
+    // Each of the tp ranks of a row shard holds its labels: counted once.
+    const double count = world().sum(by_cp_index)[layout().cp_index(rank())].item<double>() / layout().tp();
+    return std::max(count, 1.0);
   }
 };
 
@@ -153,7 +160,8 @@ class EmbeddingResync : public DataParallel {
 // --- parameters (sharded): how a stored shard enters the computation ---
 
 // A DataParallel with one part replaced by a planted variant of it: a ContextParallel variant is
-// built from the cp group, a ShardedParameters variant from the mesh's groups.
+// built from the cp group, a TensorParallel variant from the tp group, a ShardedParameters
+// variant from the mesh's groups.
 template <typename Part>
 class WithPart : public DataParallel {
  public:
@@ -163,6 +171,9 @@ class WithPart : public DataParallel {
   static MeshParts replaced(MeshParts parts) {
     if constexpr (std::is_base_of_v<ContextParallel, Part>) {
       parts.context = std::make_shared<Part>(parts.groups.cp);
+    } else if constexpr (std::is_base_of_v<TensorParallel, Part>) {
+      // Without a tp group (tp = 1) there is nothing to plant: the catalog needs tp >= 2.
+      if (parts.groups.tp) parts.tensor = std::make_shared<Part>(parts.groups.tp, parts.sequence_parallel);
     } else {
       parts.parameters = std::make_shared<Part>(parts.groups);
     }
@@ -288,6 +299,66 @@ class LocalPositions : public ContextParallel {
   }
 };
 
+// --- tensor parallel: the model's collectives and the loss's reductions ---
+
+// The row-parallel bias added on every rank before the sum over tp: counted tp times.
+class RowBiasPerRank : public dist::TensorParallelGroup {
+ public:
+  using TensorParallelGroup::TensorParallelGroup;
+  at::Tensor row_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) const override {
+    return leave_row(kernels::linear(x, weight, bias), 1);
+  }
+};
+
+// A column-parallel linear entered through a plain identity (no all-reduce in its backward): the
+// gradient before it keeps only this rank's columns' share.
+class ColumnBackwardNotSummed : public dist::TensorParallelGroup {
+ public:
+  using TensorParallelGroup::TensorParallelGroup;
+  at::Tensor enter_column(const at::Tensor& x, int64_t sequence_dim) const override {
+    return sequence_parallel() ? TensorParallelGroup::enter_column(x, sequence_dim) : x;
+  }
+};
+
+// The softmax shifted by this rank's own max: each rank's Σexp terms are scaled differently.
+class LossMaxLocal : public dist::TensorParallelGroup {
+ public:
+  using TensorParallelGroup::TensorParallelGroup;
+  at::Tensor loss_shift(const at::Tensor& local_max) const override { return local_max.detach(); }
+};
+
+// Σexp over this rank's vocabulary shard only.
+class LossSumExpLocal : public dist::TensorParallelGroup {
+ public:
+  using TensorParallelGroup::TensorParallelGroup;
+  at::Tensor loss_sum_exp(const at::Tensor& partial) const override { return partial; }
+};
+
+// The clip norm sums every parameter over tp, the replicated ones included: counted tp times.
+class NormReplicatedPerTpRank : public DataParallel {
+ public:
+  using DataParallel::DataParallel;
+  at::Tensor global_norm(const TensorTree& grads) const override {
+    return parts().parameters->norm_from_squares(dist::reduce_from_group(dot(grads, grads), *parts().groups.tp));
+  }
+};
+
+// The clip norm from this tp rank's pieces alone (no sum over tp).
+class NormOneTpRank : public DataParallel {
+ public:
+  using DataParallel::DataParallel;
+  at::Tensor global_norm(const TensorTree& grads) const override {
+    return parts().parameters->norm_from_squares(dot(grads, grads));
+  }
+};
+
+// REPLAY's dQ/dw summed over every rank, tp included, though the tp ranks' copies agree: x tp.
+class WeightGradientSummedOverTp : public DataParallel {
+ public:
+  using DataParallel::DataParallel;
+  at::Tensor assemble_weight_gradient(const at::Tensor& local) const override { return world().sum(local); }
+};
+
 template <typename Variant>
 std::function<std::shared_ptr<const Parallelism>(MeshParts, Convention)> make() {
   return [](MeshParts parts, Convention c) { return std::make_shared<Variant>(std::move(parts), c); };
@@ -380,7 +451,14 @@ std::shared_ptr<const Parallelism> planted_data_parallel(const std::string& muta
       {"clip-local-norm", make<LocalClipNorm>()},
       {"clip-shard-norm-not-reduced", make<ShardNormNotReduced>()},
       {"clip-norm-detached", make<DetachedClipNorm>()},
-      {"optimizer-input-scaled", make<EmbeddingResync>()}};
+      {"optimizer-input-scaled", make<EmbeddingResync>()},
+      {"tp-row-bias-per-rank", make<WithPart<RowBiasPerRank>>()},
+      {"tp-column-backward-not-summed", make<WithPart<ColumnBackwardNotSummed>>()},
+      {"tp-loss-max-local", make<WithPart<LossMaxLocal>>()},
+      {"tp-loss-sum-exp-local", make<WithPart<LossSumExpLocal>>()},
+      {"tp-norm-replicated-per-rank", make<NormReplicatedPerTpRank>()},
+      {"tp-norm-one-rank", make<NormOneTpRank>()},
+      {"tp-weight-gradient-summed", make<WeightGradientSummedOverTp>()}};
   const auto it = variants.find(is_precision_mutation(mutation) || is_pipeline_mutation(mutation) ? "" : mutation);
   if (it == variants.end()) throw std::logic_error("no data-parallel variant for mutation '" + mutation + "'");
   return it->second(std::move(parts), convention);

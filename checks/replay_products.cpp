@@ -2,6 +2,7 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include "lib/step/mixed_precision.h"
 #include "lib/train/replay_backward.h"
 
 namespace magic::checks {
@@ -21,16 +22,22 @@ void add_through_gradient(ReplayProducts& into, const StepFunction& step, const 
   const TracedStep traced = trace_step(step, state, t, w);
   const std::vector<at::Tensor> params = traced.leaves.params.tensors();
   if (traced.out.clip_coefficient.defined()) {
-    // κ·∂c/∂θ with κ = μ·g the cotangent c receives. In REPLAY's product each rank hands c its own
-    // part μ_r·g_r (the norm's all-reduce over sharded gradients sums the parts in its backward);
-    // here the parts are the teacher's, so that both sides share κ: at an entry whose gradient is
-    // rounding noise μ is of size lr/eps, and a κ from this run's own g would carry that noise.
-    // A coefficient with no graph (detached) has no derivative: zeros.
+    // κ·∂c/∂θ with κ the cotangent c receives from μ where c scales the gradient, through the
+    // same Parallelism::apply_clip as the step: each rank hands c its own part μ_r·g_r, which the
+    // collectives sum where the ranks' pieces differ (the norm's all-reduce over sharded
+    // gradients, or the copy_to_group that takes c to tensor-parallel pieces). The g here is the
+    // teacher's, so that both sides share κ: at an entry whose gradient is rounding noise μ is of
+    // size lr/eps, and a κ from this run's own g would carry that noise. A coefficient with no
+    // graph (detached) has no derivative: zeros.
     const at::Tensor& c = traced.out.clip_coefficient;
     const double S = step.cotangent_scale();
-    const at::Tensor kappa = (dot(mu, gradient) * S).to(c.scalar_type());
     std::vector<at::Tensor> dc(params.size());
-    if (c.requires_grad()) dc = torch::autograd::grad({c}, params, {kappa}, /*retain_graph=*/true, false, true);
+    if (c.requires_grad()) {
+      const TensorTree scaled = parallel.apply_clip(cast_floating(gradient, c.scalar_type()), c);
+      std::vector<at::Tensor> cotangents;
+      for (const auto& e : scaled) cotangents.push_back((mu.at(e.name) * S).to(c.scalar_type()));
+      dc = torch::autograd::grad(scaled.tensors(), params, cotangents, /*retain_graph=*/true, false, true);
+    }
     for (auto& d : dc) d = d.defined() ? d / S : d;
     into.clip_gradient.push_back(parallel.unshard(with_values(traced.leaves.params, defined_or_zero(dc, params))));
   }
@@ -71,11 +78,13 @@ at::Tensor steps_of(const std::vector<TensorTree>& trees, const std::string& nam
 }
 
 TensorTree shard_optimizer_state(const Parallelism& parallel, const TensorTree& full) {
-  return full.map([&](const at::Tensor& slot) {
+  // A slot shards as its parameter (the name after the kind), which the plan splits by name.
+  return full.map_named([&](const std::string& name, const at::Tensor& slot) {
     if (slot.dim() == 0) return slot.clone();
+    const std::string param = name.substr(name.find('.') + 1);
     TensorTree one;
-    one.insert("slot", slot);
-    return parallel.shard(one).at("slot");
+    one.insert(param, slot);
+    return parallel.shard(one).at(param);
   });
 }
 

@@ -65,7 +65,7 @@ double convention_factor(const Parallelism& parallel, const TensorTree& params) 
 }
 
 NamedTensor shard_weight_output(const dist::Group& world, const std::vector<std::optional<NormalizerTap::Call>>& calls,
-                                double convention) {
+                                double convention, int64_t label_copies) {
   const int64_t steps = static_cast<int64_t>(calls.size()), ranks = world.size();
   // [3, steps, R]: labels, denominators, whether a `mean` normalizer was called; rank r's column only.
   at::Tensor mine = at::zeros({3, steps, ranks}, at::kDouble);
@@ -80,8 +80,8 @@ NamedTensor shard_weight_output(const dist::Group& world, const std::vector<std:
   const at::Tensor all = world.sum(at::cat({mine.reshape({-1}), conventions}));
   const at::Tensor counts = all.narrow(0, 0, 3 * steps * ranks).reshape({3, steps, ranks});
   const at::Tensor m = all.narrow(0, 3 * steps * ranks, ranks);
-  // N_t = Σ_r n_r: integers, exact in fp64.
-  const at::Tensor n = counts[0].sum(1, /*keepdim=*/true);
+  // N_t = Σ_r n_r: integers, exact in fp64; the tp ranks of a row shard count the same labels.
+  const at::Tensor n = counts[0].sum(1, /*keepdim=*/true) / static_cast<double>(label_copies);
   const at::Tensor with_mean = counts[2].gt(0.5);
   // A rank with no valid labels weighs no token: 1, whatever its denominator.
   const at::Tensor weights =

@@ -49,9 +49,10 @@ std::shared_ptr<const Parallelism> normalizer_tapped(std::shared_ptr<const Paral
 double convention_factor(const Parallelism& parallel, const TensorTree& params);
 
 // The grad-level output: [steps·R] weights, step by step, gathered over `world` (every rank calls
-// it), with the counts behind them in its detail. `calls[t]` is this rank's normalizer at step t.
+// it), with the counts behind them in its detail. `calls[t]` is this rank's normalizer at step t;
+// `label_copies` ranks hold each row shard's labels (its tp ranks).
 NamedTensor shard_weight_output(const dist::Group& world, const std::vector<std::optional<NormalizerTap::Call>>& calls,
-                                double convention);
+                                double convention, int64_t label_copies);
 // The reference's partner: ones.
 NamedTensor shard_weight_reference(int64_t steps, int64_t world_size);
 

@@ -35,12 +35,16 @@ at::Tensor rotate(const GptConfig& c, const at::Tensor& t, const at::Tensor& pos
   return at::cat({turned * cos + rotated_half * sin, kept}, -1);
 }
 
-at::Tensor causal_self_attention(const GptConfig& c, const at::Tensor& x, const TensorTree& p, int64_t layer,
-                                 const SequenceLayout& layout) {
-  const int64_t B = x.size(0), T = x.size(1), H = c.n_heads, D = c.d_model / c.n_heads;
-  at::Tensor qkv = kernels::linear(x, p.at(block(layer, "attn.qkv.weight")), p.at(block(layer, "attn.qkv.bias")));
+at::Tensor causal_self_attention(const GptConfig& c, const at::Tensor& normed, const TensorTree& p, int64_t layer,
+                                 const ModelLayout& model_layout) {
+  const SequenceLayout& layout = model_layout.sequence;
+  const TensorParallel& tensor = *model_layout.tensor;
+  at::Tensor qkv =
+      tensor.column_linear(normed, p.at(block(layer, "attn.qkv.weight")), p.at(block(layer, "attn.qkv.bias")));
+  // This rank's heads: n_heads / tp of them, each of the full head dimension.
+  const int64_t B = qkv.size(0), T = qkv.size(1), H = c.n_heads / tensor.size(), D = c.d_model / c.n_heads;
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
-  auto parts = qkv.split(c.d_model, -1);
+  auto parts = qkv.split(H * D, -1);
   at::Tensor q = heads(parts[0]), k = heads(parts[1]);
   if (c.positions == Positions::kRotary) {
     q = rotate(c, q, layout.position_ids);
@@ -56,14 +60,30 @@ at::Tensor causal_self_attention(const GptConfig& c, const at::Tensor& x, const 
   scores = scores + at::where(future, -std::numeric_limits<double>::infinity(), 0.0).to(scores.scalar_type());
   const at::Tensor probabilities = kernels::softmax(scores, -1);
   if (tracing()) trace_attention(probabilities, str_cat("blocks.", layer));
-  at::Tensor y = kernels::matmul(probabilities, v).transpose(1, 2).reshape({B, T, c.d_model});
-  return kernels::linear(y, p.at(block(layer, "attn.proj.weight")), p.at(block(layer, "attn.proj.bias")));
+  at::Tensor y = kernels::matmul(probabilities, v).transpose(1, 2).reshape({B, T, H * D});
+  return tensor.row_linear(y, p.at(block(layer, "attn.proj.weight")), p.at(block(layer, "attn.proj.bias")));
 }
 
-at::Tensor mlp(const GptConfig& c, const at::Tensor& x, const TensorTree& p, int64_t layer) {
-  const at::Tensor pre = kernels::linear(x, p.at(block(layer, "mlp.fc.weight")), p.at(block(layer, "mlp.fc.bias")));
+at::Tensor mlp(const GptConfig& c, const at::Tensor& x, const TensorTree& p, int64_t layer,
+               const TensorParallel& tensor) {
+  const at::Tensor pre =
+      tensor.column_linear(x, p.at(block(layer, "mlp.fc.weight")), p.at(block(layer, "mlp.fc.bias")));
   const at::Tensor h = c.activation == Activation::kGeluTanh ? kernels::gelu_tanh(pre) : kernels::gelu(pre);
-  return kernels::linear(h, p.at(block(layer, "mlp.proj.weight")), p.at(block(layer, "mlp.proj.bias")));
+  return tensor.row_linear(h, p.at(block(layer, "mlp.proj.weight")), p.at(block(layer, "mlp.proj.bias")));
+}
+
+// The token embeddings of input_ids [B, T]. On tp ranks each holds a vocabulary shard of the
+// table: a token outside it embeds as 0 there, and the sum over tp is the lookup.
+at::Tensor embed_tokens(const GptConfig& c, const at::Tensor& table, const at::Tensor& ids,
+                        const TensorParallel& tensor) {
+  const int64_t B = ids.size(0), T = ids.size(1);
+  // index_select (adjoint index_add) is differentiable to any order, as REPLAY needs.
+  if (tensor.size() == 1) return table.index_select(0, ids.reshape({-1})).view({B, T, c.d_model});
+  const VocabShard shard = vocab_shard(c.vocab, tensor.size(), tensor.index());
+  const at::Tensor here = ids.ge(shard.begin) & ids.lt(shard.begin + shard.real);
+  const at::Tensor rows = at::where(here, ids - shard.begin, at::zeros({}, ids.options()));
+  const at::Tensor found = table.index_select(0, rows.reshape({-1})).view({B, T, c.d_model});
+  return tensor.leave_row(at::where(here.unsqueeze(-1), found, at::zeros({}, found.options())), 1);
 }
 
 }  // namespace
@@ -160,29 +180,49 @@ TensorTree gpt_init(const GptConfig& c, c10::ScalarType dtype, uint64_t seed) {
 at::Tensor gpt_forward(const GptConfig& c, const TensorTree& p, const at::Tensor& input_ids) {
   const int64_t T = input_ids.size(1);
   if (T > c.max_len) throw std::invalid_argument(str_cat("gpt_forward: sequence of ", T, " > max_len ", c.max_len));
-  return gpt_forward(c, p, input_ids, SequenceLayout::whole(T));
+  return gpt_forward(c, p, input_ids, ModelLayout::whole(T));
 }
 
 at::Tensor gpt_forward(const GptConfig& c, const TensorTree& p, const at::Tensor& input_ids,
-                       const SequenceLayout& layout) {
-  const int64_t B = input_ids.size(0), T = input_ids.size(1);
-  // index_select (adjoint index_add) is differentiable to any order, as REPLAY needs.
-  at::Tensor x = p.at("tok_emb").index_select(0, input_ids.reshape({-1})).view({B, T, c.d_model});
+                       const ModelLayout& layout) {
+  const TensorParallel& tensor = *layout.tensor;
+  at::Tensor x = embed_tokens(c, p.at("tok_emb"), input_ids, tensor);
   if (c.positions == Positions::kLearned) {
-    x = x + p.at("pos_emb").index_select(0, layout.position_ids.clamp_max(c.max_len - 1));
+    x = x + p.at("pos_emb").index_select(0, layout.embedded_positions().clamp_max(c.max_len - 1));
   }
   for (int64_t l = 0; l < c.n_layers; ++l) {
     if (c.parallel_residual) {
       x = x + causal_self_attention(c, layer_norm(c, x, p, block(l, "ln1")), p, l, layout) +
-          mlp(c, layer_norm(c, x, p, block(l, "ln2")), p, l);
+          mlp(c, layer_norm(c, x, p, block(l, "ln2")), p, l, tensor);
     } else {
       x = x + causal_self_attention(c, layer_norm(c, x, p, block(l, "ln1")), p, l, layout);
-      x = x + mlp(c, layer_norm(c, x, p, block(l, "ln2")), p, l);
+      x = x + mlp(c, layer_norm(c, x, p, block(l, "ln2")), p, l, tensor);
     }
     if (tracing()) trace_activation(x, str_cat("blocks.", l), "activation", str_cat("blocks.", l));
   }
   x = layer_norm(c, x, p, "ln_f");
-  return kernels::matmul(x, p.at(c.tied_head ? "tok_emb" : "head.weight").t());
+  return kernels::matmul(tensor.enter_column(x, 1), p.at(c.tied_head ? "tok_emb" : "head.weight").t());
+}
+
+const ParallelPlan& gpt_parallel_plan() {
+  static const ParallelPlan plan{
+      {"tok_emb", TensorSplit::kVocabulary},
+      {"head.weight", TensorSplit::kVocabulary},
+      {"blocks.*.attn.qkv.weight", TensorSplit::kColumnwiseQkv},
+      {"blocks.*.attn.qkv.bias", TensorSplit::kColumnwiseQkv},
+      {"blocks.*.attn.proj.weight", TensorSplit::kRowwise},
+      {"blocks.*.mlp.fc.weight", TensorSplit::kColumnwise},
+      {"blocks.*.mlp.fc.bias", TensorSplit::kColumnwise},
+      {"blocks.*.mlp.proj.weight", TensorSplit::kRowwise},
+  };
+  return plan;
+}
+
+void validate_tensor_parallel(const GptConfig& c, int64_t tp, const std::string& what) {
+  if (tp > 1 && c.n_heads % tp != 0) {
+    throw InputError(str_cat(what, ": tp=", tp, " does not divide the model's ", c.n_heads,
+                             " attention heads (each tensor-parallel rank computes n_heads / tp whole heads)"));
+  }
 }
 
 }  // namespace magic

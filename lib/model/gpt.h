@@ -11,7 +11,8 @@
 
 #include "lib/core/json_fields.h"
 #include "lib/core/tensor_tree.h"
-#include "lib/model/sequence_layout.h"
+#include "lib/model/model_layout.h"
+#include "lib/model/parallel_plan.h"
 
 namespace magic {
 
@@ -58,9 +59,20 @@ TensorTree gpt_init(const GptConfig& config, c10::ScalarType dtype, uint64_t see
 
 // logits [B, T, vocab] for input_ids [B, T] (T <= max_len); position p attends to 0..p.
 at::Tensor gpt_forward(const GptConfig& config, const TensorTree& params, const at::Tensor& input_ids);
-// The same for the columns of `layout` (input_ids [B, T_local]): a query at position p attends
-// to the gathered keys at positions <= p. Position ids beyond max_len (padding) embed as max_len - 1.
+// The same for the columns of `layout.sequence` (input_ids [B, T_local]): a query at position p
+// attends to the gathered keys at positions <= p. Position ids beyond max_len (padding) embed as
+// max_len - 1. With tensor parallelism (layout.tensor) `params` are this rank's pieces
+// (gpt_parallel_plan) and the logits its padded vocabulary shard [B, T_local, ceil(V/tp)]
+// (vocab_parallel_loss.h takes them from there).
 at::Tensor gpt_forward(const GptConfig& config, const TensorTree& params, const at::Tensor& input_ids,
-                       const SequenceLayout& layout);
+                       const ModelLayout& layout);
+
+// Megatron's split of the model across tp ranks: qkv column-parallel by heads (each of q, k, v),
+// attention and MLP output projections row-parallel (their biases replicated, added once after
+// the reduction), the MLP's first linear column-parallel, the token embedding and LM head
+// vocabulary-parallel; layer norms and learned positions replicated.
+const ParallelPlan& gpt_parallel_plan();
+// InputError naming `what` unless tp ranks can split the model: tp must divide n_heads.
+void validate_tensor_parallel(const GptConfig& config, int64_t tp, const std::string& what);
 
 }  // namespace magic

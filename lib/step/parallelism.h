@@ -1,7 +1,9 @@
-// How a training step's rows, sequence columns and parameters are split across ranks, and how
-// its normalizer and gradient are reduced. The LM step and query are written once against this
-// interface: the single-process engine uses SingleProcess (identity everywhere);
-// lib/distributed/parallel/data_parallel.h is the dp x cp x fsdp mesh.
+// How a training step's rows, sequence columns, model and parameters are split across ranks, and
+// how its normalizer and gradient are reduced. The LM step and query are written once against
+// this interface: the single-process engine uses SingleProcess (identity everywhere);
+// lib/distributed/parallel/data_parallel.h is the dp x cp x tp x fsdp mesh. A method with a body
+// here is one a Parallelism may lack: called on a class that does not implement it, it throws
+// std::logic_error naming the class and the method instead of quietly being an identity.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -10,10 +12,13 @@
 #include <vector>
 
 #include "lib/core/tensor_tree.h"
-#include "lib/model/sequence_layout.h"
+#include "lib/model/model_layout.h"
 #include "lib/trace/trace_layout.h"
 
 namespace magic {
+
+// g·c for every tensor of `grads`.
+TensorTree scale_by(const TensorTree& grads, const at::Tensor& coefficient);
 
 class Parallelism {
  public:
@@ -25,21 +30,28 @@ class Parallelism {
   // The `mean` reduction's denominator, given this rank's count of valid labels.
   virtual double mean_denominator(double local_valid_labels) const = 0;
 
-  // --- columns (context parallel)
-  // The columns of a sequence of `length` this rank computes and how attention reaches the rest.
-  virtual SequenceLayout sequence(int64_t length) const { return SequenceLayout::whole(length); }
+  // --- columns and model (context, tensor and sequence parallel)
+  // How this rank's forward pass computes a sequence of `length`: its columns, how attention
+  // reaches the rest, and the model's tensor-parallel operations.
+  virtual ModelLayout model_layout(int64_t /*length*/) const { unimplemented("model_layout"); }
 
-  // --- parameters (sharded)
+  // --- parameters (the plan's pieces, sharded)
   // This rank's stored piece of full parameters (optimizer state follows it), and back to full
   // shape outside autograd (for comparisons and outputs).
-  virtual TensorTree shard(const TensorTree& full) const { return full; }
-  virtual TensorTree unshard(const TensorTree& local) const { return local; }
-  // The full parameters as this rank's computation uses them, from its stored piece.
-  // Differentiating a local loss with respect to the stored piece through enter() yields the
-  // reduced gradient of that piece.
+  virtual TensorTree shard(const TensorTree& /*full*/) const { unimplemented("shard"); }
+  virtual TensorTree unshard(const TensorTree& /*local*/) const { unimplemented("unshard"); }
+  // The parameters as this rank's computation uses them (its tensor-parallel pieces), from its
+  // stored piece. Differentiating a local loss with respect to the stored piece through enter()
+  // yields the reduced gradient of that piece.
   virtual TensorTree enter(const TensorTree& params) const = 0;
-  // ||g|| of the whole gradient, differentiable, from this rank's piece of it (for clipping).
-  virtual at::Tensor global_norm(const TensorTree& grads) const { return norm(grads); }
+  // ||g|| of the whole gradient, differentiable, from this rank's piece of it (for clipping); every
+  // parameter counted once, whichever ranks hold copies of it.
+  virtual at::Tensor global_norm(const TensorTree& /*grads*/) const { unimplemented("global_norm"); }
+  // g·c for this rank's piece g of the gradient and the clip coefficient c (replicated), in the
+  // way that makes c's own derivative sum over the ranks whose pieces differ.
+  virtual TensorTree apply_clip(const TensorTree& /*grads*/, const at::Tensor& /*coefficient*/) const {
+    unimplemented("apply_clip");
+  }
 
   // --- reductions
   // Applied to every gradient of a local loss with respect to the stored parameters (the
@@ -50,27 +62,40 @@ class Parallelism {
   // What this rank hands its optimizer of the reduced, unscaled and clipped gradient: all of it
   // here (sharded parameters hold their shard already); a ZeRO-style optimizer would take its
   // slice at this point, which is why it is a seam of its own.
-  virtual TensorTree optimizer_input(const TensorTree& clipped) const { return clipped; }
-  // Σ over ranks of a per-rank value, detached (for logged values and the global residual).
+  virtual TensorTree optimizer_input(const TensorTree& /*clipped*/) const { unimplemented("optimizer_input"); }
+  // Σ over the ranks that split the batch of a per-rank value, detached (for logged values and
+  // the global residual; tensor-parallel ranks hold the same value and count once).
   virtual at::Tensor sum_across_ranks(const at::Tensor& local) const = 0;
   // dQ/dw from this rank's REPLAY (non-zero on its own rows and columns) -> the full scores.
   virtual at::Tensor assemble_weight_gradient(const at::Tensor& local) const = 0;
   // Whether any of the above talks to other ranks.
-  virtual bool runs_collectives() const { return true; }
+  virtual bool runs_collectives() const { unimplemented("runs_collectives"); }
   // How this rank's traced tensors make up the whole (lib/trace); empty in a single process.
-  virtual TraceLayout trace_layout() const { return {}; }
+  virtual TraceLayout trace_layout() const { unimplemented("trace_layout"); }
+
+ protected:
+  [[noreturn]] void unimplemented(const char* method) const;
 };
 
 class SingleProcess : public Parallelism {
  public:
   std::vector<int64_t> local_share(const std::vector<int64_t>& global) const override { return global; }
   double mean_denominator(double local_valid_labels) const override { return local_valid_labels; }
+  ModelLayout model_layout(int64_t length) const override { return ModelLayout::whole(length); }
+  TensorTree shard(const TensorTree& full) const override { return full; }
+  TensorTree unshard(const TensorTree& local) const override { return local; }
   TensorTree enter(const TensorTree& params) const override { return params; }
+  at::Tensor global_norm(const TensorTree& grads) const override { return norm(grads); }
+  TensorTree apply_clip(const TensorTree& grads, const at::Tensor& coefficient) const override {
+    return scale_by(grads, coefficient);
+  }
   TensorTree reduce_gradient(const TensorTree& grads) const override { return grads; }
   TensorTree apply_convention(const TensorTree& grads) const override { return grads; }
+  TensorTree optimizer_input(const TensorTree& clipped) const override { return clipped; }
   at::Tensor sum_across_ranks(const at::Tensor& local) const override { return local.detach(); }
   at::Tensor assemble_weight_gradient(const at::Tensor& local) const override { return local; }
   bool runs_collectives() const override { return false; }
+  TraceLayout trace_layout() const override { return {}; }
 };
 
 // Global value forward, local partial backward, for a quantity summed across ranks:

@@ -5,6 +5,7 @@
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "lib/data/tokenizer.h"
+#include "lib/model/vocab_parallel_loss.h"
 #include "lib/optim/clip.h"
 #include "lib/trace/trace_context.h"
 #include "lib/trace/trace_sink.h"
@@ -52,9 +53,9 @@ LocalColumns local_columns(const SequenceLayout& layout, const at::Tensor& input
 
 at::Tensor LmStep::loss(const TensorTree& params, int64_t t, const at::Tensor& w) const {
   const Batch& batch = batches_.at(t);
-  const SequenceLayout layout = parallelism_->sequence(batch.input_ids.size(1));
+  const ModelLayout layout = parallelism_->model_layout(batch.input_ids.size(1));
   const LocalColumns local =
-      local_columns(layout, batch.input_ids, batch.labels, gather_weights(w, batch.rows), data_->pad_id);
+      local_columns(layout.sequence, batch.input_ids, batch.labels, gather_weights(w, batch.rows), data_->pad_id);
   // The model's activation records are placed as this rank's rows and columns of the sequence.
   std::optional<ScopedTraceContext> placed;
   if (tracing() && trace_context().active) {
@@ -65,7 +66,8 @@ at::Tensor LmStep::loss(const TensorTree& params, int64_t t, const at::Tensor& w
   if (tracing()) trace_activation(local.input_ids, "input_ids", "input", "");
   at::Tensor logits = gpt_forward(model_, precision_->compute_params(*parallelism_, params), local.input_ids, layout);
   if (tracing()) trace_activation(logits, "logits", "logits", "head");
-  at::Tensor losses = position_losses(precision_->to_master(logits), local.targets, token_loss_);
+  at::Tensor losses =
+      vocab_parallel_position_losses(precision_->to_master(logits), local.targets, token_loss_, *layout.tensor);
   at::Tensor mask = local.targets.ne(kIgnoreLabel).to(losses.scalar_type());
   const double denominator =
       reduction_ == Reduction::kMean ? parallelism_->mean_denominator(mask.sum().item<double>()) : 1.0;
@@ -126,7 +128,7 @@ StepOutput LmStep::step(const TrainState& s, int64_t t, const at::Tensor& w, boo
   at::Tensor coefficient;
   if (clip_norm_) {
     coefficient = clip_coefficient(*clip_norm_, parallelism_->global_norm(grads));
-    grads = grads.map([&](const at::Tensor& g) { return g * coefficient; });
+    grads = parallelism_->apply_clip(grads, coefficient);
     if (tracing() && trace_context().active) {
       trace_point(coefficient, [&] {
         return TraceRecord{"clip_coefficient", "other", "optimizer", "first", t, "", trace_layout_.replicated()};
@@ -191,12 +193,13 @@ TensorTree LmQuery::gradient(const TensorTree& params_in, std::optional<int64_t>
 at::Tensor LmQuery::loss(const TensorTree& params, std::optional<int64_t> index) const {
   // Every rank runs the same operations (possibly on zero rows), so the collectives inside
   // enter()'s backward line up across ranks; a selection vector picks the queries that count.
-  const SequenceLayout layout = parallelism_->sequence(local_ids_.size(1));
+  const ModelLayout layout = parallelism_->model_layout(local_ids_.size(1));
   const LocalColumns local =
-      local_columns(layout, local_ids_, local_labels_, at::ones({local_ids_.size(0)}), queries_.pad_id);
+      local_columns(layout.sequence, local_ids_, local_labels_, at::ones({local_ids_.size(0)}), queries_.pad_id);
   at::Tensor logits = gpt_forward(model_, precision_->compute_params(*parallelism_, params), local.input_ids, layout);
   // The query loss is the plain cross-entropy: label smoothing is a training option (Q measures the model).
-  at::Tensor losses = position_losses(precision_->to_master(logits), local.targets, TokenLoss{model_.vocab, 0.0});
+  at::Tensor losses = vocab_parallel_position_losses(precision_->to_master(logits), local.targets,
+                                                     TokenLoss{model_.vocab, 0.0}, *layout.tensor);
   at::Tensor mask = local.targets.ne(kIgnoreLabel).to(losses.scalar_type());
   // A document's mean over all its chunks' labels: this rank's chunks and columns give a partial
   // sum of it, each chunk's sum over the document's label count.

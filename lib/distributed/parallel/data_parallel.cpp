@@ -5,6 +5,7 @@
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/collectives/collectives.h"
+#include "lib/distributed/parallel/tensor_parallel_group.h"
 
 namespace magic::dist {
 
@@ -45,19 +46,43 @@ TraceLayout mesh_trace_layout(const MeshLayout& layout, int rank, Convention con
   out.parameters.push_back(Placement::replicate());
   const auto reduce = convention == Convention::kSum ? Placement::Reduce::kSum : Placement::Reduce::kAvg;
   out.loss.assign(out.mesh.size(), Placement::partial(reduce));
+  out.weight_gradient.assign(out.mesh.size(), Placement::partial(Placement::Reduce::kSum));
+  if (layout.tp() > 1) {
+    // Every tp rank holds the same rows, columns and loss. Its parameters are pieces by the plan:
+    // placed per parameter, which this one list cannot say yet (magic-check names no first
+    // divergence on tp: first_divergence.h).
+    out.mesh.push_back({"tp", layout.tp()});
+    out.coords.push_back(layout.tp_index(rank));
+    out.rows_and_columns.push_back(Placement::replicate());
+    out.parameters.push_back(Placement::replicate());
+    out.loss.push_back(Placement::replicate());
+    out.weight_gradient.push_back(Placement::replicate());
+  }
   // The gradient leaves backward reduced already (enter()'s collectives); under AVG it is the sum
   // of local means, which only the convention's divide makes the whole gradient.
   if (convention == Convention::kSum) out.backward_gradient = out.parameters;
-  out.weight_gradient.assign(out.mesh.size(), Placement::partial(Placement::Reduce::kSum));
   return out;
 }
 
-MeshParts mesh_parts(const MeshGroups& groups, const TensorTree& full_params) {
+MeshParts mesh_parts(const MeshGroups& groups, const TensorTree& full_params, const ParallelPlan& plan,
+                     bool sequence_parallel) {
   MeshParts parts;
   parts.groups = groups;
   parts.context = std::make_shared<ContextParallel>(groups.cp);
+  const int64_t tp = groups.layout.tp();
+  if (tp > 1) {
+    parts.tensor = std::make_shared<TensorParallelGroup>(groups.tp, sequence_parallel);
+  } else {
+    parts.tensor = std::make_shared<SingleRank>();
+  }
+  parts.sequence_parallel = sequence_parallel;
+  parts.plan = plan;
   parts.parameters = std::make_shared<ShardedParameters>(groups.shard, groups.replica);
-  for (const auto& p : full_params) parts.full_rows[p.name] = p.tensor.size(0);
+  if (sequence_parallel) parts.summed_over_tp = std::make_shared<ShardedParameters>(groups.shard, groups.replica_tp);
+  for (const auto& p : full_params) {
+    parts.whole_rows[p.name] = p.tensor.size(0);
+    parts.full_rows[p.name] = tensor_parallel_piece(p.tensor, split_of(plan, p.name), tp, 0).size(0);
+  }
   return parts;
 }
 
@@ -73,27 +98,69 @@ std::vector<int64_t> DataParallel::local_share(const std::vector<int64_t>& globa
 double DataParallel::mean_denominator(double local_valid_labels) const {
   // A local mean over an empty shard is taken as 0 (its sum is 0), not 0/0.
   if (convention_ == Convention::kAvg) return std::max(local_valid_labels, 1.0);
-  return world().sum(at::scalar_tensor(local_valid_labels, at::kDouble)).item<double>();
+  return sum_over_batch(at::scalar_tensor(local_valid_labels, at::kDouble)).item<double>();
 }
 
-SequenceLayout DataParallel::sequence(int64_t length) const {
-  return parts_.context->layout(length);
+bool DataParallel::split_over_tp(const std::string& name) const {
+  return layout().tp() > 1 && split_of(parts_.plan, name) != TensorSplit::kReplicated;
+}
+
+at::Tensor DataParallel::sum_over_batch(const at::Tensor& local) const {
+  return parts_.groups.batch ? parts_.groups.batch->sum(local) : local.detach().clone();
+}
+
+ModelLayout DataParallel::model_layout(int64_t length) const {
+  return {parts_.context->layout(length), parts_.tensor, {}};
 }
 
 TensorTree DataParallel::shard(const TensorTree& full) const {
-  return parts_.parameters->shard(full);
+  const int64_t tp = layout().tp(), index = layout().tp_index(rank());
+  return parts_.parameters->shard(full.map_named([&](const std::string& name, const at::Tensor& p) {
+    return tp > 1 ? tensor_parallel_piece(p, split_of(parts_.plan, name), tp, index) : p;
+  }));
 }
 
 TensorTree DataParallel::unshard(const TensorTree& local) const {
-  return parts_.parameters->unshard(local, parts_.full_rows);
+  const TensorTree pieces = parts_.parameters->unshard(local, parts_.full_rows);
+  if (layout().tp() == 1) return pieces;
+  return pieces.map_named([&](const std::string& name, const at::Tensor& piece) {
+    if (!split_over_tp(name)) return piece;
+    const at::Tensor all = parts_.groups.tp->all_gather(piece.unsqueeze(0).contiguous(), 0);
+    return join_tensor_parallel_pieces(all.unbind(0), split_of(parts_.plan, name), parts_.whole_rows.at(name));
+  });
 }
 
 TensorTree DataParallel::enter(const TensorTree& params) const {
-  return parts_.parameters->gather(params, parts_.full_rows);
+  if (!parts_.summed_over_tp) return parts_.parameters->gather(params, parts_.full_rows);
+  // Under sp the replicated parameters' gradients are partial on each tp rank: they enter
+  // through their own bucket, whose backward sums over tp as well.
+  TensorTree pieces, replicated;
+  for (const auto& [name, p] : params) (split_over_tp(name) ? pieces : replicated).insert(name, p);
+  const TensorTree a = parts_.parameters->gather(pieces, parts_.full_rows);
+  const TensorTree b = parts_.summed_over_tp->gather(replicated, parts_.full_rows);
+  TensorTree entered;
+  for (const auto& e : params) entered.insert(e.name, a.contains(e.name) ? a.at(e.name) : b.at(e.name));
+  return entered;
 }
 
 at::Tensor DataParallel::global_norm(const TensorTree& grads) const {
-  return parts_.parameters->global_norm(grads);
+  if (layout().tp() == 1) return parts_.parameters->global_norm(grads);
+  // ||g||² = Σ_fsdp (Σ_replicated g² + Σ_tp Σ_pieces g²): a replicated parameter counts once, as
+  // every tp rank holds all of it; the pieces' sum is consumed alike on every rank (Σ / id).
+  TensorTree pieces, replicated;
+  for (const auto& [name, g] : grads) (split_over_tp(name) ? pieces : replicated).insert(name, g);
+  at::Tensor squares = reduce_from_group(dot(pieces, pieces), *parts_.groups.tp);
+  if (!replicated.empty()) squares = squares + dot(replicated, replicated);
+  return parts_.parameters->norm_from_squares(squares);
+}
+
+TensorTree DataParallel::apply_clip(const TensorTree& grads, const at::Tensor& coefficient) const {
+  if (layout().tp() == 1) return scale_by(grads, coefficient);
+  // c scales different pieces on each tp rank: it enters them through copy_to_group, so that its
+  // derivative sums the ranks' pieces (the replicated parameters' share counts once).
+  const at::Tensor entered = copy_to_group(coefficient, *parts_.groups.tp);
+  return grads.map_named(
+      [&](const std::string& name, const at::Tensor& g) { return g * (split_over_tp(name) ? entered : coefficient); });
 }
 
 TensorTree DataParallel::reduce_gradient(const TensorTree& grads) const {
@@ -102,11 +169,11 @@ TensorTree DataParallel::reduce_gradient(const TensorTree& grads) const {
 
 TensorTree DataParallel::apply_convention(const TensorTree& grads) const {
   if (convention_ != Convention::kAvg) return grads;
-  return scale(grads, 1.0 / world().size());
+  return scale(grads, 1.0 / static_cast<double>(layout().dp() * layout().cp()));
 }
 
 at::Tensor DataParallel::sum_across_ranks(const at::Tensor& local) const {
-  return world().sum(local);
+  return sum_over_batch(local);
 }
 
 TraceLayout DataParallel::trace_layout() const {
@@ -114,7 +181,9 @@ TraceLayout DataParallel::trace_layout() const {
 }
 
 at::Tensor DataParallel::assemble_weight_gradient(const at::Tensor& local) const {
-  return sum_across_ranks(local);
+  // The tp ranks' dQ/dw agree: w weighs the loss every tp rank holds whole, and the collectives'
+  // backward brings every rank's share of λ·∂g/∂w to each.
+  return sum_over_batch(local);
 }
 
 }  // namespace magic::dist

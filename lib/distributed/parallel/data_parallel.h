@@ -1,10 +1,14 @@
-// Data parallelism on a dp x cp mesh with fsdp-way sharded parameters (docs/magic-check.md,
+// Data parallelism on a dp x cp x tp mesh with fsdp-way sharded parameters (docs/magic-check.md,
 // "How the distributed pipeline reduces gradients"): the Parallelism the LM step is given on mesh
 // layouts. Rows: the global batch is split into contiguous shards over the dp index, sizes
 // differing by at most one (uneven splits allowed; a replica may get none); columns: the cp ranks
-// of a replica split each sequence (context_parallel.h); parameters: sharded_parameters.h.
+// of a replica split each sequence (context_parallel.h); the model: the tp ranks split every layer
+// as the model's plan says (lib/model/parallel_plan.h, tensor_parallel_group.h), every tp rank
+// holding the same rows, columns and loss; parameters: each rank stores the fsdp shard of its
+// tensor-parallel piece (sharded_parameters.h).
 //   SUM convention: each rank's loss is its partial sum over the honest global count of valid
-//                   labels across dp·cp; the gradient reduction is a SUM. Exact for any split.
+//                   labels across dp·cp (tp ranks hold the same labels); the gradient reduction
+//                   is a SUM. Exact for any split.
 //   AVG convention: local mean, AVG reduction over dp·cp (SUM then / dp·cp). Exact only when
 //                   every rank (row shard and chunk pair) holds the same number of valid labels.
 // The reduction happens in autograd: the local loss is evaluated on enter(θ) and differentiated
@@ -21,6 +25,7 @@
 #include "lib/distributed/parallel/context_parallel.h"
 #include "lib/distributed/parallel/mesh_layout.h"
 #include "lib/distributed/parallel/sharded_parameters.h"
+#include "lib/model/parallel_plan.h"
 #include "lib/step/parallelism.h"
 
 namespace magic::dist {
@@ -42,11 +47,19 @@ TraceLayout mesh_trace_layout(const MeshLayout& layout, int rank, Convention con
 struct MeshParts {
   MeshGroups groups;
   std::shared_ptr<const ContextParallel> context;
-  std::shared_ptr<const ShardedParameters> parameters;
-  std::map<std::string, int64_t> full_rows;  // dim-0 size of every full parameter
+  std::shared_ptr<const TensorParallel> tensor;  // SingleRank when tp = 1
+  bool sequence_parallel = false;
+  ParallelPlan plan;
+  // How stored shards enter: `parameters` for every parameter whose gradient is complete on each
+  // tp rank (tensor-parallel pieces, and replicated ones without sp), `summed_over_tp` for the
+  // replicated ones under sp, whose every tp rank holds a partial gradient (replica_tp group).
+  std::shared_ptr<const ShardedParameters> parameters, summed_over_tp;
+  std::map<std::string, int64_t> full_rows;   // dim-0 size of every parameter's tp piece
+  std::map<std::string, int64_t> whole_rows;  // dim-0 size of every whole parameter
 };
-// The correct pieces for `groups`, for parameters shaped like `full_params`.
-MeshParts mesh_parts(const MeshGroups& groups, const TensorTree& full_params);
+// The correct pieces for `groups`, for parameters shaped like `full_params` split by `plan`.
+MeshParts mesh_parts(const MeshGroups& groups, const TensorTree& full_params, const ParallelPlan& plan = {},
+                     bool sequence_parallel = false);
 
 class DataParallel : public Parallelism {
  public:
@@ -54,21 +67,31 @@ class DataParallel : public Parallelism {
 
   std::vector<int64_t> local_share(const std::vector<int64_t>& global) const override;
   double mean_denominator(double local_valid_labels) const override;
-  SequenceLayout sequence(int64_t length) const override;
+  ModelLayout model_layout(int64_t length) const override;
   TensorTree shard(const TensorTree& full) const override;
   TensorTree unshard(const TensorTree& local) const override;
   TensorTree enter(const TensorTree& params) const override;
   at::Tensor global_norm(const TensorTree& grads) const override;
+  TensorTree apply_clip(const TensorTree& grads, const at::Tensor& coefficient) const override;
   TensorTree reduce_gradient(const TensorTree& grads) const override;
   TensorTree apply_convention(const TensorTree& grads) const override;
+  TensorTree optimizer_input(const TensorTree& clipped) const override { return clipped; }
   at::Tensor sum_across_ranks(const at::Tensor& local) const override;
   at::Tensor assemble_weight_gradient(const at::Tensor& local) const override;
+  bool runs_collectives() const override { return true; }
   TraceLayout trace_layout() const override;
 
   const MeshLayout& layout() const { return parts_.groups.layout; }
   const Group& world() const { return *parts_.groups.world; }
   int rank() const { return parts_.groups.rank; }
   Convention convention() const { return convention_; }
+
+ protected:
+  const MeshParts& parts() const { return parts_; }
+  // Whether `name` is split across tp ranks (its pieces differ) rather than held whole by each.
+  bool split_over_tp(const std::string& name) const;
+  // Σ over the ranks that split the batch (tp ranks hold the same rows and columns).
+  at::Tensor sum_over_batch(const at::Tensor& local) const;
 
  private:
   MeshParts parts_;

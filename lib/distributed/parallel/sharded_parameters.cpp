@@ -86,7 +86,10 @@ TensorTree ShardedParameters::gathered_bucket(
 }
 
 at::Tensor ShardedParameters::global_norm(const TensorTree& local_grads) const {
-  const at::Tensor squares = dot(local_grads, local_grads);
+  return norm_from_squares(dot(local_grads, local_grads));
+}
+
+at::Tensor ShardedParameters::norm_from_squares(const at::Tensor& squares) const {
   return (shards() == 1 ? squares : all_reduce_sum(squares, *shard_)).sqrt();
 }
 

@@ -44,6 +44,8 @@ class ShardedParameters {
   TensorTree gather(const TensorTree& local, const std::map<std::string, int64_t>& full_rows) const;
   // ||g|| over the full gradient from this rank's shard of it: sqrt(all_reduce_sum(Σ g_shard²)).
   at::Tensor global_norm(const TensorTree& local_grads) const;
+  // sqrt(all_reduce_sum(squares)) over the shard group: the norm from this shard's Σ g².
+  at::Tensor norm_from_squares(const at::Tensor& squares) const;
 
  protected:
   // Sums the cotangent over the ranks holding this shard (identity forward).

@@ -1,0 +1,29 @@
+// What a forward pass of the model is told about how it is split across ranks: the sequence
+// columns it computes (context parallelism: sequence_layout.h) and the tensor-parallel operations
+// (tensor_parallel.h). A single process's layout is the whole sequence on one rank.
+#pragma once
+
+#include <memory>
+
+#include "lib/model/sequence_layout.h"
+#include "lib/model/tensor_parallel.h"
+
+namespace magic {
+
+struct ModelLayout {
+  SequenceLayout sequence;
+  std::shared_ptr<const TensorParallel> tensor = std::make_shared<SingleRank>();
+  // The positions of the residual stream's columns when they are fewer than the sequence's
+  // (sequence parallelism: this tp rank's shard); undefined: sequence.position_ids.
+  at::Tensor residual_position_ids;
+
+  const at::Tensor& embedded_positions() const {
+    return residual_position_ids.defined() ? residual_position_ids : sequence.position_ids;
+  }
+
+  static ModelLayout whole(int64_t length) {
+    return {SequenceLayout::whole(length), std::make_shared<SingleRank>(), {}};
+  }
+};
+
+}  // namespace magic
