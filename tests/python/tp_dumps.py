@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """ctest python.tp_dumps: a hand-written tensor-parallel transformer block (tp_steps.py: heads and
 MLP units split over tp, a fused qkv weight sharded by heads, row-parallel outputs as partial sums,
-optionally sequence parallelism) trained two steps with two micro-batches per step on a dp=2 x tp=2
-mesh, dumped by python/magic_dump.py, against the same steps in one process:
+a vocabulary-parallel head padded to a multiple of tp, optionally sequence parallelism) trained two
+steps with two micro-batches per step on a dp=2 x tp=2 mesh, dumped by python/magic_dump.py,
+against the same steps in one process:
 
   dp2-tp2, dp2-tp2-sp              correct: the Python oracle (dump_reader.py) and magic-compare
                                    (exit 0) find every record equal to the single process's

@@ -7,7 +7,8 @@ x += mlp(ln2(x)) with causal attention of 4 heads and a GELU MLP, a final LayerN
 Under tensor parallelism (tp) the attention's heads are split over the tp ranks (the fused qkv
 weight column-parallel, each of q, k and v split by heads; the output projection row-parallel), the
 MLP's hidden units too (fc column-parallel, proj row-parallel), and each row-parallel layer's bias is
-added once, after the all-reduce. The layer norms, embeddings and head are replicated. With
+added once, after the all-reduce. The head is vocabulary-parallel: its 13 rows padded to 14 and split
+over tp, its logits all-gathered before the loss. The layer norms and embeddings are replicated. With
 sequence parallelism (sp) the block's layer norms and residual stream hold a sequence shard on each
 tp rank: an all-gather before each column-parallel layer, a reduce-scatter after each row-parallel
 one, and the gradients of what acts on a sequence shard (the layer norms, the row-parallel biases)
@@ -270,18 +271,19 @@ class SplitSequence(torch.autograd.Function):
         return all_gather(grad, ctx.groups.tp_group, 1), None
 
 
-class LeaveSequence(torch.autograd.Function):
-    """sp, leaving the block into replicated code: all-gather; backward keeps this rank's chunk
-    (every tp rank computes the same replicated gradient)."""
+class GatherForReplicated(torch.autograd.Function):
+    """Into code every tp rank runs alike (leaving the block under sp: dim 1; the vocabulary-parallel
+    head's logits: dim 2): all-gather; backward keeps this rank's chunk, since every tp rank
+    computes the same gradient of the gathered tensor."""
 
     @staticmethod
-    def forward(ctx, x, groups):
-        ctx.groups = groups
-        return all_gather(x, groups.tp_group, 1)
+    def forward(ctx, x, groups, dim):
+        ctx.groups, ctx.dim = groups, dim
+        return all_gather(x, groups.tp_group, dim)
 
     @staticmethod
     def backward(ctx, grad):
-        return own_chunk(grad, ctx.groups.tp, 1), None
+        return own_chunk(grad, ctx.groups.tp, ctx.dim), None, None
 
 
 def tp_slice(name, full, tp):
@@ -295,6 +297,10 @@ def tp_slice(name, full, tp):
         return full[tp * m:(tp + 1) * m], shard(0)
     if name == "mlp.proj.weight":
         return full[:, tp * m:(tp + 1) * m], shard(1)
+    if name == "head.weight":  # padded with zero rows to a multiple of tp, then split
+        v = -(-VOCAB // TP)
+        padded = torch.cat([full, torch.zeros(v * TP - VOCAB, D_MODEL, dtype=full.dtype)])
+        return padded[tp * v:(tp + 1) * v], shard(0, length=VOCAB)
     return full, replicate()
 
 
@@ -328,9 +334,11 @@ def tp_forward(p, input_ids, groups, sp):
     x = x + (ReduceScatterSequence if sp else ReduceFromTp).apply(out, groups) + p["mlp.proj.bias"]
     seen["block"] = (x, sequence)
     if sp:
-        x = LeaveSequence.apply(x, groups)
-    logits = F.linear(layer_norm(x, p, "ln_f"), p["head.weight"])
-    seen["logits"] = (logits, replicate())
+        x = GatherForReplicated.apply(x, groups, 1)
+    # The head is vocabulary-parallel: the vocabulary padded to a multiple of tp, each rank its rows.
+    local = F.linear(CopyToTp.apply(layer_norm(x, p, "ln_f"), groups), p["head.weight"])
+    seen["logits"] = (local, shard(2, length=VOCAB))
+    logits = GatherForReplicated.apply(local, groups, 2)[..., :VOCAB]
     return logits, seen
 
 
