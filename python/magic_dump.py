@@ -1,9 +1,9 @@
 """magic_dump: write what a PyTorch run computed as a magic-dump folder that magic-compare reads.
 
-The format is docs/dump-format.md, version 1: a folder with one safetensors file per rank
+The format is docs/dump-format.md, version 2: a folder with one safetensors file per rank
 (rank0.safetensors, ...) holding each rank's piece of every recorded tensor, and manifest.json,
 written last, that lists the ranks' mesh coordinates and every record (name, kind, phase, order,
-step, layer, dtype, full shape and placements) in the order the run made them.
+step, micro-batch, layer, dtype, full shape and placements) in the order the run made them.
 
 Use it in a single process or on every rank of torch.distributed:
 
@@ -20,9 +20,12 @@ Use it in a single process or on every rank of torch.distributed:
     dump.close()                                             # rank files, then rank 0's manifest
 
 Placements say, per mesh dimension, how the ranks' pieces make up the whole tensor, as in
-PyTorch's DTensor: replicate(), shard(dim) (uneven sizes allowed), zigzag(dim) (a sequence split
-into 2n chunks, rank i holding chunks i and 2n-1-i) and partial("sum" | "avg") (terms still to be
-reduced). Without torch.distributed the mesh is [] and records take no placements; with it the
+PyTorch's DTensor: replicate(), shard(dim) (uneven sizes allowed; parts=3 for a fused q, k, v
+weight whose each part is sharded; length=V for a vocabulary padded to a multiple of the ranks),
+zigzag(dim) (a sequence split into 2n chunks, rank i holding chunks i and 2n-1-i) and
+partial("sum" | "avg") (terms still to be reduced, such as a row-parallel layer's output before its
+all-reduce). A record of one micro-batch of a step says which: micro_batch=k. Without
+torch.distributed the mesh is [] and records take no placements; with it the
 mesh defaults to one dimension [{"name": "dp", "size": world}] with coordinates [rank], or the
 caller declares its own mesh (outermost dimension first) and this rank's coordinates.
 
@@ -45,7 +48,7 @@ import sys
 
 import torch
 
-FORMAT, VERSION = "magic-dump", 1
+FORMAT, VERSION = "magic-dump", 2
 
 KINDS = ("input", "activation", "logits", "loss", "gradient", "reduced_gradient", "update", "parameter",
          "cotangent", "score", "other")
@@ -76,10 +79,27 @@ def replicate():
     return {"type": "replicate"}
 
 
-def shard(dim):
+def shard(dim, *, parts=None, length=None):
     """The pieces are concatenated along tensor dimension `dim` in coordinate order; uneven sizes are
-    fine. A negative dim counts from the end of the recorded tensor's dimensions."""
-    return {"type": "shard", "dim": _checked_int(dim, "shard dim")}
+    fine. A negative dim counts from the end of the recorded tensor's dimensions.
+
+    `parts`: the dimension is that many equal consecutive parts (a fused qkv weight [3d, d]: parts=3),
+    each sharded across the ranks; every piece holds its shard of each part, in part order.
+    `length`: the whole's true length along dim, when it was padded at its end before the split (a
+    vocabulary padded to a multiple of tp); the concatenation is cut to its first `length` entries."""
+    placement = {"type": "shard", "dim": _checked_int(dim, "shard dim")}
+    if parts is not None and length is not None:
+        raise ValueError("shard: parts and length together (a fused shard is not padded)")
+    if parts is not None:
+        if _checked_int(parts, "shard parts") < 1:
+            raise ValueError(f"shard parts: {parts!r} is not a count >= 1")
+        if parts > 1:
+            placement["parts"] = parts
+    if length is not None:
+        if _checked_int(length, "shard length") < 1:
+            raise ValueError(f"shard length: {length!r} is not a positive length")
+        placement["length"] = length
+    return placement
 
 
 def zigzag(dim, length=None):
@@ -115,25 +135,27 @@ def _checked_placement(placement, tensor_dims, field):
     kind = placement["type"]
     if kind == "replicate" and len(placement) == 1:
         return {"type": "replicate"}
-    if kind in ("shard", "zigzag") and (set(placement) == {"type", "dim"} or
-                                        (kind == "zigzag" and set(placement) == {"type", "dim", "length"})):
+    optional = {"shard": {"parts", "length"}, "zigzag": {"length"}}.get(kind, set())
+    if kind in ("shard", "zigzag") and "dim" in placement and set(placement) <= {"type", "dim"} | optional:
         dim = _checked_int(placement["dim"], f"{field} dim")
         resolved = dim + tensor_dims if dim < 0 else dim
         if not 0 <= resolved < tensor_dims:
             raise ValueError(f"{field}: {kind} dim {dim} is outside a tensor of {tensor_dims} dimensions")
-        if "length" in placement:
-            return zigzag(resolved, placement["length"])
-        return {"type": kind, "dim": resolved}
+        if kind == "zigzag":
+            return zigzag(resolved, placement.get("length"))
+        return shard(resolved, parts=placement.get("parts"), length=placement.get("length"))
     if kind == "partial" and set(placement) == {"type", "reduce"}:
         return partial(placement["reduce"])
     raise ValueError(f"{field}: {placement!r} is not a placement of format version {VERSION} "
-                     f"(replicate, shard with dim, zigzag with dim, partial with reduce)")
+                     f"(replicate, shard with dim and parts or length, zigzag with dim and length, "
+                     f"partial with reduce)")
 
 
 # ---- the dump ----------------------------------------------------------------------------------
 
 class _Record:
-    __slots__ = ("name", "kind", "phase", "order", "step", "layer", "placements", "concat_dim", "tensor")
+    __slots__ = ("name", "kind", "phase", "order", "step", "micro_batch", "layer", "placements", "concat_dim",
+                 "tensor")
 
     def __init__(self, **fields):
         for k, v in fields.items():
@@ -141,7 +163,7 @@ class _Record:
 
     def identity(self):
         # What makes two records the same tensor (docs/dump-format.md); layer and key do not.
-        return (self.name, self.kind, self.phase, self.order, self.step)
+        return (self.name, self.kind, self.phase, self.order, self.step, self.micro_batch)
 
 
 class Dump:
@@ -212,7 +234,7 @@ class Dump:
     # ---- recording -----------------------------------------------------------------------------
 
     def record(self, name, tensor, *, kind, phase=None, order=None, step=None, layer="", placements=None,
-               concat_dim=None):
+               concat_dim=None, micro_batch=-1):
         """Record this rank's piece of tensor `name`.
 
         `kind`: one of KINDS; `phase` and `order` default from the kind where it says them (input,
@@ -220,7 +242,9 @@ class Dump:
         first). `placements`: one per mesh dimension; none on the single-process mesh [].
         `concat_dim`: for micro-batches, record each one with the same name; the pieces of one step
         are concatenated along this dimension into one record (without it, a second record of the
-        same name, kind, phase, order and step is an error).
+        same name, kind, phase, order, step and micro-batch is an error).
+        `micro_batch`: which micro-batch of the step the record belongs to (0, 1, ...), when the run
+        accumulates gradients and records each micro-batch apart; -1 (the default): the whole step.
         """
         if self._closed:
             raise ValueError(f"record {name!r}: the dump of {self.folder} is already closed")
@@ -245,6 +269,8 @@ class Dump:
         step = self.step if step is None else step
         if isinstance(step, bool) or not isinstance(step, int) or step < -1:
             raise ValueError(f"step of {name!r}: {step!r} is not an integer >= -1")
+        if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or micro_batch < -1:
+            raise ValueError(f"micro_batch of {name!r}: {micro_batch!r} is not an integer >= -1")
         if not isinstance(layer, str):
             raise ValueError(f"layer of {name!r}: {layer!r} is not a string")
         placements = self._checked_placements(name, tensor, placements)
@@ -257,17 +283,18 @@ class Dump:
         # A copy on the CPU: the caller's tensor may be updated in place later (an optimizer step,
         # DDP's next reduction into .grad).
         piece = tensor.detach().to("cpu", copy=True).contiguous()
-        record = _Record(name=name, kind=kind, phase=phase, order=order, step=step, layer=layer,
-                         placements=placements, concat_dim=concat_dim, tensor=piece)
+        record = _Record(name=name, kind=kind, phase=phase, order=order, step=step, micro_batch=micro_batch,
+                         layer=layer, placements=placements, concat_dim=concat_dim, tensor=piece)
         earlier = self._by_identity.get(record.identity())
         if earlier is None:
             self._records.append(record)
             self._by_identity[record.identity()] = record
             return
         if concat_dim is None or earlier.concat_dim != concat_dim:
-            raise ValueError(f"name {name!r}: recorded twice ({kind}, {phase}, {order}, step {step}) on rank "
-                             f"{self.rank}; give each micro-batch's record the same concat_dim to join them, "
-                             f"or set dump.step for a new step")
+            raise ValueError(f"name {name!r}: recorded twice ({kind}, {phase}, {order}, step {step}, micro-batch "
+                             f"{micro_batch}) on rank {self.rank}; give each micro-batch's record the same "
+                             f"concat_dim to join them, or its micro_batch to keep them apart, or set dump.step "
+                             f"for a new step")
         if earlier.placements != placements or earlier.layer != layer or earlier.tensor.dtype != piece.dtype:
             raise ValueError(f"name {name!r}: a micro-batch's placements, layer or dtype differ from the "
                              f"record it joins")
@@ -287,11 +314,15 @@ class Dump:
             if p["type"] == "zigzag" and tensor.shape[p["dim"]] % 2:
                 raise ValueError(f"placements of {name!r}: a zigzag piece holds two equal chunks, but its "
                                  f"dim {p['dim']} has odd size {tensor.shape[p['dim']]}")
+            if p.get("parts", 1) > 1 and tensor.shape[p["dim"]] % p["parts"]:
+                raise ValueError(f"placements of {name!r}: a piece of a shard of {p['parts']} parts holds its "
+                                 f"shard of each part, but its dim {p['dim']} has size {tensor.shape[p['dim']]}")
         return checked
 
-    def watch_activations(self, model, names, *, placements=None, concat_dim=None):
+    def watch_activations(self, model, names, *, placements=None, concat_dim=None, micro_batch=-1):
         """Forward hooks recording each named submodule's output as an `activation` (name and layer:
-        the module's name) at the dump's current step; a tuple output records its first element.
+        the module's name) at the dump's current step (and `micro_batch`); a tuple output records its
+        first element.
         A DistributedDataParallel model is unwrapped and its outputs are batch shards, [shard(0)],
         on the default mesh. Returns a handle; `with` it, or call .remove(), to stop recording."""
         model, ddp = _unwrapped(model)
@@ -312,18 +343,18 @@ class Dump:
             def hook(_module, _inputs, output):
                 value = output[0] if isinstance(output, (tuple, list)) else output
                 self.record(module_name, value, kind="activation", layer=module_name, placements=placements,
-                            concat_dim=concat_dim)
+                            concat_dim=concat_dim, micro_batch=micro_batch)
             return hook
 
         return _Hooks([modules[n].register_forward_hook(hook_for(n)) for n in names])
 
-    def record_gradients(self, model, *, kind=None, phase=None, placements=None, step=None):
+    def record_gradients(self, model, *, kind=None, phase=None, placements=None, step=None, micro_batch=-1):
         """Record every trainable parameter's .grad, named as the unwrapped model names it (no
         `module.` prefix), layer the module that owns it. `kind` defaults to `reduced_gradient` for a
         DistributedDataParallel model after backward (placements [replicate()] on the default mesh)
         and for a single process; a plain model on several ranks must say kind ('gradient' before a
         hand-written reduction, 'reduced_gradient' after it) and placements: a list, or a function
-        of the parameter's name returning one."""
+        of the parameter's name returning one. `micro_batch`: as for record()."""
         model, ddp = _unwrapped(model)
         if kind is None:
             if not (ddp or not self._distributed):
@@ -343,7 +374,7 @@ class Dump:
                 raise ValueError(f"gradient of {name!r}: .grad is None (call after backward; a parameter the "
                                  f"loss does not use has no gradient)")
             self.record(name, parameter.grad, kind=kind, phase=phase, order="first", step=step,
-                        layer=name.rpartition(".")[0],
+                        micro_batch=micro_batch, layer=name.rpartition(".")[0],
                         placements=placements(name) if callable(placements) else placements)
 
     # ---- writing -------------------------------------------------------------------------------
@@ -412,7 +443,8 @@ def _unwrapped(model):
 
 def _summary(record):
     return {"name": record.name, "kind": record.kind, "phase": record.phase, "order": record.order,
-            "step": record.step, "layer": record.layer, "dtype": _SAFETENSORS_DTYPES[record.tensor.dtype],
+            "step": record.step, "micro_batch": record.micro_batch, "layer": record.layer,
+            "dtype": _SAFETENSORS_DTYPES[record.tensor.dtype],
             "placements": record.placements, "piece_shape": list(record.tensor.shape)}
 
 
@@ -427,7 +459,7 @@ def _manifest(run, mesh, keys, ranks):
             raise ValueError(f"coords: ranks {seen[tuple(r['coords'])]} and {r['rank']} both have {r['coords']}")
         seen[tuple(r["coords"])] = r["rank"]
     first = ranks[0]["records"]
-    same = ("name", "kind", "phase", "order", "step", "layer", "dtype", "placements")
+    same = ("name", "kind", "phase", "order", "step", "micro_batch", "layer", "dtype", "placements")
     for r in ranks[1:]:
         if len(r["records"]) != len(first):
             raise ValueError(f"records: rank {r['rank']} made {len(r['records'])} records, rank 0 made "
@@ -441,7 +473,7 @@ def _manifest(run, mesh, keys, ranks):
     for i, (key, s) in enumerate(zip(keys, first)):
         pieces = {tuple(r["coords"]): r["records"][i]["piece_shape"] for r in ranks}
         records.append({"key": key, "name": s["name"], "kind": s["kind"], "phase": s["phase"], "order": s["order"],
-                        "step": s["step"], "layer": s["layer"], "dtype": s["dtype"],
+                        "step": s["step"], "micro_batch": s["micro_batch"], "layer": s["layer"], "dtype": s["dtype"],
                         "shape": _reassembled_shape(s, mesh, pieces), "placements": s["placements"]})
     return {"format": FORMAT, "version": VERSION, "run": run, "mesh": mesh,
             "ranks": [{"rank": r["rank"], "coords": r["coords"], "file": r["file"]} for r in ranks],
@@ -476,11 +508,15 @@ def _combined_shape(name, dim_name, placement, shapes):
     k = placement["dim"]
     if any(len(s) != len(shapes[0]) or s[:k] + s[k + 1:] != shapes[0][:k] + shapes[0][k + 1:] for s in shapes):
         raise ValueError(f"placements of {name!r}: pieces along {dim_name} differ outside dim {k}: {shapes}")
+    parts = placement.get("parts", 1)
+    if any(s[k] % parts for s in shapes):
+        raise ValueError(f"placements of {name!r}: a shard of {parts} parts along {dim_name} needs pieces whose dim "
+                         f"{k} splits into {parts} equal parts: {shapes}")
     total = sum(s[k] for s in shapes)
     if placement.get("length") is not None:
         if placement["length"] > total:
-            raise ValueError(f"placements of {name!r}: zigzag length {placement['length']} along {dim_name} is "
-                             f"more than the {total} positions its chunk pairs make")
+            raise ValueError(f"placements of {name!r}: {placement['type']} length {placement['length']} along "
+                             f"{dim_name} is more than the {total} entries its pieces make")
         total = placement["length"]
     return shapes[0][:k] + [total] + shapes[0][k + 1:]
 

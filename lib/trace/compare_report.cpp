@@ -12,9 +12,13 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+json number(double v) {
+  return std::isfinite(v) ? json(v) : json(nullptr);
+}
 
-std::string step_text(int64_t step) { return step >= 0 ? std::to_string(step) : "-"; }
+std::string step_text(int64_t step) {
+  return step >= 0 ? std::to_string(step) : "-";
+}
 
 // The diagnosis column: the factor or what differs, and where for sharded records.
 std::string diagnosis_text(const RecordRow& r) {
@@ -23,7 +27,8 @@ std::string diagnosis_text(const RecordRow& r) {
 }
 
 int failed_rows(const DumpComparison& c) {
-  return static_cast<int>(std::count_if(c.rows.begin(), c.rows.end(), [](const RecordRow& r) { return !r.row.passed; }));
+  return static_cast<int>(
+      std::count_if(c.rows.begin(), c.rows.end(), [](const RecordRow& r) { return !r.row.passed; }));
 }
 
 }  // namespace
@@ -39,13 +44,18 @@ void print_compare_report(const CompareReport& r, std::ostream& out) {
   const auto& rows = r.comparison.rows;
   size_t name_width = 20;
   for (const auto& row : rows) name_width = std::max(name_width, row.record.name.size() + 1);
-  out << pad("step", 6) << pad("phase", 11) << pad("order", 13) << pad("kind", 17) << pad("tensor", name_width)
-      << pad("scale", 11) << pad("worst rel err", 15) << pad("cosine", 11) << "verdict  diagnosis\n";
+  // A micro-batch column only where some record belongs to one, so other reports read as before.
+  const bool micro =
+      std::any_of(rows.begin(), rows.end(), [](const RecordRow& x) { return x.record.micro_batch >= 0; });
+  out << pad("step", 6) << (micro ? pad("mb", 4) : "") << pad("phase", 11) << pad("order", 13) << pad("kind", 17)
+      << pad("tensor", name_width) << pad("scale", 11) << pad("worst rel err", 15) << pad("cosine", 11)
+      << "verdict  diagnosis\n";
   for (const auto& row : rows) {
     const std::string verdict = row.row.passed ? "pass" : "FAIL";
     const std::string diagnosis = diagnosis_text(row);
-    out << pad(step_text(row.record.step), 6) << pad(row.record.phase, 11) << pad(row.record.order, 13)
-        << pad(row.record.kind, 17) << pad(row.record.name, name_width)
+    out << pad(step_text(row.record.step), 6) << (micro ? pad(step_text(row.record.micro_batch), 4) : "")
+        << pad(row.record.phase, 11) << pad(row.record.order, 13) << pad(row.record.kind, 17)
+        << pad(row.record.name, name_width)
         << pad(std::isfinite(row.row.stats.scale) ? format_fixed(row.row.stats.scale, 6) : "-", 11)
         << pad(std::isfinite(row.row.stats.worst_rel_err) ? format_sci(row.row.stats.worst_rel_err, 1) : "-", 15)
         << pad(std::isfinite(row.row.stats.cosine) ? format_fixed(row.row.stats.cosine, 6) : "-", 11)
@@ -55,7 +65,8 @@ void print_compare_report(const CompareReport& r, std::ostream& out) {
   if (rows.empty()) {
     out << "\nFAIL: no record was compared\n";
   } else {
-    out << "\n" << (failed == 0 ? "PASS" : "FAIL") << ": " << rows.size() - failed << " of " << rows.size()
+    out << "\n"
+        << (failed == 0 ? "PASS" : "FAIL") << ": " << rows.size() - failed << " of " << rows.size()
         << " records within tolerance\n";
   }
   if (r.comparison.first_divergence) {
@@ -70,6 +81,7 @@ json compare_report_json(const CompareReport& r) {
   json records = json::array();
   for (const auto& row : r.comparison.rows) {
     records.push_back({{"step", row.record.step},
+                       {"micro_batch", row.record.micro_batch},
                        {"phase", row.record.phase},
                        {"order", row.record.order},
                        {"kind", row.record.kind},
@@ -93,6 +105,7 @@ json compare_report_json(const CompareReport& r) {
     const RecordRow& row = r.comparison.rows[i];
     first = {{"index", i},
              {"step", row.record.step},
+             {"micro_batch", row.record.micro_batch},
              {"phase", row.record.phase},
              {"order", row.record.order},
              {"kind", row.record.kind},
@@ -130,8 +143,10 @@ std::string compare_junit_xml(const CompareReport& r) {
   }
   for (size_t i = 0; i < rows.size(); ++i) {
     const RecordRow& row = rows[i];
-    x << "    <testcase classname=\"" << xml_escape(str_cat("step ", step_text(row.record.step), ".", row.record.phase))
-      << "\" name=\"" << xml_escape(row.record.name + " " + row.record.kind + " (" + row.record.order + ")") << "\"";
+    const std::string micro = row.record.micro_batch >= 0 ? str_cat(" micro-batch ", row.record.micro_batch) : "";
+    x << "    <testcase classname=\""
+      << xml_escape(str_cat("step ", step_text(row.record.step), micro, ".", row.record.phase)) << "\" name=\""
+      << xml_escape(row.record.name + " " + row.record.kind + " (" + row.record.order + ")") << "\"";
     if (row.row.passed) {
       x << "/>\n";
       continue;

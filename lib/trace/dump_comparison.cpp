@@ -63,6 +63,41 @@ void mark_downstream(RecordRow& row, const RecordRow& first) {
                                    : d.text.substr(0, at) + ": " + follows + d.text.substr(at + blame.size());
 }
 
+// A replicated record whose replicas differ may be partial sums that a missing reduction left
+// apart: summed along one replicated mesh dimension, they give the reference. That dimension's
+// name ("tp"), or "".
+std::string unreduced_over(const DumpTensor& candidate, const std::vector<MeshDim>& mesh,
+                           const std::vector<std::vector<int64_t>>& coords, const at::Tensor& reference,
+                           double tolerance) {
+  const auto& placements = candidate.record.record.placements;
+  for (size_t m = 0; m < mesh.size(); ++m) {
+    if (placements[m].type != Placement::Type::kReplicate || mesh[m].size < 2) continue;
+    std::vector<Placement> summed = placements;
+    summed[m] = Placement::partial(Placement::Reduce::kSum);
+    const at::Tensor whole = reassemble(mesh, coords, candidate.pieces, summed).whole.to(at::kDouble);
+    if (whole.sizes().equals(reference.sizes()) && compare_tensors(whole, reference).worst_rel_err <= tolerance) {
+      return mesh[m].name;
+    }
+  }
+  return "";
+}
+
+// The diagnosis of a record whose replicas differ: the statistics' reading, the cause when the
+// replicas are partial sums (instead of "terms missing or extra"), then which replicas differ.
+std::string replicas_diagnosis(const std::string& text, const std::string& unreduced, const std::string& differ) {
+  std::string out = text;
+  if (!unreduced.empty()) {
+    const std::string cause =
+        str_cat("partial sums left unreduced over ", unreduced, " (summed over the ", unreduced, " ranks they match)");
+    const std::string blame = ": terms missing or extra, not a scaling";
+    const size_t at = out.find(blame);
+    out = at != std::string::npos ? out.substr(0, at) + ": " + cause + out.substr(at + blame.size())
+          : out.empty()           ? cause
+                                  : out + "; " + cause;
+  }
+  return out.empty() ? differ : out + "; " + differ;
+}
+
 }  // namespace
 
 std::string off_pieces(const DumpTensor& candidate, const std::vector<MeshDim>& mesh,
@@ -152,9 +187,9 @@ DumpComparison compare_dumps(const LoadedDump& candidate, const LoadedDump& refe
         }
         if (!cand.replicas_differ.empty() && cand.replica_spread > tolerance) {
           row.row.passed = false;
-          row.row.diagnosis.text = row.row.diagnosis.text.empty()
-                                       ? cand.replicas_differ
-                                       : row.row.diagnosis.text + "; " + cand.replicas_differ;
+          const std::string unreduced =
+              unreduced_over(cand, candidate.manifest.mesh, candidate.coords(), ref.whole.to(at::kDouble), tolerance);
+          row.row.diagnosis.text = replicas_diagnosis(row.row.diagnosis.text, unreduced, cand.replicas_differ);
         }
       }
     }

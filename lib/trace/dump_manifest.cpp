@@ -46,7 +46,7 @@ JsonFields element(const std::string& path, const JsonFields& parent, const std:
 // Sizes of a dump stay far below this; larger numbers are damage, refused before they multiply.
 constexpr int64_t kMaxSize = int64_t{1} << 40;
 
-Placement parse_placement(const JsonFields& f) {
+Placement parse_placement(const JsonFields& f, int64_t version) {
   const std::string type = one_of(f, "type", {"replicate", "shard", "zigzag", "partial"});
   Placement p = Placement::replicate();
   if (type == "partial") {
@@ -55,7 +55,15 @@ Placement parse_placement(const JsonFields& f) {
   } else if (type != "replicate") {
     const int64_t dim = integer_in(f, "dim", 0, 63);
     p = type == "shard" ? Placement::shard(dim) : Placement::zigzag(dim);
-    if (type == "zigzag" && f.has("length")) p.length = integer_in(f, "length", 1, kMaxSize);
+    // Version 1 knows a zig-zag's length only; what the other fields mean came with version 2.
+    if (type == "shard" && version < 2) {
+      for (const char* key : {"length", "parts"}) {
+        if (f.has(key)) f.fail(key, "a shard's length or parts needs version 2");
+      }
+    }
+    if (f.has("length")) p.length = integer_in(f, "length", 1, kMaxSize);
+    if (type == "shard" && f.has("parts")) p.parts = integer_in(f, "parts", 1, 1 << 20);
+    if (p.parts > 1 && p.length > 0) f.fail("parts", "a fused shard (parts) takes no length");
   }
   f.finish();
   return p;
@@ -66,6 +74,8 @@ nlohmann::ordered_json placement_json(const Placement& p) {
     case Placement::Type::kReplicate:
       return {{"type", "replicate"}};
     case Placement::Type::kShard:
+      if (p.parts > 1) return {{"type", "shard"}, {"dim", p.dim}, {"parts", p.parts}};
+      if (p.length > 0) return {{"type", "shard"}, {"dim", p.dim}, {"length", p.length}};
       return {{"type", "shard"}, {"dim", p.dim}};
     case Placement::Type::kZigzag:
       if (p.length > 0) return {{"type", "zigzag"}, {"dim", p.dim}, {"length", p.length}};
@@ -104,11 +114,11 @@ DumpManifest parse_dump_manifest(const std::string& text, const std::string& pat
   }
   DumpManifest m;
   if (!document.contains("version") || !document["version"].is_number_integer() ||
-      document["version"].get<int64_t>() != kDumpFormatVersion) {
+      document["version"].get<int64_t>() < 1 || document["version"].get<int64_t>() > kDumpFormatVersion) {
     root.fail("version", str_cat("unknown version ", document.value("version", json()).dump(),
-                                 " (this reader reads version ", kDumpFormatVersion, ")"));
+                                 " (this reader reads versions 1 and ", kDumpFormatVersion, ")"));
   }
-  root.integer("version");
+  m.version = root.integer("version");
   m.run = root.string("run");
 
   const json& mesh = array_of(root, "mesh");
@@ -181,6 +191,8 @@ DumpManifest parse_dump_manifest(const std::string& text, const std::string& pat
     r.order = one_of(f, "order", trace_orders());
     r.step = integer_in(f, "step", -1, kMaxSize);
     r.layer = f.string("layer");
+    // Version 2 states every record's micro-batch; version 1 had none, so its records are whole steps.
+    r.micro_batch = m.version >= 2 ? integer_in(f, "micro_batch", -1, kMaxSize) : -1;
     if (!identities.insert(record_identity(r)).second) {
       throw InputError(str_cat(f.where(), ": a second record of ", record_place(r)));
     }
@@ -206,7 +218,7 @@ DumpManifest parse_dump_manifest(const std::string& text, const std::string& pat
     }
     for (size_t k = 0; k < placements.size(); ++k) {
       const JsonFields pf = element(path, f, "placements", placements, k);
-      const Placement p = parse_placement(pf);
+      const Placement p = parse_placement(pf, m.version);
       if ((p.type == Placement::Type::kShard || p.type == Placement::Type::kZigzag) &&
           p.dim >= static_cast<int64_t>(d.shape.size())) {
         pf.fail("dim", str_cat("dimension ", p.dim, " of a ", d.shape.size(), "-dimensional tensor"));
@@ -223,7 +235,7 @@ DumpManifest parse_dump_manifest(const std::string& text, const std::string& pat
 std::string dump_manifest_json(const DumpManifest& m) {
   nlohmann::ordered_json root;
   root["format"] = "magic-dump";
-  root["version"] = m.version;
+  root["version"] = kDumpFormatVersion;  // what is written is always the current version
   root["run"] = m.run;
   root["mesh"] = nlohmann::ordered_json::array();
   for (const auto& d : m.mesh) root["mesh"].push_back({{"name", d.name}, {"size", d.size}});
@@ -240,6 +252,7 @@ std::string dump_manifest_json(const DumpManifest& m) {
                                {"order", d.record.order},
                                {"step", d.record.step},
                                {"layer", d.record.layer},
+                               {"micro_batch", d.record.micro_batch},
                                {"dtype", safetensors_dtype_code(d.dtype)},
                                {"shape", d.shape},
                                {"placements", placements}});

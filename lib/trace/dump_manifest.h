@@ -13,7 +13,9 @@
 
 namespace magic {
 
-constexpr int64_t kDumpFormatVersion = 1;
+// The version written. Version 1 (no micro_batch field, no fused or padded shards) is still read,
+// its records taking micro-batch -1.
+constexpr int64_t kDumpFormatVersion = 2;
 
 struct DumpRecord {
   std::string key;  // its tensor's name in every rank's safetensors file

@@ -60,9 +60,34 @@ at::Tensor combine(const Placement& p, const std::vector<at::Tensor>& parts, con
       }
       return first;
     }
-    case Placement::Type::kShard:
+    case Placement::Type::kShard: {
       require_dim(p.dim);
-      return at::cat(parts, p.dim);
+      at::Tensor whole;
+      if (p.parts == 1) {
+        whole = at::cat(parts, p.dim);
+      } else {
+        // Each piece holds its shard of every part, in part order: part j is the j-th slices put side by side.
+        std::vector<at::Tensor> slices;
+        for (int64_t j = 0; j < p.parts; ++j) {
+          for (size_t i = 0; i < parts.size(); ++i) {
+            const int64_t size = parts[i].size(p.dim);
+            if (size % p.parts != 0) {
+              throw InputError(str_cat(placement_text(p), " along ", dim.name, ": ", dim.name, " ", i,
+                                       "'s piece has shape ", shape_text(parts[i]), ", whose dimension ", p.dim,
+                                       " does not split into ", p.parts, " equal parts"));
+            }
+            slices.push_back(parts[i].narrow(p.dim, j * (size / p.parts), size / p.parts));
+          }
+        }
+        whole = at::cat(slices, p.dim);
+      }
+      if (p.length == 0) return whole;
+      if (p.length > whole.size(p.dim)) {
+        throw InputError(str_cat(placement_text(p), " along ", dim.name, ": the pieces make ", whole.size(p.dim),
+                                 " entries, fewer than the length"));
+      }
+      return whole.narrow(p.dim, 0, p.length);
+    }
     case Placement::Type::kZigzag: {
       require_dim(p.dim);
       const int64_t local = first.size(p.dim);

@@ -9,7 +9,8 @@ std::string placement_text(const Placement& p) {
     case Placement::Type::kReplicate:
       return "replicate";
     case Placement::Type::kShard:
-      return str_cat("shard(", p.dim, ")");
+      if (p.parts > 1) return str_cat("shard(", p.dim, ", ", p.parts, " parts)");
+      return p.length > 0 ? str_cat("shard(", p.dim, ", length ", p.length, ")") : str_cat("shard(", p.dim, ")");
     case Placement::Type::kZigzag:
       return p.length > 0 ? str_cat("zigzag(", p.dim, ", length ", p.length, ")") : str_cat("zigzag(", p.dim, ")");
     case Placement::Type::kPartial:
@@ -21,7 +22,7 @@ std::string placement_text(const Placement& p) {
 const std::vector<std::string>& trace_kinds() {
   static const std::vector<std::string> kinds = {
       "input",  "activation", "logits",    "loss",  "gradient", "reduced_gradient",
-      "update", "parameter",  "cotangent", "score", "other", "attention"};
+      "update", "parameter",  "cotangent", "score", "other",    "attention"};
   return kinds;
 }
 
@@ -37,14 +38,15 @@ const std::vector<std::string>& trace_orders() {
 }
 
 std::string record_identity(const TraceRecord& r) {
-  return str_cat(r.step, "|", r.phase, "|", r.order, "|", r.kind, "|", r.name);
+  return str_cat(r.step, "|", r.micro_batch, "|", r.phase, "|", r.order, "|", r.kind, "|", r.name);
 }
 
 std::string record_place(const TraceRecord& r) {
   // "loss", not "loss loss": a record named after its kind says it once.
   std::string what = r.name == r.kind || r.kind == "other" ? r.name : r.name + " " + r.kind;
   if (r.order == "hvp" || r.order == "metagradient") what += " (" + r.order + ")";
-  return r.step >= 0 ? str_cat("step ", r.step, ", ", r.phase, ", ", what) : str_cat(r.phase, ", ", what);
+  const std::string micro = r.micro_batch >= 0 ? str_cat("micro-batch ", r.micro_batch, ", ") : "";
+  return r.step >= 0 ? str_cat("step ", r.step, ", ", micro, r.phase, ", ", what) : str_cat(micro, r.phase, ", ", what);
 }
 
 }  // namespace magic

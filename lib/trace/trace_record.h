@@ -10,24 +10,32 @@
 namespace magic {
 
 // How the pieces along one mesh dimension make up the whole (PyTorch DTensor's placements, plus
-// the zig-zag pair context parallelism holds).
+// the zig-zag pair context parallelism holds and the fused and padded shards tensor parallelism
+// makes).
 struct Placement {
   enum class Type { kReplicate, kShard, kZigzag, kPartial };
   enum class Reduce { kSum, kAvg };
   Type type = Type::kReplicate;
   int64_t dim = 0;               // kShard, kZigzag: the tensor dimension split
   Reduce reduce = Reduce::kSum;  // kPartial: what the pieces still need
-  // kZigzag: the whole's length along dim, when the chunk pairs were cut from a sequence padded to
-  // a multiple of 2n (the padding, at the end, is dropped); 0: the pairs make the whole.
+  // kZigzag, kShard: the whole's length along dim, when the pieces were cut from a dimension padded
+  // at its end (a sequence to a multiple of 2n, a vocabulary to a multiple of tp): the padding is
+  // dropped; 0: the pieces make the whole.
   int64_t length = 0;
+  // kShard: the dimension is `parts` equal consecutive parts (a fused q, k, v weight), each
+  // sharded across the mesh dimension; every piece holds its shard of each part, in part order.
+  int64_t parts = 1;
 
   static Placement replicate() { return {}; }
-  static Placement shard(int64_t dim) { return {Type::kShard, dim, Reduce::kSum, 0}; }
-  static Placement zigzag(int64_t dim, int64_t length = 0) { return {Type::kZigzag, dim, Reduce::kSum, length}; }
-  static Placement partial(Reduce reduce) { return {Type::kPartial, 0, reduce, 0}; }
+  static Placement shard(int64_t dim, int64_t length = 0, int64_t parts = 1) {
+    return {Type::kShard, dim, Reduce::kSum, length, parts};
+  }
+  static Placement zigzag(int64_t dim, int64_t length = 0) { return {Type::kZigzag, dim, Reduce::kSum, length, 1}; }
+  static Placement partial(Reduce reduce) { return {Type::kPartial, 0, reduce, 0, 1}; }
 };
 
-// "replicate", "shard(0)", "zigzag(1)", "zigzag(1, length 16)", "partial(sum)".
+// "replicate", "shard(0)", "shard(0, 3 parts)", "shard(0, length 50)", "zigzag(1)",
+// "zigzag(1, length 16)", "partial(sum)".
 std::string placement_text(const Placement& p);
 
 struct MeshDim {
@@ -43,16 +51,18 @@ struct TraceRecord {
   int64_t step = -1;                  // -1: no training step (the query, the final scores)
   std::string layer;                  // "blocks.1", or ""
   std::vector<Placement> placements;  // one per mesh dimension; empty in a single process
+  int64_t micro_batch = -1;           // the micro-batch of a step it belongs to; -1: the whole step
 };
 
 const std::vector<std::string>& trace_kinds();
 const std::vector<std::string>& trace_phases();
 const std::vector<std::string>& trace_orders();
 
-// What makes two records the same tensor in two runs: name, kind, phase, order and step.
+// What makes two records the same tensor in two runs: name, kind, phase, order, step and micro-batch.
 std::string record_identity(const TraceRecord& r);
 
-// "step 0, backward, blocks.1.attn.qkv.weight gradient" (no step for step -1).
+// "step 0, backward, blocks.1.attn.qkv.weight gradient" (no step for step -1);
+// "step 0, micro-batch 1, forward, loss" for a micro-batch's record.
 std::string record_place(const TraceRecord& r);
 
 }  // namespace magic

@@ -8,7 +8,8 @@ records with the right diagnosis, read from its --json report:
                         1/world, named "1/dp" (the ranks' halves hold equal label counts, so the
                         loss itself is right)
   forgotten-parameter   a hand-written all-reduce that leaves out one parameter: that parameter's
-                        row alone fails, its replicas disagree and its direction differs
+                        row alone fails, its replicas disagree, its direction differs, and its
+                        replicas are named partial sums left unreduced over dp
   mean-of-micro-means   gradient accumulation averaging micro-batch means whose label counts
                         differ: the loss is the first divergence (a scale that is no factor), and
                         every gradient's direction differs (not a scaling: no factor named)
@@ -69,6 +70,8 @@ def check_magic_compare(bug, code, report, records):
         key = (FORGOTTEN_PARAMETER, "reduced_gradient")
         assert failing == [key], failing
         assert "replicas differ" in rows[key]["diagnosis"] and "direction differs" in rows[key]["diagnosis"], rows[key]
+        # Each rank kept its own term: summed over dp they are the reference, and the diagnosis says so.
+        assert "partial sums left unreduced over dp" in rows[key]["diagnosis"], rows[key]
         assert (first["name"], first["kind"]) == key, first
     elif bug == "mean-of-micro-means":
         assert failing == [("loss", "loss")] + gradients(records), failing

@@ -1,4 +1,4 @@
-"""The tests' own reader of a magic-dump folder (docs/dump-format.md, version 1), written from the
+"""The tests' own reader of a magic-dump folder (docs/dump-format.md, versions 1 and 2), written from the
 document and independent of python/magic_dump.py: it parses the safetensors files byte by byte,
 checks what the format requires of them, and reassembles every record to its full tensor by its
 placements. It is the oracle for the writer; magic-compare is the reader under test elsewhere.
@@ -13,7 +13,7 @@ import torch
 DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
           "BOOL": torch.bool}
-IDENTITY = ("name", "kind", "phase", "order", "step")
+IDENTITY = ("name", "kind", "phase", "order", "step", "micro_batch")
 
 
 def read_safetensors(path):
@@ -54,7 +54,11 @@ def read_dump(folder):
     """(manifest, {identity: full tensor}) with identities in record order."""
     with open(os.path.join(folder, "manifest.json")) as f:
         manifest = json.load(f)
-    assert manifest["format"] == "magic-dump" and manifest["version"] == 1, manifest.get("version")
+    assert manifest["format"] == "magic-dump" and manifest["version"] in (1, 2), manifest.get("version")
+    for record in manifest["records"]:
+        # Version 2 states every record's micro-batch; a version 1 record is a whole step's.
+        assert ("micro_batch" in record) == (manifest["version"] == 2), f"{record['key']}: micro_batch"
+        record.setdefault("micro_batch", -1)
     mesh = manifest["mesh"]
     files = {tuple(r["coords"]): read_safetensors(os.path.join(folder, r["file"])) for r in manifest["ranks"]}
     world = 1
@@ -99,7 +103,11 @@ def combine(pieces, placement):
             assert torch.equal(p, pieces[0]), "replicas differ"
         return pieces[0]
     if kind == "shard":
-        return torch.cat(pieces, dim=placement["dim"])
+        dim, parts = placement["dim"], placement.get("parts", 1)
+        # A fused shard: each piece is its shard of every part in turn; part j is the pieces' j-th chunks.
+        split = [p.chunk(parts, dim=dim) if parts > 1 else (p,) for p in pieces]
+        whole = torch.cat([split[i][j] for j in range(parts) for i in range(len(pieces))], dim=dim)
+        return whole.narrow(dim, 0, placement["length"]) if "length" in placement else whole
     if kind == "zigzag":
         dim, n = placement["dim"], len(pieces)
         chunks = [None] * (2 * n)

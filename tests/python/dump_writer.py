@@ -7,10 +7,11 @@ the tests' own reader (dump_reader.py), and refuses what it must with a ValueErr
                    offsets without holes, the raw little-endian data
   manifest         a single process: every field of every record, in the order made, keys r000000...,
                    mesh [], NaN written as it is, no temporary file left, a stale manifest removed
-  micro-batches    records with concat_dim join into one
+  micro-batches    records with concat_dim join into one; records with micro_batch stay apart
   refusals         unknown kind, phase, order, placement; bad step, dims, dtype; duplicate records;
                    records after close; a mesh that is not the world
-  ranks (world 2)  a declared mesh dp=1 x cp=2 with zigzag and uneven shards reassembles exactly;
+  ranks (world 2)  a declared mesh dp=1 x cp=2 with zigzag, uneven, fused (3 parts) and padded
+                   shards reassembles exactly;
                    ranks that record differently all raise, and no manifest is written
   magic-compare    (when given) reads what the writer writes: every dtype (exit 0), the declared
                    mesh's dump against the same tensors written whole by one process (exit 0), and
@@ -91,20 +92,20 @@ def check_single_process_manifest(tmp):
     with open(os.path.join(folder, "manifest.json")) as f:
         manifest = json.load(f)
     assert list(manifest) == ["format", "version", "run", "mesh", "ranks", "records"], list(manifest)
-    assert (manifest["format"], manifest["version"], manifest["run"], manifest["mesh"]) == ("magic-dump", 1, "unit", [])
+    assert (manifest["format"], manifest["version"], manifest["run"], manifest["mesh"]) == ("magic-dump", 2, "unit", [])
     assert manifest["ranks"] == [{"rank": 0, "coords": [], "file": "rank0.safetensors"}], manifest["ranks"]
     expected = [
-        ("r000000", "ids", "input", "forward", "forward", 0, "", "I64", [2, 3]),
-        ("r000001", "hidden", "activation", "forward", "forward", 0, "blocks.0", "F32", [2, 3]),
-        ("r000002", "w", "update", "optimizer", "first", 4, "", "F64", [3]),
-        ("r000003", "scores", "score", "replay", "metagradient", -1, "", "F64", [5]),
+        ("r000000", "ids", "input", "forward", "forward", 0, -1, "", "I64", [2, 3]),
+        ("r000001", "hidden", "activation", "forward", "forward", 0, -1, "blocks.0", "F32", [2, 3]),
+        ("r000002", "w", "update", "optimizer", "first", 4, -1, "", "F64", [3]),
+        ("r000003", "scores", "score", "replay", "metagradient", -1, -1, "", "F64", [5]),
     ]
-    fields = ["key", "name", "kind", "phase", "order", "step", "layer", "dtype", "shape", "placements"]
+    fields = ["key", "name", "kind", "phase", "order", "step", "micro_batch", "layer", "dtype", "shape", "placements"]
     for record, want in zip(manifest["records"], expected, strict=True):
         assert list(record) == fields, list(record)
         assert tuple(record[f] for f in fields[:-1]) == want and record["placements"] == [], record
     _, full = read_dump(folder)
-    written = full[("w", "update", "optimizer", "first", 4)]
+    written = full[("w", "update", "optimizer", "first", 4, -1)]
     assert torch.equal(written.isnan(), values.isnan()) and written[0] == 1.0, written  # NaN kept as is
 
 
@@ -114,9 +115,13 @@ def check_micro_batches(tmp):
     first, second = torch.ones(2, 3), torch.full((1, 3), 2.0)
     dump.record("logits", first, kind="logits", concat_dim=0)
     dump.record("logits", second, kind="logits", concat_dim=0)
+    dump.record("loss", first.sum(), kind="loss", micro_batch=0)
+    dump.record("loss", second.sum(), kind="loss", micro_batch=1)
     dump.close()
     _, full = read_dump(folder)
-    assert torch.equal(full[("logits", "logits", "forward", "forward", 0)], torch.cat([first, second])), full
+    assert torch.equal(full[("logits", "logits", "forward", "forward", 0, -1)], torch.cat([first, second])), full
+    assert full[("loss", "loss", "forward", "forward", 0, 0)] == 6.0, full
+    assert full[("loss", "loss", "forward", "forward", 0, 1)] == 6.0, full
 
 
 def refusals(tmp):
@@ -143,6 +148,12 @@ def refusals(tmp):
         ("unknown order", lambda: fresh().record("x", t, kind="activation", order="second"), "order"),
         ("step below -1", lambda: fresh().record("x", t, kind="activation", step=-2), "step"),
         ("step not an integer", lambda: fresh().record("x", t, kind="activation", step=1.0), "step"),
+        ("micro_batch below -1", lambda: fresh().record("x", t, kind="activation", micro_batch=-2), "micro_batch"),
+        ("micro_batch not an integer", lambda: fresh().record("x", t, kind="activation", micro_batch="0"),
+         "micro_batch"),
+        ("shard parts below 1", lambda: shard(0, parts=0), "shard parts"),
+        ("shard length below 1", lambda: shard(0, length=0), "shard length"),
+        ("shard parts and length", lambda: shard(0, parts=3, length=5), "parts and length"),
         ("empty name", lambda: fresh().record("", t, kind="activation"), "name"),
         ("not a tensor", lambda: fresh().record("x", [1.0], kind="activation"), "tensor"),
         ("dtype without a code", lambda: fresh().record("x", t.to(torch.complex128), kind="activation"), "dtype"),
@@ -182,6 +193,11 @@ def check_placement_refusals_on_a_mesh(rank, world, folder):
                         (lambda: dump.record("x", torch.zeros(4), kind="activation", placements=[shard(1)]), "dim"),
                         (lambda: dump.record("x", torch.zeros(3), kind="activation", placements=[zigzag(0)]), "odd"),
                         (lambda: dump.record("x", torch.zeros(4), kind="activation",
+                                             placements=[shard(0, parts=3)]), "3 parts"),
+                        (lambda: dump.record("x", torch.zeros(4), kind="activation",
+                                             placements=[{"type": "shard", "dim": 0, "parts": 2, "length": 3}]),
+                         "parts and length"),
+                        (lambda: dump.record("x", torch.zeros(4), kind="activation",
                                              placements=[{"type": "shard"}]), "placement"),
                         (lambda: dump.record_gradients(torch.nn.Linear(2, 2)), "kind")]:
         expect_refusal(f"rank {rank}", call, field)
@@ -191,16 +207,20 @@ def check_placement_refusals_on_a_mesh(rank, world, folder):
 
 def write_declared_mesh(rank, world, folder, whole):
     """Mesh dp=1 x cp=2 (coords row-major: rank r is cp r): a zigzag sequence, an uneven shard, a
-    replica and a partial average, each reassembling to the same `whole` tensors."""
+    replica, a partial average, a fused shard (3 parts of 2 rows, cp r holding row r of each) and a
+    padded shard (3 rows padded to 4, 2 per rank), each reassembling to the same `whole` tensors."""
     dump = Dump(folder, run="declared-mesh", mesh=[("dp", 1), ("cp", 2)])
     assert dump.coords == [0, rank], dump.coords
     sequence = whole["sequence"]  # [2, 8]: chunks of 2 positions; cp r holds chunks r and 3 - r
     chunks = sequence.chunk(4, dim=1)
     rows = [0, 1, 5][rank:rank + 2]  # uneven: 1 row, then 4
+    padded = torch.cat([whole["padded"], torch.full((1, 2), 7.0, dtype=torch.float64)])  # 3 rows padded to 4
     pieces = {"sequence": (torch.cat([chunks[rank], chunks[3 - rank]], dim=1), [replicate(), zigzag(1)]),
               "rows": (whole["rows"][rows[0]:rows[1]], [replicate(), shard(0)]),
               "same": (whole["same"], [replicate(), replicate()]),
-              "average": (whole["average"] * (2 * rank), [replicate(), partial("avg")])}
+              "average": (whole["average"] * (2 * rank), [replicate(), partial("avg")]),
+              "fused": (whole["fused"][[rank, 2 + rank, 4 + rank]], [replicate(), shard(0, parts=3)]),
+              "padded": (padded[2 * rank:2 * rank + 2], [replicate(), shard(0, length=3)])}
     record_declared(dump, {name: piece for name, (piece, _) in pieces.items()},
                     {name: placements for name, (_, placements) in pieces.items()})
     dump.close()
@@ -213,6 +233,9 @@ def record_declared(dump, tensors, placements):
     dump.record("same", tensors["same"], kind="parameter", phase="optimizer", order="forward",
                 placements=placements["same"])
     dump.record("average", tensors["average"], kind="loss", placements=placements["average"])
+    dump.record("fused", tensors["fused"], kind="parameter", phase="optimizer", order="forward",
+                placements=placements["fused"])
+    dump.record("padded", tensors["padded"], kind="logits", placements=placements["padded"])
 
 
 def check_magic_compare_reads_the_writer(binary, tmp, folders, whole):
@@ -258,7 +281,8 @@ def record_differently(rank, world, folder):
 def declared_tensors():
     generator = torch.Generator().manual_seed(11)
     return {name: torch.randn(*shape, generator=generator, dtype=torch.float64)
-            for name, shape in (("sequence", (2, 8)), ("rows", (5, 3)), ("same", (4,)), ("average", (3,)))}
+            for name, shape in (("sequence", (2, 8)), ("rows", (5, 3)), ("same", (4,)), ("average", (3,)),
+                                ("fused", (6, 2)), ("padded", (3, 2)))}
 
 
 def main():
