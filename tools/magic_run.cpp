@@ -469,7 +469,11 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
   // Ranks our launcher spawned were checked together before they started.
   if (runtime == nullptr || f.program->launch == "env") require_memory(config, memory, available_memory_bytes());
   std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>();
-  if (runtime) parallelism = lm_data_parallel(*runtime, f.program->topology, config.model);
+  if (runtime) {
+    // Checked by the launcher before its ranks started; again here for ranks torchrun or srun started.
+    require_micro_batches_fit(f.program->topology, config.batch_size, "training.batch_size");
+    parallelism = lm_data_parallel(*runtime, f.program->topology, config.model);
+  }
   AttributionOptions options;
   options.per_query = f.per_query;
   options.replay_mode = replay_mode;
