@@ -8,6 +8,7 @@
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/pools/three_pool_layout.h"
+#include "lib/train/distributed_lm.h"
 
 namespace magic::checks {
 
@@ -65,9 +66,18 @@ std::vector<Level> parse_levels(const std::string& list) {
   return out;
 }
 
+namespace {
+
+std::string default_batch_formula(const dist::TopologySpec& topology) {
+  return topology.mb() > 1 ? "(mb + 2) x dp + 1" : "3 x dp + 1";
+}
+
+}  // namespace
+
 int64_t CheckSettings::global_batch() const {
   if (batch_size > 0) return batch_size;
-  if (topology.family() == dist::TopologyFamily::kMesh) return 3 * topology.dp() + 1;
+  // Uneven shards, and with mb > 1 uneven micro-batches: every replica gets mb + 2 or mb + 3 rows.
+  if (topology.family() == dist::TopologyFamily::kMesh) return (topology.mb() + 2) * topology.dp() + 1;
   return 4 * std::lcm(std::lcm(topology.n_ci(), topology.n_per_block()), topology.n_ppgd());
 }
 
@@ -147,10 +157,17 @@ void CheckSettings::validate() const {
     const int64_t examples = lm_training_examples(*this);
     if (global_batch() > examples) {
       throw InputError(str_cat(batch_size > 0 ? "--batch " + std::to_string(batch_size)
-                                              : str_cat("the default batch (3 x dp + 1 = ", global_batch(), " rows)"),
+                                              : str_cat("the default batch (", default_batch_formula(topology), " = ",
+                                                        global_batch(), " rows)"),
                                " exceeds the ", examples, " training examples of the lm workload: give --batch N with ",
                                "N <= ", examples, " (ranks beyond N hold empty shards)"));
     }
+  }
+  if (w == "lm") {
+    require_micro_batches_fit(topology, global_batch(),
+                              run_config       ? "the config's training.batch_size"
+                              : batch_size > 0 ? "--batch"
+                                               : str_cat("the default batch (", default_batch_formula(topology), ")"));
   }
   if (!dist::backend_available(backend)) {
     throw InputError("--backend nccl: this build has no NCCL (configure against a CUDA LibTorch)");

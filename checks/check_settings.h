@@ -45,7 +45,9 @@ struct CheckSettings {
   uint64_t seed = 0;
   std::string optimizer = "adamw";  // sgd | adam | adamw
   std::string checkpoints = "sqrt";
-  int64_t batch_size = 0;  // 0: mesh 3 x dp + 1 (uneven shards); three-pool 4 x lcm(pool sizes)
+  // 0: mesh (mb + 2) x dp + 1, 3 x dp + 1 without mb (uneven shards and micro-batches); three-pool
+  // 4 x lcm(pool sizes)
+  int64_t batch_size = 0;
   int64_t documents = 12;
   int64_t max_len = 16;
   // --label-smoothing: ε in [0, 1) of the lm workload's training loss (lm_loss.h); with --config, the

@@ -26,6 +26,10 @@ std::string first_divergence_unavailable(const CheckSettings& s) {
   }
   if (s.resolved_workload() != "lm") return "";
   if (s.topology.tp() > 1) return "tensor-parallel records are not placed per parameter yet";
+  if (s.topology.mb() > 1) {
+    return str_cat("with mb=", s.topology.mb(), " a step's records come once per micro-batch, and records do not ",
+                   "name their micro-batch yet");
+  }
   if (const int64_t bytes = trace_record_bytes(s); bytes > kMaxTraceBytes) {
     return str_cat("its records would take ", format_bytes(static_cast<double>(bytes)), ", more than ",
                    format_bytes(static_cast<double>(kMaxTraceBytes)));

@@ -5,6 +5,7 @@
 #include "checks/first_divergence.h"
 #include "checks/hessian_vector_product.h"
 #include "checks/phase_progress.h"
+#include "checks/planted_micro_batches.h"
 #include "checks/planted_pipeline.h"
 #include "checks/planted_precision.h"
 #include "checks/planted_variants.h"
@@ -227,7 +228,8 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
   // And the normalizer each rank's loss is divided by (grad/shard_weights).
   auto normalizer = std::make_shared<NormalizerTap>();
   const LmProblem problem = build_lm_problem(config, normalizer_tapped(tapped_parallelism(parallel, tap), normalizer),
-                                             planted_precision(mutation, config.precision, runtime.world_size()));
+                                             planted_precision(mutation, config.precision, runtime.world_size()),
+                                             planted_micro_batches(mutation, settings.topology.mb()));
   const auto step = planted_step(mutation, *problem.step, problem.optimizer);
   const auto query = planted_query(mutation, *problem.query, settings.topology.dp());
   const bool probe = has_reduction_rows(settings);
@@ -258,7 +260,7 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
     if (probe) {
       std::map<std::string, ReductionTerms> sums;
       for (const auto& [name, partial] : tap->take(full_init))
-        sums[name] = exact_reduction(*parts.groups.world, partial, c);
+        sums[name] = exact_reduction(*parts.groups.world, partial, c, settings.topology.mb());
       step_sums.push_back(std::move(sums));
     }
     if (settings.wants(Level::kReplay)) {

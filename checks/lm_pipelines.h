@@ -1,6 +1,6 @@
 // The causal-LM workload of magic-check (mesh layouts), run twice on the same data, init and
-// order: the distributed MAGIC pipeline (data parallelism, REPLAY) on every rank, and the
-// single-process full-batch reference (reference/unrolled_lm) on one.
+// order: the distributed MAGIC pipeline (data parallelism, the topology's micro-batches, REPLAY) on
+// every rank, and the single-process full-batch reference (reference/unrolled_lm) on one.
 //   grad/<param>      the reduced gradient (before clipping) of every step at the reference's
 //                     state of that step, concatenated
 //   optimizer/clip_coefficient            c_t of every step (where the run clips)

@@ -52,6 +52,17 @@ class MasterWeightsInComputeDtype : public MixedPrecision {
   }
 };
 
+// The micro-batches' gradients accumulated in a buffer of the compute dtype, as the policy's
+// master copy were not there: the running sum and each new term rounded to compute, then widened.
+class AccumulateInComputeDtype : public MixedPrecision {
+ public:
+  using MixedPrecision::MixedPrecision;
+  TensorTree accumulate(const TensorTree& sum, const TensorTree& micro_batch) const override {
+    return cast_floating(add(cast_floating(sum, policy().compute), cast_floating(micro_batch, policy().compute)),
+                         policy().master);
+  }
+};
+
 // Identity forward; backward g -> divisor · fp16(g / divisor), carried in g's dtype: what the
 // sum receives after DDP's fp16 compression with a predivide factor (the multiply back after the
 // sum is exact for a power of two, and moved before it here so that the rest of the graph,
@@ -109,6 +120,7 @@ const std::map<std::string, Factory>& variants() {
       {"fp16-unscale-twice", make<UnscaleTwice>()},
       {"reduce-in-compute-dtype", make<ReduceInComputeDtype>()},
       {"master-weights-in-compute-dtype", make<MasterWeightsInComputeDtype>()},
+      {"accumulate-in-compute-dtype", make<AccumulateInComputeDtype>()},
       {"fp16-predivide-underflow", [](const PrecisionPolicy& policy,
                                       int world) { return std::make_shared<Fp16PredivideUnderflow>(policy, world); }},
   };

@@ -13,6 +13,7 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "checks/planted_micro_batches.h"
 #include "checks/planted_pipeline.h"
 #include "checks/planted_precision.h"
 #include "lib/distributed/collectives/collectives.h"
@@ -459,7 +460,9 @@ std::shared_ptr<const Parallelism> planted_data_parallel(const std::string& muta
       {"tp-norm-replicated-per-rank", make<NormReplicatedPerTpRank>()},
       {"tp-norm-one-rank", make<NormOneTpRank>()},
       {"tp-weight-gradient-summed", make<WeightGradientSummedOverTp>()}};
-  const auto it = variants.find(is_precision_mutation(mutation) || is_pipeline_mutation(mutation) ? "" : mutation);
+  const bool elsewhere =
+      is_precision_mutation(mutation) || is_pipeline_mutation(mutation) || is_micro_batch_mutation(mutation);
+  const auto it = variants.find(elsewhere ? "" : mutation);
   if (it == variants.end()) throw std::logic_error("no data-parallel variant for mutation '" + mutation + "'");
   return it->second(std::move(parts), convention);
 }

@@ -19,16 +19,21 @@ bool ReductionTap::armed() const {
 
 void ReductionTap::record(const std::string& name, const at::Tensor& cotangent) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (armed_) partials_[name] = cotangent.detach().clone();
+  if (!armed_) return;
+  const at::Tensor wide = cotangent.detach().to(at::kDouble);
+  Partial& p = partials_[name];
+  p.sum = p.sum.defined() ? p.sum + wide : wide.clone();
+  p.magnitude = p.magnitude.defined() ? p.magnitude + wide.abs() : wide.abs();
 }
 
-std::map<std::string, at::Tensor> ReductionTap::take(const TensorTree& shapes) {
+std::map<std::string, Partial> ReductionTap::take(const TensorTree& shapes) {
   std::lock_guard<std::mutex> lock(mutex_);
   armed_ = false;
-  std::map<std::string, at::Tensor> out;
+  std::map<std::string, Partial> out;
   for (const auto& p : shapes) {
     const auto it = partials_.find(p.name);
-    out[p.name] = it != partials_.end() ? it->second : at::zeros(p.tensor.sizes(), p.tensor.options());
+    const at::Tensor zeros = at::zeros(p.tensor.sizes(), at::kDouble);
+    out[p.name] = it != partials_.end() ? it->second : Partial{zeros, zeros};
   }
   partials_.clear();
   return out;
@@ -77,10 +82,9 @@ std::shared_ptr<const Parallelism> tapped_parallelism(std::shared_ptr<const Para
   return std::make_shared<TappedParallelism>(std::move(inner), std::move(tap));
 }
 
-ReductionTerms exact_reduction(const dist::Group& world, const at::Tensor& partial, double c) {
-  const at::Tensor wide = partial.detach().to(at::kDouble);
-  const at::Tensor both = world.sum(at::stack({wide, wide.abs()}));
-  return ReductionTerms{both[0] * c, both[1] * c, world.size(), c};
+ReductionTerms exact_reduction(const dist::Group& world, const Partial& partial, double c, int64_t micro_batches) {
+  const at::Tensor both = world.sum(at::stack({partial.sum, partial.magnitude}));
+  return ReductionTerms{both[0] * c, both[1] * c, world.size(), c, micro_batches};
 }
 
 bool has_reduction_rows(const CheckSettings& settings) {
@@ -104,7 +108,7 @@ void append_reduction_outputs(PipelineOutputs& out, const std::vector<TensorTree
     }
     const ReductionTerms& first = step_sums.front().at(p.name);
     NamedTensor row{"grad", reduction_row_name(p.name), at::cat(reduced)};
-    row.reduction = ReductionTerms{at::cat(exact), at::cat(magnitude), first.terms, first.c};
+    row.reduction = ReductionTerms{at::cat(exact), at::cat(magnitude), first.terms, first.c, first.micro_batches};
     row.step_shape = p.tensor.sizes().vec();
     out.push_back(std::move(row));
   }

@@ -24,7 +24,13 @@
 
 namespace magic::checks {
 
-// Where the probe records: the local gradient of every parameter, by name, of the backward that
+// A rank's local gradient of one parameter, over the backwards of one evaluation (one per
+// micro-batch), in fp64: Σ_m p_m and Σ_m |p_m|.
+struct Partial {
+  at::Tensor sum, magnitude;
+};
+
+// Where the probe records: the local gradient of every parameter, by name, of the backwards that
 // ran while armed. Shared by the tapped parallelism and the check that reads it.
 class ReductionTap {
  public:
@@ -32,12 +38,12 @@ class ReductionTap {
   bool armed() const;
   void record(const std::string& name, const at::Tensor& cotangent);
   // The recorded partials (zeros for a parameter the backward never reached); disarms.
-  std::map<std::string, at::Tensor> take(const TensorTree& shapes);
+  std::map<std::string, Partial> take(const TensorTree& shapes);
 
  private:
   mutable std::mutex mutex_;
   bool armed_ = false;
-  std::map<std::string, at::Tensor> partials_;
+  std::map<std::string, Partial> partials_;
 };
 
 // `inner` with its enter() tapped while `tap` is armed (identity forward; the backward records the
@@ -56,8 +62,9 @@ std::string reduction_row_name(const std::string& gradient);
 void append_reduction_outputs(PipelineOutputs& out, const std::vector<TensorTree>& step_grads,
                               const std::vector<std::map<std::string, ReductionTerms>>& step_sums);
 
-// The exact sum and magnitude of every rank's partials (full shape), times `c`: Σ_r p_r and
-// Σ_r |p_r| in fp64 over `world`. Every rank calls it (two all-reduces).
-ReductionTerms exact_reduction(const dist::Group& world, const at::Tensor& partial, double c);
+// The exact sum and magnitude of every rank's partials (full shape), times `c`: Σ_r Σ_m p_rm and
+// Σ_r Σ_m |p_rm| in fp64 over `world`, the step's M micro-batches each reduced on its own and then
+// accumulated (reduction_row.h). Every rank calls it (one all-reduce).
+ReductionTerms exact_reduction(const dist::Group& world, const Partial& partial, double c, int64_t micro_batches);
 
 }  // namespace magic::checks

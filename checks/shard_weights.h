@@ -31,7 +31,8 @@ class NormalizerTap {
   };
   void arm();
   void record(double local_labels, double denominator);
-  // The call of the armed evaluation (none: no `mean` reduction); disarms.
+  // The call of the armed evaluation (none: no `mean` reduction; the last where a planted bug
+  // normalizes each micro-batch on its own: each of its calls weighs the ranks alike); disarms.
   std::optional<Call> take();
 
  private:

@@ -1,6 +1,6 @@
 // The checks with ranks as threads of this process: each mutation, planted alone, is caught at
 // its expected level with its expected factor, on the first layout of its family it applies to
-// whose sizes all differ (mesh: dp=3, dp=2,cp=3, dp=4,fsdp=2; the three-pool
+// whose sizes all differ (mesh: dp=3, dp=2,cp=3, dp=4,fsdp=2, dp=3,mb=2; the three-pool
 // n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3, 12 ranks), so that the factor the diagnosis observes
 // names exactly one size, in fp64 unless the mutation needs a lower precision (then fp16, whose
 // loss scale 1024 is a size of its own); fp32 is judged against fp64; empty shards are fine.
@@ -23,7 +23,8 @@ class EachMutation : public ::testing::TestWithParam<checks::Mutation> {};
 // The first (layout, precision) among the distinct layouts and fp64, fp16 the mutation applies to.
 checks::CheckSettings distinct_settings_for(const checks::Mutation& m) {
   for (c10::ScalarType dtype : {c10::kDouble, c10::kHalf}) {
-    for (const char* text : {"dp=3", "dp=2,cp=3", "dp=4,fsdp=2", "n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3"}) {
+    for (const char* text :
+         {"dp=3", "dp=2,cp=3", "dp=4,fsdp=2", "dp=3,mb=2", "n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3"}) {
       checks::CheckSettings s;
       s.topology = dist::TopologySpec::parse(text);
       s.precision = PrecisionPolicy::for_compute(dtype);
@@ -143,6 +144,36 @@ TEST(DataParallelCheck, ReductionRowsSeeASumRoundedBelowThePolicy) {
     }
     EXPECT_EQ(reduction_rows, 17) << "one per parameter of the lm workload";
     EXPECT_TRUE(report.bite.front().caught) << report.bite.front().observed_diagnosis;
+  }
+}
+
+// Gradient accumulation in bf16 on uneven micro-batches (dp=2,mb=4: the default batch of 13 rows
+// gives the replicas 7 and 6, in micro-batches of 2,2,2,1 and 2,2,1,1 rows): a correct run passes
+// every row, the reduction rows' bound included (each micro-batch reduced, then accumulated in
+// fp32); each of the two micro-batch bugs fails at grad (a bf16 accumulation buffer only on the
+// reduction rows, whose every entry then fits bf16).
+TEST(DataParallelCheck, MicroBatchesPassInBf16AndTheirMutationsAreCaught) {
+  checks::CheckRequest request;
+  request.settings.topology = dist::TopologySpec::parse("dp=2,mb=4");
+  request.settings.precision = PrecisionPolicy::for_compute(c10::kBFloat16);
+  request.settings.levels = {checks::Level::kGrad, checks::Level::kHvp};
+  const CheckReport correct = testing::run_check_in_threads(request);
+  for (const auto& row : correct.rows) EXPECT_TRUE(row.passed) << row.tensor << ": " << row.diagnosis.text;
+  request.mode = checks::CheckMode::kMutate;
+  for (const char* mutation : {"micro-batch-normalization", "accumulate-in-compute-dtype"}) {
+    request.mutation = mutation;
+    const CheckReport report = testing::run_check_in_threads(request);
+    ASSERT_EQ(report.bite.size(), 1u);
+    const BiteOutcome& b = report.bite.front();
+    EXPECT_TRUE(b.caught) << mutation << ": observed " << b.observed_level << ": " << b.observed_diagnosis;
+    EXPECT_EQ(b.observed_level, "grad") << mutation;
+    if (std::string(mutation) != "accumulate-in-compute-dtype") continue;
+    for (const auto& row : report.rows) {
+      if (row.reduction) {
+        EXPECT_NE(row.diagnosis.text.find("it was rounded to bf16"), std::string::npos)
+            << row.tensor << ": " << row.diagnosis.text;
+      }
+    }
   }
 }
 

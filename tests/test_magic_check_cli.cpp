@@ -332,6 +332,10 @@ TEST(MagicCheckCli, BadInputExitsTwoNamingTheInput) {
            {"--topology dp=2 --batch 0", "--batch: expected an integer >= 1, got 0"},
            {"--topology dp=2 --batch -5", "--batch: expected an integer >= 1, got -5"},
            {"--topology dp=2 --workload lm", "--workload"},
+           {"--topology dp=2,mb=4 --batch 7",
+            "mb=4 needs at least 4 rows on every dp replica (one per micro-batch), but --batch of 7 rows gives a "
+            "replica 3; use a batch of at least dp*mb = 8 rows or mb <= 3"},
+           {"--topology dp=2,mb=2 --trace-file trace.jsonl", "--trace-file: not with mb=2 yet"},
        }) {
     auto o = magic_check(c.args);
     EXPECT_EQ(o.exit_code, 2) << c.args << "\n" << o.output;
@@ -439,6 +443,27 @@ TEST(MagicCheckCli, MeshWithCpAndFsdpPassesAtFp64Precision) {
   for (const auto& row : report["checks"]) EXPECT_LE(row["worst_rel_err"].get<double>(), 1e-9) << row.dump();
 }
 
+// Gradient accumulation on uneven micro-batches (the default batch: 13 rows on dp=2,mb=4 in
+// micro-batches of 2,2,2,1 and 2,2,1,1 rows; 11 on dp=2,cp=2,mb=3 in 2,2,2 and 2,2,1), as real
+// rank processes: every level within fp64 precision of the full-batch reference.
+TEST(MagicCheckCli, MicroBatchesPassAtFp64PrecisionOnEveryLevel) {
+  for (const std::string layout : {"dp=2,mb=4", "dp=2,cp=2,mb=3"}) {
+    const std::string json = temp_path("micro_batches.json");
+    auto o = magic_check("--topology " + layout + " --json " + json);
+    ASSERT_EQ(o.exit_code, 0) << layout << "\n" << o.output;
+    auto report = nlohmann::json::parse(testing::read_file(json));
+    EXPECT_EQ(report["topology"], layout);
+    std::set<std::string> levels;
+    for (const auto& row : report["checks"]) {
+      levels.insert(row["level"].get<std::string>());
+      EXPECT_LE(row["worst_rel_err"].get<double>(), 1e-9) << layout << " " << row.dump();
+    }
+    EXPECT_EQ(levels,
+              (std::set<std::string>{"grad", "optimizer", "query_grad", "hvp", "replay", "final_params", "scores"}))
+        << layout;
+  }
+}
+
 // Low precision: judged against an fp64 golden run; every row carries the three errors and,
 // where it applies, the bound; the table says which criterion it used.
 TEST(MagicCheckCli, Bf16PassesAgainstTheFp64GoldenRunAndReportsThreeErrors) {
@@ -506,12 +531,12 @@ TEST(MagicCheckCli, PrecisionFlagsAreCheckedBeforeAnyRankStarts) {
   EXPECT_NE(o.output.find("needs a loss scale >= 2"), std::string::npos) << o.output;
 }
 
-// The whole bite on layouts whose sizes all differ (dp=4, cp=3, fsdp=2: 12 ranks; the three-pool
-// n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3: 12 ranks), in fp64, bf16 and fp16: every applicable
-// mutation caught, each factor one name, and every factor mutation that applies to the layout in
-// fp64 applies and is caught in bf16 and fp16 as well (none skipped for precision). Label `long`
-// (ctest --preset long runs it with MAGIC_LONG_TESTS=1, one to two and a half minutes a case);
-// skipped otherwise.
+// The whole bite on layouts whose sizes all differ (dp=4, cp=3, fsdp=2: 12 ranks; dp=3,cp=2,mb=4
+// with gradient accumulation: 6 ranks; the three-pool n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3:
+// 12 ranks), in fp64, bf16 and fp16: every applicable mutation caught, each factor one name, and
+// every factor mutation that applies to the layout in fp64 applies and is caught in bf16 and fp16
+// as well (none skipped for precision). Label `long` (ctest --preset long runs it with
+// MAGIC_LONG_TESTS=1, one to two and a half minutes a case); skipped otherwise.
 using LayoutAndDtype = std::pair<std::string, std::string>;
 class MagicCheckCliLong : public ::testing::TestWithParam<LayoutAndDtype> {};
 
@@ -548,6 +573,8 @@ INSTANTIATE_TEST_SUITE_P(DistinctSizes, MagicCheckCliLong,
                          ::testing::Values(LayoutAndDtype{"dp=4,cp=3,fsdp=2", "fp64"},
                                            LayoutAndDtype{"dp=4,cp=3,fsdp=2", "bf16"},
                                            LayoutAndDtype{"dp=4,cp=3,fsdp=2", "fp16"},
+                                           LayoutAndDtype{"dp=3,cp=2,mb=4", "fp64"},
+                                           LayoutAndDtype{"dp=3,cp=2,mb=4", "bf16"},
                                            LayoutAndDtype{"n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3", "bf16"},
                                            LayoutAndDtype{"n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3", "fp16"}),
                          [](const auto& info) {

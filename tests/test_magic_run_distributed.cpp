@@ -61,6 +61,37 @@ TEST(MagicRunDistributed, ScoresEqualTheSingleProcessRunAndRepeatBitExactly) {
   EXPECT_NE(score_diff(mesh, again).output.find("bit-identical: yes"), std::string::npos);
 }
 
+// Gradient accumulation (mb=2) on 5 rows: replicas of 3 and 2 rows, micro-batches of 2,1 and 1,1;
+// the scores are the single process's full-batch ones to fp64 rounding. A batch a replica cannot
+// split into mb micro-batches, and records that would not name their micro-batch, are refused
+// before any rank starts.
+TEST(MagicRunDistributed, MicroBatchesGiveTheSingleProcessScores) {
+  testing::TinyRun run;
+  run.batch_size = 5;
+  const std::string config = testing::write_tiny_run_config("micro-batches", run);
+  const std::string single = fresh_dir("mr-mb-single"), mesh = fresh_dir("mr-mb-mesh");
+  testing::CommandOutcome o = magic_run("--config " + config + " --out " + single);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  o = magic_run("--config " + config + " --topology dp=2,mb=2 --out " + mesh);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("on dp=2,mb=2"), std::string::npos) << o.output;
+  const at::Tensor a = load_safetensors(single + "/scores.safetensors").tensors.at("scores");
+  const at::Tensor d = load_safetensors(mesh + "/scores.safetensors").tensors.at("scores");
+  EXPECT_LE((d - a).abs().max().item<double>() / a.abs().max().item<double>(), 1e-10);
+
+  o = magic_run("--config " + config + " --topology dp=2,mb=3");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("mb=3 needs at least 3 rows on every dp replica (one per micro-batch), but "
+                          "training.batch_size of 5 rows gives a replica 2"),
+            std::string::npos)
+      << o.output;
+  const std::string dump = fresh_dir("mr-mb-dump");
+  o = magic_run("--config " + config + " --topology dp=2,mb=2 --dump " + dump);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("--dump: not with mb=2 yet"), std::string::npos) << o.output;
+  for (const std::string& dir : {single, mesh, dump}) std::filesystem::remove_all(dir);
+}
+
 // The comparison tool itself: a planted 1e-6 change fails it, naming the error.
 TEST(MagicRunDistributed, ScoreDiffFailsOnScoresThatDiffer) {
   const std::string base = fresh_dir("diff-base"), planted = fresh_dir("diff-planted");

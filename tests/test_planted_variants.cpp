@@ -1,12 +1,13 @@
 // Every mutation of the catalog has exactly its planted variant: an object of another type than
 // the correct one, of its family's kind (precision mutations: of MixedPrecision, with the correct
-// layout objects); the empty name gives the correct object, and a name of the other family (or
-// none) is a programming error.
+// layout objects; micro-batch mutations: of MicroBatches); the empty name gives the correct
+// object, and a name of the other family (or none) is a programming error.
 #include <gtest/gtest.h>
 
 #include <typeinfo>
 
 #include "checks/mutations.h"
+#include "checks/planted_micro_batches.h"
 #include "checks/planted_pipeline.h"
 #include "checks/planted_precision.h"
 #include "checks/planted_variants.h"
@@ -36,6 +37,14 @@ TEST(PlantedVariants, EachMutationPlantsAVariantOfItsFamilysObject) {
       continue;
     }
     EXPECT_EQ(typeid(*checks::planted_precision(m.name, fp16, 2)), typeid(MixedPrecision)) << m.name;
+    EXPECT_EQ(checks::is_micro_batch_mutation(m.name),
+              typeid(*checks::planted_micro_batches(m.name, 2)) != typeid(MicroBatches))
+        << m.name;
+    if (checks::is_micro_batch_mutation(m.name)) {  // a variant of the step's micro-batching
+      const auto dp = checks::planted_data_parallel(m.name, dist::MeshParts{}, dist::Convention::kSum);
+      EXPECT_EQ(typeid(*dp), typeid(dist::DataParallel)) << m.name;
+      continue;
+    }
     if (checks::is_pipeline_mutation(m.name)) {  // a wrapper of the step or the query the run is given
       const NoStep step;
       const NoQuery query;
@@ -64,6 +73,7 @@ TEST(PlantedVariants, NoMutationGivesTheCorrectObjects) {
   const NoQuery query;
   EXPECT_EQ(checks::planted_step("", step, nullptr).get(), &step);
   EXPECT_EQ(checks::planted_query("", query, 2).get(), &query);
+  EXPECT_EQ(typeid(*checks::planted_micro_batches("", 3)), typeid(MicroBatches));
   const auto dp = checks::planted_data_parallel("", dist::MeshParts{}, dist::Convention::kSum);
   EXPECT_EQ(typeid(*dp), typeid(dist::DataParallel));
   const auto pools = checks::planted_three_pool_conventions("");

@@ -165,9 +165,9 @@ TEST(BitePlan, SkipsTheMutationsWhoseLevelIsNotChecked) {
   for (const auto& m : checks::mutation_catalog())
     mesh_mutations += !m.family || m.family == dist::TopologyFamily::kMesh;
   // 14 of the mesh's parallelism, 5 of the precision policy, 3 of clipping, the optimizer input's,
-  // the query gradient's, REPLAY's restore, REPLAY's unscale of the optimizer state's cotangents and
-  // REPLAY's start
-  EXPECT_EQ(mesh_mutations, 27u);
+  // the query gradient's, REPLAY's restore, REPLAY's unscale of the optimizer state's cotangents,
+  // REPLAY's start and 2 of gradient accumulation
+  EXPECT_EQ(mesh_mutations, 29u);
   EXPECT_EQ(plan.run.size() + plan.skipped.size(), mesh_mutations);  // every one, in one list or the other
 }
 

@@ -76,7 +76,7 @@ Command parse(int argc, char** argv, int& early_exit) {
       "Example: magic-check --topology dp=4 --bite --json report.json\n"
       "Mesh layouts check a small GPT on the KJV fixture; three-pool layouts a small decomposition."};
   app.add_option("--topology", topology,
-                 "layout, key=value[,...]: mesh dp=D[,cp=C][,fsdp=F], or three pools "
+                 "layout, key=value[,...]: mesh dp=D[,cp=C][,fsdp=F][,mb=M], or three pools "
                  "n_ci=A,n_per_block=B[,n_blocks=2][,n_ppgd=2]");
   std::string run_config;
   app.add_option("--config", run_config,
@@ -111,8 +111,10 @@ Command parse(int argc, char** argv, int& early_exit) {
   app.add_option("--optimizer", s.optimizer, "sgd | adam | adamw")->capture_default_str();
   app.add_option("--label-smoothing", s.label_smoothing,
                  "label smoothing eps in [0, 1) of the training loss, over the real vocabulary (default 0)");
-  app.add_option("--batch", s.batch_size,
-                 "global batch rows (default: 3 x dp + 1, uneven shards; three-pool: 4 x lcm of the pool sizes)");
+  app.add_option(
+      "--batch", s.batch_size,
+      "global batch rows (default: 3 x dp + 1, uneven shards; (mb + 2) x dp + 1 with mb; three-pool: 4 x lcm "
+      "of the pool sizes)");
   c.program.threads_allowed = true;
   c.program.progress_every = std::chrono::seconds(30);  // a long check is seen to move
   app.add_option("--launch", c.program.launch,
@@ -186,6 +188,11 @@ Command parse(int argc, char** argv, int& early_exit) {
     throw InputError(str_cat(trace.port ? "--trace-port" : "--trace-file",
                              ": not with --launch threads (its rank threads share one process's trace points); use "
                              "--launch spawn"));
+  }
+  if (c.trace && s.topology.mb() > 1) {
+    throw InputError(str_cat(trace.port ? "--trace-port" : "--trace-file", ": not with mb=", s.topology.mb(),
+                             " yet (a step's records come once per micro-batch, and records do not name their "
+                             "micro-batch)"));
   }
   // Rank 0 binds its server once the ranks start, after the launcher's reference: a port in use
   // is refused now instead.

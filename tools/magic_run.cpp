@@ -167,7 +167,7 @@ Flags parse(int argc, char** argv, int& early_exit) {
   add_trace_flags(app, trace);
   app.add_flag("--keep-checkpoints", f.keep_checkpoints,
                "keep the run's checkpoints in training.spill_dir when it ends (removed by default)");
-  app.add_option("--topology", topology, "run distributed on this mesh layout: dp=N[,cp=C][,fsdp=F]");
+  app.add_option("--topology", topology, "run distributed on this mesh layout: dp=N[,cp=C][,fsdp=F][,mb=M]");
   app.add_option("--launch", program.launch,
                  "with --topology; spawn: start the ranks here on loopback; env: join a world made by "
                  "torchrun/srun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
@@ -225,6 +225,14 @@ Flags parse(int argc, char** argv, int& early_exit) {
   }
   if (app.count("--export-plan") > 0) check_plan_flags(f);
   f.trace = checked_trace_flags(app, trace, f.program ? std::optional<double>(timeout_s) : std::nullopt);
+  if (f.program && f.program->topology.mb() > 1 && (!f.dump_dir.empty() || f.trace)) {
+    throw InputError(str_cat(!f.dump_dir.empty() ? "--dump"
+                             : trace.port        ? "--trace-port"
+                                                 : "--trace-file",
+                             ": not with mb=", f.program->topology.mb(),
+                             " yet (a step's records come once per micro-batch, and ",
+                             "records do not name their micro-batch)"));
+  }
   return f;
 }
 
@@ -461,7 +469,11 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
   // Ranks our launcher spawned were checked together before they started.
   if (runtime == nullptr || f.program->launch == "env") require_memory(config, memory, available_memory_bytes());
   std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>();
-  if (runtime) parallelism = lm_data_parallel(*runtime, f.program->topology, config.model);
+  if (runtime) {
+    // Checked by the launcher before its ranks started; again here for ranks torchrun or srun started.
+    require_micro_batches_fit(f.program->topology, config.batch_size, "training.batch_size");
+    parallelism = lm_data_parallel(*runtime, f.program->topology, config.model);
+  }
   AttributionOptions options;
   options.per_query = f.per_query;
   options.replay_mode = replay_mode;
@@ -477,7 +489,8 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
     tracer.emplace(*f.trace, trace_origin(f, runtime, *parallelism), viewer_assets(), trace_relay(runtime),
                    speaks ? &std::cout : nullptr);
   }
-  LmProblem problem = build_lm_problem(config, parallelism);
+  LmProblem problem = build_lm_problem(config, parallelism, nullptr,
+                                       runtime ? std::make_shared<MicroBatches>(f.program->topology.mb()) : nullptr);
   if (tracer) {
     std::vector<std::string> ids;
     for (const Example& ex : problem.train->examples) ids.push_back(ex.id);
@@ -553,6 +566,7 @@ int run(int argc, char** argv) {
   if (!dist::running_as_rank()) {
     // Load the config here too, so a bad one is reported once, before any rank starts.
     const RunConfig config = RunConfig::load(flags.config_path, flags.overrides);
+    require_micro_batches_fit(flags.program->topology, config.batch_size, "training.batch_size");
     require_memory(config, estimate_run_memory(config), available_memory_bytes(), flags.program->topology.world_size());
     std::optional<RunFolderLease> lease = acquire_run_folder(flags, config);
     if (lease) setenv("MAGIC_RUN_FOLDER", lease->path().c_str(), 1);

@@ -66,6 +66,17 @@ std::optional<c10::ScalarType> rounded_to(const Entries& x, double c, int64_t te
   return std::nullopt;
 }
 
+// n of the bound γ_{n−1}: R, or R + M with M > 1 micro-batches (reduction_row.h).
+int64_t gamma_terms(const ReductionTerms& t) {
+  return t.terms + (t.micro_batches > 1 ? t.micro_batches : 0);
+}
+
+// " over 4 ranks", " over 2 ranks x 4 micro-batches"
+std::string terms_text(const ReductionTerms& t) {
+  return str_cat(" over ", t.terms, " ranks",
+                 t.micro_batches > 1 ? str_cat(" x ", t.micro_batches, " micro-batches") : "");
+}
+
 // "2.000"; more digits where three would read as 1.
 std::string scale_text(double k) {
   const std::string short_text = format_fixed(k, 3);
@@ -85,13 +96,13 @@ CheckRow make_reduction_row(const std::string& level, const std::string& tensor,
   x.g = reduced.detach().to(at::kDouble).reshape({-1});
   x.e = t.exact.detach().to(at::kDouble).reshape({-1});
   x.m = t.magnitude.detach().to(at::kDouble).reshape({-1});
-  x.underflow = t.c * static_cast<double>(t.terms) * smallest_subnormal(reduce);
+  x.underflow = t.c * static_cast<double>(t.terms * t.micro_batches) * smallest_subnormal(reduce);
   const at::Tensor error = (x.g - x.e).abs();
   const at::Tensor relative = error / (x.m + x.underflow);  // 0/0 cannot occur: underflow > 0
 
   ReductionErrors r;
   r.terms = t.terms;
-  r.bound = gamma_bound(t.terms - 1, unit_roundoff(reduce)) + 2.0 * unit_roundoff(master);
+  r.bound = gamma_bound(gamma_terms(t) - 1, unit_roundoff(reduce)) + 2.0 * unit_roundoff(master);
   if (x.g.numel() > 0) {
     r.worst = relative.max().item<double>();
     r.entries_over = relative.gt(r.bound).sum().item<int64_t>();
@@ -113,15 +124,15 @@ CheckRow make_reduction_row(const std::string& level, const std::string& tensor,
   if (const auto k = uniform_scale(x, row.stats.scale, r.bound)) {
     row.diagnosis = Diagnosis{};
     row.diagnosis.text =
-        str_cat("uniform scale ", scale_text(*k), " of the exact sum over ", t.terms, " ranks: every entry is ",
+        str_cat("uniform scale ", scale_text(*k), " of the exact sum", terms_text(t), ": every entry is ",
                 scale_text(*k), " x the sum within the bound (no topology factor)");
     return row;
   }
   if (!row.diagnosis.factors.empty()) return row;
-  std::string text = str_cat("summed coarser than ", dtype_name(reduce), " over ", t.terms, " ranks: ", r.entries_over,
-                             " of ", x.g.numel(), " entries beyond the bound, worst ", format_sci(r.worst, 1),
+  std::string text = str_cat("summed coarser than ", dtype_name(reduce), terms_text(t), ": ", r.entries_over, " of ",
+                             x.g.numel(), " entries beyond the bound, worst ", format_sci(r.worst, 1),
                              " of the terms' magnitude (bound ", format_sci(r.bound, 1), ")");
-  if (const auto d = rounded_to(x, t.c, t.terms, r.bound)) {
+  if (const auto d = rounded_to(x, t.c, gamma_terms(t), r.bound)) {
     text += str_cat("; every entry of the sum fits ", dtype_name(*d), ": it was rounded to ", dtype_name(*d));
   } else {
     text += str_cat("; median error ", format_sci(r.typical_error, 1), " of a value");

@@ -17,6 +17,10 @@ at::Tensor MixedPrecision::scale_loss(const at::Tensor& loss) const {
   return policy_.loss_scale == 1.0 ? loss : loss * policy_.loss_scale;
 }
 
+TensorTree MixedPrecision::accumulate(const TensorTree& sum, const TensorTree& micro_batch) const {
+  return add(cast_floating(sum, policy_.master), cast_floating(micro_batch, policy_.master));
+}
+
 TensorTree MixedPrecision::reduce(const Parallelism& parallelism, const TensorTree& grads) const {
   if (policy_.reduce == policy_.master) return parallelism.reduce_gradient(grads);
   return cast_floating(parallelism.reduce_gradient(cast_floating(grads, policy_.reduce)), policy_.master);

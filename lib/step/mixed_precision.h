@@ -2,7 +2,8 @@
 //   θ_c = compute(enter(θ))       (reduce dtype = master: the gather and its backward's sums
 //                                   run on master values; reduce = compute: θ is cast first)
 //   L   = loss(θ_c) in master      (logits are widened before the cross entropy)
-//   g   = unscale(reduce(∇(S·L)))  the gradient the optimizer and clipping see, in master
+//   g   = unscale(reduce(Σ_m ∇(S·L_m)))  the gradient the optimizer and clipping see, in master;
+//                                   the micro-batches' gradients (micro_batches.h) summed in master
 //   θ'  = store(update(θ, g))      parameters stay in the master dtype
 // A class, not free functions, so magic-check can plant precision bugs as variants of it
 // (checks/planted_variants.cpp) in the pipeline the user runs.
@@ -27,6 +28,8 @@ class MixedPrecision {
   at::Tensor to_master(const at::Tensor& x) const { return x.to(policy_.master); }
   // S·L (S = the loss scale).
   virtual at::Tensor scale_loss(const at::Tensor& loss) const;
+  // `sum` plus one more micro-batch's gradient (micro_batches.h), accumulated in the master dtype.
+  virtual TensorTree accumulate(const TensorTree& sum, const TensorTree& micro_batch) const;
   // The parallelism's gradient reduction, run in the reduce dtype; the result in master.
   virtual TensorTree reduce(const Parallelism& parallelism, const TensorTree& grads) const;
   // g / S, before clipping and the update.

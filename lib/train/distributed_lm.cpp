@@ -1,5 +1,7 @@
 #include "lib/train/distributed_lm.h"
 
+#include <algorithm>
+
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/parallel/mesh_layout.h"
@@ -21,7 +23,15 @@ void require_built_axes(const dist::TopologySpec& topology, const std::string& t
   };
   if (topology.tp() > 1 && tool != "magic-check") refuse("tp");
   if (topology.sp()) refuse("sp");
-  if (topology.mb() > 1) refuse("mb");
+}
+
+void require_micro_batches_fit(const dist::TopologySpec& topology, int64_t batch, const std::string& batch_name) {
+  const int64_t mb = topology.mb(), dp = topology.dp();
+  if (mb == 1 || batch / dp >= mb) return;  // the smallest replica's share is floor(batch / dp)
+  throw InputError(str_cat("--topology ", topology.str(), ": mb=", mb, " needs at least ", mb,
+                           " rows on every dp replica (one per micro-batch), but ", batch_name, " of ", batch,
+                           " rows gives a replica ", batch / dp, "; use a batch of at least dp*mb = ", dp * mb,
+                           " rows or mb <= ", std::max<int64_t>(1, batch / dp)));
 }
 
 dist::MeshParts lm_mesh_parts(const dist::Runtime& runtime, const dist::TopologySpec& topology,

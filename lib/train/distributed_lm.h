@@ -21,6 +21,11 @@ void require_mesh_topology(const dist::TopologySpec& topology, const std::string
 // check a different run than the one named).
 void require_built_axes(const dist::TopologySpec& topology, const std::string& tool);
 
+// Throws InputError unless every dp replica's share of a `batch`-row step (contiguous shards,
+// sizes differing by at most one) holds at least the topology's mb rows: one per micro-batch.
+// `batch_name` says where the batch came from ("--batch", "training.batch_size").
+void require_micro_batches_fit(const dist::TopologySpec& topology, int64_t batch, const std::string& batch_name);
+
 // This rank's mesh groups and the correct pieces for the model's parameters. Every rank of the
 // world calls it, in the same order (groups are created collectively).
 dist::MeshParts lm_mesh_parts(const dist::Runtime& runtime, const dist::TopologySpec& topology, const GptConfig& model);

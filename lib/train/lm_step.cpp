@@ -13,7 +13,8 @@
 namespace magic {
 LmStep::LmStep(GptConfig model, std::shared_ptr<const TokenDataset> data, const DataStream& stream, Reduction reduction,
                double label_smoothing, std::shared_ptr<const Optimizer> optimizer, std::optional<double> clip_norm,
-               std::shared_ptr<const Parallelism> parallelism, std::shared_ptr<const MixedPrecision> precision)
+               std::shared_ptr<const Parallelism> parallelism, std::shared_ptr<const MixedPrecision> precision,
+               std::shared_ptr<const MicroBatches> micro_batches)
     : model_(model),
       data_(std::move(data)),
       reduction_(reduction),
@@ -22,9 +23,14 @@ LmStep::LmStep(GptConfig model, std::shared_ptr<const TokenDataset> data, const 
       clip_norm_(clip_norm),
       parallelism_(std::move(parallelism)),
       precision_(std::move(precision)),
+      micro_batching_(std::move(micro_batches)),
       trace_layout_(parallelism_->trace_layout()) {
   for (int64_t t = 0; t < stream.num_steps(); ++t) {
-    batches_.push_back(make_batch(*data_, parallelism_->local_share(stream.rows(t))));
+    const std::vector<int64_t> rows = parallelism_->local_share(stream.rows(t));
+    batches_.push_back(make_batch(*data_, rows));
+    std::vector<Batch> parts;
+    for (const auto& part : micro_batching_->split(rows)) parts.push_back(make_batch(*data_, part));
+    micro_batches_.push_back(std::move(parts));
   }
 }
 
@@ -51,8 +57,36 @@ LocalColumns local_columns(const SequenceLayout& layout, const at::Tensor& input
 
 }  // namespace
 
+std::vector<double> LmStep::micro_batch_denominators(int64_t t) const {
+  const std::vector<Batch>& parts = micro_batches_.at(t);
+  if (reduction_ != Reduction::kMean) return std::vector<double>(parts.size(), 1.0);
+  std::vector<double> labels;
+  for (const Batch& part : parts) {
+    const SequenceLayout layout = parallelism_->model_layout(part.input_ids.size(1)).sequence;
+    const at::Tensor ones = at::ones({part.input_ids.size(0)}, at::kDouble);
+    labels.push_back(local_columns(layout, part.input_ids, part.labels, ones, data_->pad_id)
+                         .targets.ne(kIgnoreLabel)
+                         .sum()
+                         .item<double>());
+  }
+  return micro_batching_->denominators(*parallelism_, labels);
+}
+
 at::Tensor LmStep::loss(const TensorTree& params, int64_t t, const at::Tensor& w) const {
-  const Batch& batch = batches_.at(t);
+  const std::vector<double> denominators = micro_batch_denominators(t);
+  at::Tensor total;
+  for (size_t m = 0; m < denominators.size(); ++m) {
+    const at::Tensor part = micro_batch_loss(params, t, static_cast<int64_t>(m), w, denominators[m]);
+    total = total.defined() ? total + part : part;
+  }
+  return total;
+}
+
+// Its trace records (activations, the loss) come once per micro-batch, placed as this rank's
+// whole share: records do not name their micro-batch yet.
+at::Tensor LmStep::micro_batch_loss(const TensorTree& params, int64_t t, int64_t m, const at::Tensor& w,
+                                    double mean_denominator) const {
+  const Batch& batch = micro_batches_.at(t).at(m);
   const ModelLayout layout = parallelism_->model_layout(batch.input_ids.size(1));
   const LocalColumns local =
       local_columns(layout.sequence, batch.input_ids, batch.labels, gather_weights(w, batch.rows), data_->pad_id);
@@ -69,8 +103,7 @@ at::Tensor LmStep::loss(const TensorTree& params, int64_t t, const at::Tensor& w
   at::Tensor losses =
       vocab_parallel_position_losses(precision_->to_master(logits), local.targets, token_loss_, *layout.tensor);
   at::Tensor mask = local.targets.ne(kIgnoreLabel).to(losses.scalar_type());
-  const double denominator =
-      reduction_ == Reduction::kMean ? parallelism_->mean_denominator(mask.sum().item<double>()) : 1.0;
+  const double denominator = reduction_ == Reduction::kMean ? mean_denominator : 1.0;
   at::Tensor row_labels = label_mask(batch.labels, losses.scalar_type()).sum(1);
   at::Tensor loss = reduce_aligned_loss(losses, mask, local.weights, reduction_, denominator, row_labels);
   if (tracing() && trace_context().active) {
@@ -101,18 +134,27 @@ std::pair<TensorTree, at::Tensor> LmStep::gradient_and_loss(const TrainState& st
   // first-order records too; one that will be differentiated again is not.
   std::optional<ScopedTraceContext> context;
   if (tracing() && !trace_context().active && !create_graph) context.emplace(TraceContext{true, t, "forward", {}});
-  const at::Tensor unscaled = loss(params, t, w);
-  at::Tensor local_loss = precision_->scale_loss(unscaled);
-  auto grads = torch::autograd::grad({local_loss}, params.tensors(), {}, /*retain_graph=*/create_graph,
-                                     /*create_graph=*/create_graph, /*allow_unused=*/true);
-  const TensorTree local = with_values(params, grads);
+  // Each micro-batch's forward and backward in turn (its graph freed unless the gradient will be
+  // differentiated again), the gradients accumulated in the master dtype.
+  const std::vector<double> denominators = micro_batch_denominators(t);
+  TensorTree local;
+  at::Tensor unscaled;
+  for (size_t m = 0; m < denominators.size(); ++m) {
+    const at::Tensor part = micro_batch_loss(params, t, static_cast<int64_t>(m), w, denominators[m]);
+    auto grads = torch::autograd::grad({precision_->scale_loss(part)}, params.tensors(), {},
+                                       /*retain_graph=*/create_graph, /*create_graph=*/create_graph,
+                                       /*allow_unused=*/true);
+    const TensorTree micro = with_values(params, grads);
+    local = m == 0 ? micro : precision_->accumulate(local, micro);
+    unscaled = m == 0 ? part.detach() : unscaled + part.detach();
+  }
   if (trace_layout_.mesh.empty() || trace_layout_.backward_gradient) {
     trace_step_tree(local, "gradient", "backward", t,
                     trace_layout_.backward_gradient.value_or(std::vector<Placement>{}));
   }
   TensorTree reduced = precision_->unscale(parallelism_->apply_convention(precision_->reduce(*parallelism_, local)));
   trace_step_tree(reduced, "reduced_gradient", "reduction", t, trace_layout_.parameters);
-  return {reduced, unscaled.detach()};
+  return {reduced, unscaled};
 }
 
 StepOutput LmStep::step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const {

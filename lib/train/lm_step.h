@@ -1,8 +1,10 @@
 // The causal-LM training step and query loss over a tokenized dataset, written once for the
 // single-process engine and for data-parallel ranks (the Parallelism strategy decides the
-// local rows, the normalizer and how the gradient is reduced).
-//   L_t(θ, w) = reduce(w_batch · ℓ_ε(θ; batch_t))    (lm_loss.h; ε the label smoothing)
-//   g = ∇θ L_t (reduced across ranks), optionally clipped;  (θ', o') = optimizer(θ, g, o)
+// local rows, the normalizer and how the gradient is reduced), with gradient accumulation over
+// the micro-batches of this rank's rows (micro_batches.h; one micro-batch by default).
+//   L_t(θ, w) = Σ_m reduce(w_m · ℓ_ε(θ; micro-batch m of batch_t))    (lm_loss.h; ε the label
+//               smoothing; `mean` divides every micro-batch by the global batch's valid labels)
+//   g = Σ_m ∇θ L_t,m (reduced across ranks), optionally clipped;  (θ', o') = optimizer(θ, g, o)
 // under the run's precision policy (mixed_precision.h: compute dtype, loss scale, reduce dtype).
 #pragma once
 
@@ -16,6 +18,7 @@
 #include "lib/model/gpt.h"
 #include "lib/model/lm_loss.h"
 #include "lib/optim/optimizer.h"
+#include "lib/step/micro_batches.h"
 #include "lib/step/mixed_precision.h"
 #include "lib/step/parallelism.h"
 #include "lib/step/step_function.h"
@@ -27,7 +30,8 @@ class LmStep : public StepFunction {
   LmStep(GptConfig model, std::shared_ptr<const TokenDataset> data, const DataStream& stream, Reduction reduction,
          double label_smoothing, std::shared_ptr<const Optimizer> optimizer, std::optional<double> clip_norm,
          std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>(),
-         std::shared_ptr<const MixedPrecision> precision = std::make_shared<MixedPrecision>());
+         std::shared_ptr<const MixedPrecision> precision = std::make_shared<MixedPrecision>(),
+         std::shared_ptr<const MicroBatches> micro_batches = std::make_shared<MicroBatches>());
 
   int64_t num_steps() const override { return static_cast<int64_t>(batches_.size()); }
   StepOutput step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const override;
@@ -37,25 +41,33 @@ class LmStep : public StepFunction {
   TraceLayout trace_layout() const override { return trace_layout_; }
 
   TensorTree gradient(const TrainState& state, int64_t t, const at::Tensor& w, bool create_graph) const override;
-  // Step t's training loss (global value).
+  // Step t's training loss (global value): the sum of its micro-batches' losses.
   at::Tensor loss(const TensorTree& params, int64_t t, const at::Tensor& w) const;
 
   const Batch& local_batch(int64_t t) const { return batches_.at(t); }
 
  private:
+  // The loss of micro-batch m of step t (this rank's share), its `mean` reduction divided by
+  // `mean_denominator`.
+  at::Tensor micro_batch_loss(const TensorTree& params, int64_t t, int64_t m, const at::Tensor& w,
+                              double mean_denominator) const;
+  // The `mean` denominator of each micro-batch of step t (micro_batches.h); ones without `mean`.
+  std::vector<double> micro_batch_denominators(int64_t t) const;
   // The gradient and, detached, the loss it was taken of (this rank's share), which step()
   // reports so that a run can be watched without a second forward pass.
   std::pair<TensorTree, at::Tensor> gradient_and_loss(const TrainState& state, int64_t t, const at::Tensor& w,
                                                       bool create_graph) const;
   GptConfig model_;
   std::shared_ptr<const TokenDataset> data_;
-  std::vector<Batch> batches_;  // this rank's rows of each step
+  std::vector<Batch> batches_;                     // this rank's rows of each step
+  std::vector<std::vector<Batch>> micro_batches_;  // the same rows as micro-batches
   Reduction reduction_;
   TokenLoss token_loss_;  // the training loss's vocabulary and label smoothing
   std::shared_ptr<const Optimizer> optimizer_;
   std::optional<double> clip_norm_;
   std::shared_ptr<const Parallelism> parallelism_;
   std::shared_ptr<const MixedPrecision> precision_;
+  std::shared_ptr<const MicroBatches> micro_batching_;
   TraceLayout trace_layout_;  // parallelism_'s
 };
 

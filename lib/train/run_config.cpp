@@ -191,8 +191,10 @@ std::vector<TextDocument> slice_of(const std::vector<TextDocument>& documents, s
 }  // namespace
 
 LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const Parallelism> parallelism,
-                           std::shared_ptr<const MixedPrecision> precision) {
+                           std::shared_ptr<const MixedPrecision> precision,
+                           std::shared_ptr<const MicroBatches> micro_batches) {
   if (!precision) precision = std::make_shared<MixedPrecision>(c.precision);
+  if (!micro_batches) micro_batches = std::make_shared<MicroBatches>();
   LmProblem p;
   p.model = c.model;
   if (c.model_folder) {
@@ -239,7 +241,7 @@ LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const Parallelism
   auto optimizer = make_optimizer(c.optimizer);
   p.optimizer = optimizer;
   p.step = std::make_shared<LmStep>(p.model, train, *p.stream, c.reduction, c.label_smoothing, optimizer,
-                                    c.optimizer.clip_norm, parallelism, precision);
+                                    c.optimizer.clip_norm, parallelism, precision, micro_batches);
   p.query = std::make_shared<LmQuery>(p.model, std::move(queries), parallelism, precision);
   // Parameters, optimizer state and data weights live in the master dtype.
   const TensorTree init = c.model_folder

@@ -99,8 +99,11 @@ struct LmProblem {
 // ranks; every rank builds the same problem (same seed, data, init) and keeps its own share
 // (initial.params and the optimizer state are this rank's shards).
 // `precision` applies config.precision (a planted variant of it in magic-check; null: the plain one).
+// `micro_batches` splits each rank's rows of a step for gradient accumulation (the topology's mb;
+// null: one micro-batch).
 LmProblem build_lm_problem(const RunConfig& config,
                            std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>(),
-                           std::shared_ptr<const MixedPrecision> precision = nullptr);
+                           std::shared_ptr<const MixedPrecision> precision = nullptr,
+                           std::shared_ptr<const MicroBatches> micro_batches = nullptr);
 
 }  // namespace magic
