@@ -171,7 +171,7 @@ class WithPart : public DataParallel {
  private:
   static MeshParts replaced(MeshParts parts) {
     if constexpr (std::is_base_of_v<ContextParallel, Part>) {
-      parts.context = std::make_shared<Part>(parts.groups.cp);
+      parts.context = std::make_shared<Part>(parts.groups.cp, parts.context ? parts.context->sequence_shards() : 1);
     } else if constexpr (std::is_base_of_v<TensorParallel, Part>) {
       // Without a tp group (tp = 1) there is nothing to plant: the catalog needs tp >= 2.
       if (parts.groups.tp) parts.tensor = std::make_shared<Part>(parts.groups.tp, parts.sequence_parallel);
@@ -198,17 +198,27 @@ class ReplicaAllReduceBackward : public ShardedParameters {
   }
 };
 
-// The gradient is summed across replicas outside autograd, DDP-hook style.
+// The gradient is summed across replicas outside autograd, DDP-hook style (under sp the
+// replicated parameters' over the tp ranks as well, as their bucket would have).
 class DetachedCollective : public WithPart<NoReplicaSum> {
  public:
   TensorTree reduce_gradient(const TensorTree& grads) const override {
-    return grads.map([this](const at::Tensor& g) { return dist::all_reduce_sum_detached(g, *replica_); });
+    return grads.map_named([this](const std::string& name, const at::Tensor& g) {
+      const bool over_tp = parts().sequence_parallel && !split_over_tp(name);
+      return dist::all_reduce_sum_detached(g, over_tp ? *replica_tp_ : *replica_);
+    });
   }
   DetachedCollective(MeshParts parts, Convention convention)
-      : WithPart<NoReplicaSum>(parts, convention), replica_(parts.groups.replica) {}
+      : WithPart<NoReplicaSum>(unsummed(parts), convention),
+        replica_(parts.groups.replica),
+        replica_tp_(parts.groups.replica_tp) {}
 
  private:
-  std::shared_ptr<const Group> replica_;
+  static MeshParts unsummed(MeshParts parts) {
+    if (parts.summed_over_tp) parts.summed_over_tp = std::make_shared<ShardedParameters>(parts.groups.shard, nullptr);
+    return parts;
+  }
+  std::shared_ptr<const Group> replica_, replica_tp_;
 };
 
 // The shard's gradient is summed over the cp ranks but not across the replicas (hybrid sharding).
@@ -335,6 +345,34 @@ class LossSumExpLocal : public dist::TensorParallelGroup {
   at::Tensor loss_sum_exp(const at::Tensor& partial) const override { return partial; }
 };
 
+// Under sp, the sequence all-gather before a column-parallel linear keeps only this rank's shard
+// of the cotangent in its backward (no reduce-scatter): the other ranks' columns' share is lost.
+class SequenceGatherBackwardLocal : public dist::TensorParallelGroup {
+ public:
+  using TensorParallelGroup::TensorParallelGroup;
+  at::Tensor enter_column(const at::Tensor& x, int64_t sequence_dim) const override {
+    if (!sequence_parallel()) return TensorParallelGroup::enter_column(x, sequence_dim);
+    std::vector<at::Tensor> shards =
+        group().all_gather(x.detach().contiguous(), sequence_dim).chunk(size(), sequence_dim);
+    shards[static_cast<size_t>(index())] = x;
+    return at::cat(shards, sequence_dim);
+  }
+};
+
+// Under sp, the replicated parameters (layer norms, positions, row-parallel biases) enter like the
+// tensor-parallel pieces: their partial gradients are never summed across tp, and the replicas drift.
+class SpReplicatedGradientNotSummed : public DataParallel {
+ public:
+  SpReplicatedGradientNotSummed(MeshParts parts, Convention convention)
+      : DataParallel(without_tp_sum(std::move(parts)), convention) {}
+
+ private:
+  static MeshParts without_tp_sum(MeshParts parts) {
+    parts.summed_over_tp = nullptr;
+    return parts;
+  }
+};
+
 // The clip norm sums every parameter over tp, the replicated ones included: counted tp times.
 class NormReplicatedPerTpRank : public DataParallel {
  public:
@@ -459,7 +497,9 @@ std::shared_ptr<const Parallelism> planted_data_parallel(const std::string& muta
       {"tp-loss-sum-exp-local", make<WithPart<LossSumExpLocal>>()},
       {"tp-norm-replicated-per-rank", make<NormReplicatedPerTpRank>()},
       {"tp-norm-one-rank", make<NormOneTpRank>()},
-      {"tp-weight-gradient-summed", make<WeightGradientSummedOverTp>()}};
+      {"tp-weight-gradient-summed", make<WeightGradientSummedOverTp>()},
+      {"sp-replicated-gradient-not-summed", make<SpReplicatedGradientNotSummed>()},
+      {"sp-gather-backward-local", make<WithPart<SequenceGatherBackwardLocal>>()}};
   const bool elsewhere =
       is_precision_mutation(mutation) || is_pipeline_mutation(mutation) || is_micro_batch_mutation(mutation);
   const auto it = variants.find(elsewhere ? "" : mutation);

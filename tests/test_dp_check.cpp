@@ -1,6 +1,6 @@
 // The checks with ranks as threads of this process: each mutation, planted alone, is caught at
 // its expected level with its expected factor, on the first layout of its family it applies to
-// whose sizes all differ (mesh: dp=3, dp=2,cp=3, dp=4,fsdp=2, dp=3,mb=2, dp=3,tp=2; the three-pool
+// whose sizes all differ (mesh: dp=3, dp=2,cp=3, dp=4,fsdp=2, dp=3,mb=2, dp=3,tp=2, dp=3,tp=2,sp; the three-pool
 // n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3, 12 ranks), so that the factor the diagnosis observes
 // names exactly one size, in fp64 unless the mutation needs a lower precision (then fp16, whose
 // loss scale 1024 is a size of its own); fp32 is judged against fp64; empty shards are fine.
@@ -23,8 +23,8 @@ class EachMutation : public ::testing::TestWithParam<checks::Mutation> {};
 // The first (layout, precision) among the distinct layouts and fp64, fp16 the mutation applies to.
 checks::CheckSettings distinct_settings_for(const checks::Mutation& m) {
   for (c10::ScalarType dtype : {c10::kDouble, c10::kHalf}) {
-    for (const char* text :
-         {"dp=3", "dp=2,cp=3", "dp=4,fsdp=2", "dp=3,mb=2", "dp=3,tp=2", "n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3"}) {
+    for (const char* text : {"dp=3", "dp=2,cp=3", "dp=4,fsdp=2", "dp=3,mb=2", "dp=3,tp=2", "dp=3,tp=2,sp",
+                             "n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3"}) {
       checks::CheckSettings s;
       s.topology = dist::TopologySpec::parse(text);
       s.precision = PrecisionPolicy::for_compute(dtype);

@@ -464,6 +464,27 @@ TEST(MagicCheckCli, MicroBatchesPassAtFp64PrecisionOnEveryLevel) {
   }
 }
 
+// Tensor and sequence parallelism (docs/magic-check.md, "Tensor parallel (`tp`)"): exact at every
+// level against the single process, with label smoothing over a vocabulary (257) tp pads, on tp
+// alone with sp and on a mesh with every axis but fsdp.
+TEST(MagicCheckCli, TensorParallelPassesAtFp64PrecisionOnEveryLevel) {
+  for (const std::string layout : {"dp=1,tp=2,sp", "dp=2,cp=2,tp=2,sp"}) {
+    const std::string json = temp_path("tensor_parallel.json");
+    auto o = magic_check("--topology " + layout + " --label-smoothing 0.1 --json " + json);
+    ASSERT_EQ(o.exit_code, 0) << layout << "\n" << o.output;
+    auto report = nlohmann::json::parse(testing::read_file(json));
+    EXPECT_EQ(report["topology"], layout);
+    std::set<std::string> levels;
+    for (const auto& row : report["checks"]) {
+      levels.insert(row["level"].get<std::string>());
+      EXPECT_LE(row["worst_rel_err"].get<double>(), 1e-9) << layout << " " << row.dump();
+    }
+    EXPECT_EQ(levels,
+              (std::set<std::string>{"grad", "optimizer", "query_grad", "hvp", "replay", "final_params", "scores"}))
+        << layout;
+  }
+}
+
 // Low precision: judged against an fp64 golden run; every row carries the three errors and,
 // where it applies, the bound; the table says which criterion it used.
 TEST(MagicCheckCli, Bf16PassesAgainstTheFp64GoldenRunAndReportsThreeErrors) {

@@ -3,7 +3,9 @@
 //     the whole, a vocabulary that tp does not divide padded as Megatron pads it;
 //   - ranks as threads: the GPT's forward on tensor-parallel pieces with the vocabulary-parallel
 //     loss (label smoothing on, a padded vocabulary) gives the single process's token losses, and
-//     each rank's gradient is its piece of the single process's gradient.
+//     each rank's gradient is its piece of the single process's gradient; with sequence
+//     parallelism a replicated parameter's gradient is partial on each rank and its sum over tp
+//     is the single process's.
 #include <gtest/gtest.h>
 
 #include <torch/csrc/autograd/autograd.h>
@@ -78,7 +80,7 @@ GptConfig tiny(bool tied) {
   return c;
 }
 
-void expect_tensor_parallel_matches_single_process(const GptConfig& config) {
+void expect_tensor_parallel_matches_single_process(const GptConfig& config, bool sequence_parallel) {
   constexpr int64_t kTp = 2;
   const TensorTree params = gpt_init(config, at::kDouble, 3);
   at::Generator gen = make_generator(9);
@@ -94,11 +96,14 @@ void expect_tensor_parallel_matches_single_process(const GptConfig& config) {
       with_values(leaves, torch::autograd::grad({(whole_losses * weights).sum()}, leaves.tensors()));
 
   std::mutex mutex;
+  std::vector<TensorTree> rank_grads(kTp);
   dist::run_ranks_in_threads(kTp, [&](dist::Runtime& rt) {
     const dist::MeshGroups groups = dist::make_mesh_groups(rt, dist::MeshLayout(1, 1, 1, kTp));
-    const ModelLayout layout{
-        SequenceLayout::whole(8), std::make_shared<dist::TensorParallelGroup>(groups.tp, false), {}};
     const int64_t index = rt.rank();
+    // Under sp this rank's residual stream holds columns 4·index .. 4·index + 3.
+    const ModelLayout layout{SequenceLayout::whole(8),
+                             std::make_shared<dist::TensorParallelGroup>(groups.tp, sequence_parallel),
+                             sequence_parallel ? at::arange(4 * index, 4 * index + 4, at::kLong) : at::Tensor()};
     TensorTree pieces = params.map_named([&](const std::string& name, const at::Tensor& p) {
       return tensor_parallel_piece(p, split_of(gpt_parallel_plan(), name), kTp, index);
     });
@@ -110,20 +115,39 @@ void expect_tensor_parallel_matches_single_process(const GptConfig& config) {
         pieces, torch::autograd::grad({(losses * weights).sum()}, pieces.tensors(), {}, false, false, true));
     std::lock_guard<std::mutex> lock(mutex);
     EXPECT_LT(testing::relative_error(losses.detach(), whole_losses.detach()), 1e-13);
-    for (const auto& g : grads) {
-      const at::Tensor expected =
-          tensor_parallel_piece(whole_grad.at(g.name), split_of(gpt_parallel_plan(), g.name), kTp, index);
-      EXPECT_LT(testing::relative_error(g.tensor, expected), 1e-12) << g.name << " on tp rank " << index;
-    }
+    rank_grads[index] = grads;
   });
+  for (const auto& p : whole_grad) {
+    const TensorSplit split = split_of(gpt_parallel_plan(), p.name);
+    if (split == TensorSplit::kReplicated) {
+      // Without sp every rank's gradient is whole; with sp each is a partial sum over its columns.
+      at::Tensor sum = rank_grads[0].at(p.name) + rank_grads[1].at(p.name);
+      const at::Tensor got = sequence_parallel ? sum : rank_grads[1].at(p.name);
+      EXPECT_LT(testing::relative_error(got, p.tensor), 1e-12) << p.name;
+      if (sequence_parallel) {
+        EXPECT_GT(testing::relative_error(rank_grads[0].at(p.name), p.tensor), 1e-3) << p.name;
+      }
+      continue;
+    }
+    for (int64_t index = 0; index < kTp; ++index) {
+      EXPECT_LT(
+          testing::relative_error(rank_grads[index].at(p.name), tensor_parallel_piece(p.tensor, split, kTp, index)),
+          1e-12)
+          << p.name << " on tp rank " << index;
+    }
+  }
 }
 
 TEST(TensorParallel, LossesAndGradientPiecesEqualTheSingleProcess) {
-  expect_tensor_parallel_matches_single_process(tiny(false));
+  expect_tensor_parallel_matches_single_process(tiny(false), false);
 }
 
 TEST(TensorParallel, TiedHeadLossesAndGradientPiecesEqualTheSingleProcess) {
-  expect_tensor_parallel_matches_single_process(tiny(true));
+  expect_tensor_parallel_matches_single_process(tiny(true), false);
+}
+
+TEST(TensorParallel, SequenceParallelReplicatedGradientsArePartialSumsOverTp) {
+  expect_tensor_parallel_matches_single_process(tiny(false), true);
 }
 
 }  // namespace

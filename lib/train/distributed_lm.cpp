@@ -22,7 +22,7 @@ void require_built_axes(const dist::TopologySpec& topology, const std::string& t
     throw InputError(str_cat("--topology ", topology.str(), ": ", key, " is not built into ", tool, " yet"));
   };
   if (topology.tp() > 1 && tool != "magic-check") refuse("tp");
-  if (topology.sp()) refuse("sp");
+  if (topology.sp() && tool != "magic-check") refuse("sp");
 }
 
 void require_micro_batches_fit(const dist::TopologySpec& topology, int64_t batch, const std::string& batch_name) {

@@ -4,8 +4,8 @@
 
 namespace magic::dist {
 
-int64_t cp_padded_length(int64_t length, int64_t cp) {
-  const int64_t chunks = 2 * cp;
+int64_t cp_padded_length(int64_t length, int64_t cp, int64_t shards) {
+  const int64_t chunks = 2 * cp * shards;
   return (length + chunks - 1) / chunks * chunks;
 }
 
@@ -15,12 +15,17 @@ at::Tensor zigzag_columns(int64_t padded_length, int64_t cp, int64_t rank) {
                   at::arange((2 * cp - 1 - rank) * chunk, (2 * cp - rank) * chunk, at::kLong)});
 }
 
-ContextParallel::ContextParallel(std::shared_ptr<const Group> group) : group_(std::move(group)) {}
+ContextParallel::ContextParallel(std::shared_ptr<const Group> group, int64_t sequence_shards)
+    : group_(std::move(group)), sequence_shards_(sequence_shards) {}
 
 SequenceLayout ContextParallel::layout(int64_t length) const {
-  if (size() == 1) return SequenceLayout::whole(length);
+  if (size() == 1) {
+    const int64_t padded = sequence_shards_ == 1 ? length : cp_padded_length(length, 1, sequence_shards_);
+    SequenceLayout whole = SequenceLayout::whole(padded);
+    return whole;
+  }
   SequenceLayout layout;
-  layout.padded_length = cp_padded_length(length, size());
+  layout.padded_length = cp_padded_length(length, size(), sequence_shards_);
   layout.columns = columns(layout.padded_length);
   layout.positions = positions(layout.padded_length);
   layout.position_ids = position_ids(layout.padded_length);

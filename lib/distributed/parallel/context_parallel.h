@@ -1,11 +1,12 @@
 // Context parallelism (docs/magic-check.md, "Context parallel (`cp`)"): the ranks of a cp group
 // split every sequence.
-// The sequence, padded to P = 2·cp·ceil(T / 2cp) columns (padding: no label, weight 0), is cut
-// into 2·cp chunks of P / 2cp; cp rank r holds chunks r and 2cp-1-r, which balances the causal
-// mask's work (zig-zag). Attention reaches the other ranks' keys and values through the
-// differentiable all_gather over the cp group (backward reduce_scatter_sum), so every order of
-// derivative crosses cp ranks; the mask compares true positions.
-// checks/planted_variants.cpp derives the cp mutations from this class.
+// The sequence, padded to P = 2·cp·s·ceil(T / 2cp·s) columns (padding: no label, weight 0; s the
+// sequence-parallel shards of each rank's columns, 1 without sp), is cut into 2·cp chunks of
+// P / 2cp; cp rank r holds chunks r and 2cp-1-r, which balances the causal mask's work (zig-zag).
+// With cp = 1 and s > 1 the whole padded sequence is the rank's. Attention reaches the other ranks' keys and values
+// through the differentiable all_gather over the cp group (backward reduce_scatter_sum), so every order of derivative
+// crosses cp ranks; the mask compares true positions. checks/planted_variants.cpp derives the cp mutations from this
+// class.
 #pragma once
 
 #include <memory>
@@ -15,18 +16,20 @@
 
 namespace magic::dist {
 
-// P for a sequence of `length` over `cp` ranks.
-int64_t cp_padded_length(int64_t length, int64_t cp);
+// P for a sequence of `length` over `cp` ranks, each splitting its columns `shards` ways.
+int64_t cp_padded_length(int64_t length, int64_t cp, int64_t shards = 1);
 // The columns of rank `rank` of `cp`: chunks rank and 2cp-1-rank of a padded length P, in order.
 at::Tensor zigzag_columns(int64_t padded_length, int64_t cp, int64_t rank);
 
 class ContextParallel {
  public:
-  // `group`: this rank's cp group (nullptr: cp = 1, the whole sequence on this rank).
-  explicit ContextParallel(std::shared_ptr<const Group> group);
+  // `group`: this rank's cp group (nullptr: cp = 1, the whole sequence on this rank);
+  // `sequence_shards`: how many ways sequence parallelism splits this rank's columns.
+  explicit ContextParallel(std::shared_ptr<const Group> group, int64_t sequence_shards = 1);
   virtual ~ContextParallel() = default;
 
   int64_t size() const { return group_ ? group_->size() : 1; }
+  int64_t sequence_shards() const { return sequence_shards_; }
   const Group& group() const { return *group_; }
 
   // This rank's layout of a sequence of `length` columns.
@@ -42,6 +45,7 @@ class ContextParallel {
 
  private:
   std::shared_ptr<const Group> group_;
+  int64_t sequence_shards_;
 };
 
 }  // namespace magic::dist

@@ -68,8 +68,8 @@ MeshParts mesh_parts(const MeshGroups& groups, const TensorTree& full_params, co
                      bool sequence_parallel) {
   MeshParts parts;
   parts.groups = groups;
-  parts.context = std::make_shared<ContextParallel>(groups.cp);
   const int64_t tp = groups.layout.tp();
+  parts.context = std::make_shared<ContextParallel>(groups.cp, sequence_parallel ? tp : 1);
   if (tp > 1) {
     parts.tensor = std::make_shared<TensorParallelGroup>(groups.tp, sequence_parallel);
   } else {
@@ -110,7 +110,14 @@ at::Tensor DataParallel::sum_over_batch(const at::Tensor& local) const {
 }
 
 ModelLayout DataParallel::model_layout(int64_t length) const {
-  return {parts_.context->layout(length), parts_.tensor, {}};
+  ModelLayout out{parts_.context->layout(length), parts_.tensor, {}};
+  if (parts_.sequence_parallel) {
+    // The residual stream's columns on this tp rank: a contiguous 1/tp of the rank's columns (the
+    // context layout pads them to a multiple of tp), gathered back in tp-rank order.
+    const int64_t n = out.sequence.position_ids.size(0) / layout().tp();
+    out.residual_position_ids = out.sequence.position_ids.narrow(0, layout().tp_index(rank()) * n, n);
+  }
+  return out;
 }
 
 TensorTree DataParallel::shard(const TensorTree& full) const {
