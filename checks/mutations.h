@@ -22,7 +22,7 @@ enum class PrecisionNeed {
   kLossScale,           // loss_scale >= 2
   kReduceInMaster,      // the policy reduces in the master dtype, which is not the compute dtype
   kFp16,                // fp16 compute
-  kResolvesTinyErrors,  // fp32 or finer: an error of ~5e-4 is below bf16's and fp16's rounding
+  kResolvesTinyErrors,  // fp32 or finer: an error of 1e-4 to 1e-3 is within bf16's and fp16's rounding
 };
 
 // "compute below master (bf16, fp16)", "loss_scale >= 2 (fp16)", ...

@@ -467,7 +467,7 @@ TEST(MagicCheckCli, MicroBatchesPassAtFp64PrecisionOnEveryLevel) {
 // Tensor and sequence parallelism (docs/magic-check.md, "Tensor parallel (`tp`)"): exact at every
 // level against the single process, with label smoothing over a vocabulary (257) tp pads, on tp
 // alone with sp and on a mesh with every axis but fsdp.
-TEST(MagicCheckCli, TensorParallelPassesAtFp64PrecisionOnEveryLevel) {
+TEST(MagicCheckCli, TensorParallelPassesAtFp64OnEveryLevelAndInBf16) {
   for (const std::string layout : {"dp=1,tp=2,sp", "dp=2,cp=2,tp=2,sp"}) {
     const std::string json = temp_path("tensor_parallel.json");
     auto o = magic_check("--topology " + layout + " --label-smoothing 0.1 --json " + json);
@@ -483,6 +483,9 @@ TEST(MagicCheckCli, TensorParallelPassesAtFp64PrecisionOnEveryLevel) {
               (std::set<std::string>{"grad", "optimizer", "query_grad", "hvp", "replay", "final_params", "scores"}))
         << layout;
   }
+  // bf16, judged against the fp64 golden run: no false alarm.
+  auto bf16 = magic_check("--topology dp=2,tp=2,sp --dtype bf16");
+  EXPECT_EQ(bf16.exit_code, 0) << bf16.output;
 }
 
 // Low precision: judged against an fp64 golden run; every row carries the three errors and,
