@@ -1,5 +1,7 @@
 #include "checks/planted_micro_batches.h"
 
+#include <algorithm>
+
 namespace magic::checks {
 namespace {
 
@@ -14,8 +16,9 @@ class NormalizedPerMicroBatch : public MicroBatches {
   std::vector<double> denominators(const Parallelism& parallelism,
                                    const std::vector<double>& local_labels) const override {
     std::vector<double> out;
+    // A micro-batch with no valid labels on any rank is a mean of nothing, taken as 0 (its sum is 0).
     for (double labels : local_labels) {
-      out.push_back(static_cast<double>(count()) * parallelism.mean_denominator(labels));
+      out.push_back(static_cast<double>(count()) * std::max(parallelism.mean_denominator(labels), 1.0));
     }
     return out;
   }

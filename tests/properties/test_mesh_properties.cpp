@@ -1,8 +1,9 @@
-// Property tests of the mesh pipeline with context parallelism and sharded parameters
-// (RapidCheck). Each case draws dp, cp and fsdp (fsdp | dp, world = dp·cp <= 8), a sequence length
-// (some not divisible by 2·cp: padded), a global batch (uneven and empty row shards), steps,
-// optimizer, checkpoint schedule and seed; runs the case on real Gloo ranks (threads) and the
-// reference, and compares every level. Every drawn case is valid and runs; the count of cases
+// Property tests of the mesh pipeline with context, tensor and sequence parallelism, sharded
+// parameters and micro-batches (RapidCheck). Each case draws dp, cp, tp and fsdp (fsdp | dp,
+// world = dp·cp·tp <= 8), sp where tp > 1 (the SUM property), a sequence length (some not
+// divisible by 2·cp·tp: padded), a global batch (uneven and empty row shards) and micro-batches
+// that fit it, steps, optimizer, checkpoint schedule and seed; runs the case on real Gloo ranks
+// (threads) and the reference, and compares every level. Every drawn case is valid and runs; the count of cases
 // that ran is asserted (counted_property.h).
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
@@ -15,16 +16,19 @@
 namespace magic {
 namespace {
 
-checks::CheckSettings random_mesh_settings() {
+// `axes`: also draw tp (1, 2 or 4; the built-in model has lcm(2, tp) heads) and, with tp > 1, sp.
+checks::CheckSettings random_mesh_settings(bool tensor_axes) {
   checks::CheckSettings s;
-  const int64_t cp = *rc::gen::inRange<int64_t>(1, 5);
-  const int64_t dp = *rc::gen::inRange<int64_t>(1, 8 / cp + 1);
+  const int64_t tp = tensor_axes ? *rc::gen::element<int64_t>(1, 1, 2, 4) : 1;
+  const bool sp = tp > 1 && *rc::gen::arbitrary<bool>();
+  const int64_t cp = *rc::gen::inRange<int64_t>(1, 8 / tp + 1);
+  const int64_t dp = *rc::gen::inRange<int64_t>(1, 8 / tp / cp + 1);
   std::vector<int64_t> divisors;  // 1: no sharding, dp: full, in between: hybrid
   for (int64_t f = 1; f <= dp; ++f) {
     if (dp % f == 0) divisors.push_back(f);
   }
   const int64_t shards = *rc::gen::elementOf(divisors);
-  s.topology = dist::TopologySpec::parse(str_cat("dp=", dp, ",cp=", cp, ",fsdp=", shards));
+  s.topology = dist::TopologySpec::parse(str_cat("dp=", dp, ",cp=", cp, ",tp=", tp, ",fsdp=", shards, sp ? ",sp" : ""));
   s.max_len = *rc::gen::element<int64_t>(8, 10, 12, 16);
   s.steps = *rc::gen::inRange<int64_t>(1, 4);
   s.optimizer = *rc::gen::element<std::string>("sgd", "adam", "adamw");
@@ -34,15 +38,24 @@ checks::CheckSettings random_mesh_settings() {
   RC_CLASSIFY(cp > 1, "cp");
   RC_CLASSIFY(shards > 1 && shards == dp, "full sharding");
   RC_CLASSIFY(shards > 1 && shards < dp, "hybrid sharding");
-  RC_CLASSIFY(s.max_len % (2 * cp) != 0, "padded sequence");
+  RC_CLASSIFY(tp > 1, "tp");
+  RC_CLASSIFY(sp, "sp");
+  RC_CLASSIFY(s.max_len % (2 * cp * (sp ? tp : 1)) != 0, "padded sequence");
   return s;
 }
 
 TEST(MeshProperties, SumConventionEqualsTheReferenceOnEveryLayout) {
   testing::check_counted("mesh: sum convention equals the reference", [] {
-    checks::CheckSettings s = random_mesh_settings();
+    checks::CheckSettings s = random_mesh_settings(true);
     s.batch_size = *rc::gen::inRange<int64_t>(1, 12);
     RC_CLASSIFY(s.batch_size % s.topology.dp() != 0, "uneven row shards");
+    // Micro-batches that fit every replica's rows (each gets at least one).
+    const int64_t fits = std::min<int64_t>(3, s.batch_size / s.topology.dp());
+    if (fits >= 2) {
+      const int64_t mb = *rc::gen::inRange<int64_t>(1, fits + 1);
+      if (mb > 1) s.topology = dist::TopologySpec::parse(str_cat(s.topology.str(), ",mb=", mb));
+      RC_CLASSIFY(mb > 1, "micro-batches");
+    }
     const CheckReport report = testing::run_threads(s);
     RC_LOG() << s.topology.str() << " max_len " << s.max_len << " batch " << s.batch_size << "\n"
              << testing::failures(report);
@@ -52,7 +65,7 @@ TEST(MeshProperties, SumConventionEqualsTheReferenceOnEveryLayout) {
 
 TEST(MeshProperties, AvgConventionIsExactExactlyWhenEveryRankHoldsTheSameLabelCount) {
   testing::check_counted("mesh: avg convention is exact exactly when label counts are equal", [] {
-    checks::CheckSettings s = random_mesh_settings();
+    checks::CheckSettings s = random_mesh_settings(false);
     RC_PRE(s.topology.world_size() > 1);
     s.convention = dist::Convention::kAvg;
     s.levels = {checks::Level::kGrad};

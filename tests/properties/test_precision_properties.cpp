@@ -1,5 +1,5 @@
 // False alarms of the low-precision comparison (docs/magic-check.md, "Mixed precision"): clean runs in bf16 and
-// fp16 on random mesh layouts (dp, cp, fsdp; world <= 4), sequence lengths, batches, steps,
+// fp16 on random mesh layouts (dp, cp, tp, fsdp, sp, mb; world <= 4), sequence lengths, batches, steps,
 // optimizers, checkpoint schedules and seeds must pass every row against the fp64 golden run.
 // ctest runs 20 cases; the long label 500 (the acceptance asks for >= 200 with none failing).
 // Prints how close the clean runs came to the factor rule, the exact-scale rule, the clip
@@ -74,18 +74,25 @@ TEST(PrecisionProperties, CleanLowPrecisionRunsNeverRaiseAnAlarm) {
   Margins margins;
   testing::check_counted("low precision: clean runs pass against fp64", [&margins] {
     checks::CheckSettings s;
-    const int64_t cp = *rc::gen::inRange<int64_t>(1, 3);
-    const int64_t dp = *rc::gen::inRange<int64_t>(1, 4 / cp + 1);
+    const int64_t tp = *rc::gen::element<int64_t>(1, 1, 2);
+    const bool sp = tp > 1 && *rc::gen::arbitrary<bool>();
+    const int64_t cp = *rc::gen::inRange<int64_t>(1, 4 / tp > 1 ? 3 : 2);
+    const int64_t dp = *rc::gen::inRange<int64_t>(1, 4 / tp / cp + 1);
     const int64_t shards = *rc::gen::element<int64_t>(1, dp);
-    s.topology = dist::TopologySpec::parse(str_cat("dp=", dp, ",cp=", cp, ",fsdp=", shards));
+    s.batch_size = *rc::gen::inRange<int64_t>(dp, 12);
+    const int64_t mb = *rc::gen::inRange<int64_t>(1, std::min<int64_t>(3, s.batch_size / dp) + 1);
+    s.topology = dist::TopologySpec::parse(str_cat("dp=", dp, ",cp=", cp, ",tp=", tp, ",fsdp=", shards, sp ? ",sp" : "",
+                                                   mb > 1 ? str_cat(",mb=", mb) : ""));
     s.precision = PrecisionPolicy::for_compute(*rc::gen::element(c10::kBFloat16, c10::kHalf));
     s.max_len = *rc::gen::element<int64_t>(8, 12, 16);
     s.steps = *rc::gen::inRange<int64_t>(1, 5);
     s.optimizer = *rc::gen::element<std::string>("sgd", "adam", "adamw");
     s.checkpoints = *rc::gen::element<std::string>("all", "sqrt");
     s.seed = *rc::gen::inRange<uint64_t>(0, 100000);
-    s.batch_size = *rc::gen::inRange<int64_t>(dp, 12);
     RC_CLASSIFY(s.precision.compute == c10::kBFloat16, "bf16");
+    RC_CLASSIFY(tp > 1, "tp");
+    RC_CLASSIFY(sp, "sp");
+    RC_CLASSIFY(mb > 1, "micro-batches");
     RC_CLASSIFY(cp > 1, "cp");
     RC_CLASSIFY(shards > 1, "sharded");
     const CheckReport report = testing::run_threads(s);
