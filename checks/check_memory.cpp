@@ -25,7 +25,7 @@ constexpr double kMutationShare = 0.25;
 
 struct WorkloadSize {
   double parameters = 0, state_entries = 0;
-  double activations = 0;  // one step's graph in the policy's compute dtype (bytes)
+  double activations = 0;                        // one step's graph in the policy's compute dtype (bytes)
   double reference_copies = 1, rank_copies = 1;  // of what the constants above give
 };
 
@@ -36,7 +36,8 @@ WorkloadSize lm_size(const CheckSettings& s) {
   const MemoryEstimate run = estimate_run_memory(config);
   WorkloadSize w;
   w.parameters = static_cast<double>(gpt_init(config.model, at::kFloat, 0).numel());
-  w.state_entries = static_cast<double>(run.state_bytes) / static_cast<double>(c10::elementSize(config.precision.master));
+  w.state_entries =
+      static_cast<double>(run.state_bytes) / static_cast<double>(c10::elementSize(config.precision.master));
   // memory_estimate.h counts 3 graphs' worth for a REPLAY step; the reference keeps 2 per step
   // (the forward and the backward kept for differentiation), measured 0.27 MiB a row at dp=2.
   w.activations = static_cast<double>(run.activation_bytes) * 2.0 / 3.0;
@@ -72,8 +73,8 @@ double step_bytes(const WorkloadSize& w, size_t element, double copies) {
 
 std::string CheckMemoryEstimate::str() const {
   return str_cat(format_bytes(total()), " (", steps, " steps of ", format_bytes(per_step()), ": the reference",
-                 references > 1 ? " runs " : " ", format_bytes(reference_step), ", ", ranks, ranks > 1 ? " ranks " : " rank ",
-                 format_bytes(rank_step), ranks > 1 ? " each" : "", ")");
+                 references > 1 ? " runs " : " ", format_bytes(reference_step), ", ", ranks,
+                 ranks > 1 ? " ranks " : " rank ", format_bytes(rank_step), ranks > 1 ? " each" : "", ")");
 }
 
 CheckMemoryEstimate estimate_check_memory(const CheckSettings& s, int64_t mutation_runs) {

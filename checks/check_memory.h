@@ -25,10 +25,10 @@ namespace magic::checks {
 
 struct CheckMemoryEstimate {
   int64_t steps = 0;
-  int64_t references = 1;         // 2 under a low-precision policy (its fp64 golden run), 3 below fp32
-  double reference_step = 0;      // bytes one reference run holds per step (policy's; golden's added)
+  int64_t references = 1;     // 2 under a low-precision policy (its fp64 golden run), 3 below fp32
+  double reference_step = 0;  // bytes one reference run holds per step (policy's; golden's added)
   int64_t ranks = 1;
-  double rank_step = 0;           // bytes one rank holds per step, every run of the check together
+  double rank_step = 0;  // bytes one rank holds per step, every run of the check together
   double per_step() const { return reference_step + static_cast<double>(ranks) * rank_step; }
   double total() const { return static_cast<double>(steps) * per_step(); }
   // "31.2 GiB (4000 steps of 8.0 MiB: the reference 3.9 MiB, 2 ranks 2.0 MiB each)"

@@ -140,6 +140,15 @@ PipelineOutputs lm_grad_outputs(const SumLengths& n, const std::vector<TensorTre
   return out;
 }
 
+// The training loss's value at every step's state (grad/loss): a sum over the batch's labels.
+NamedTensor loss_output(const SumLengths& n, const at::Tensor& losses) {
+  NamedTensor out{"grad", "loss", losses.reshape({-1})};
+  out.shared_inputs = true;
+  out.sum_length = n.batch_labels;
+  out.not_a_gradient = true;
+  return out;
+}
+
 // One optimizer step from the reference's state at every step t: what it consumed, its clip
 // coefficient (undefined without clipping) and its update θ_{t+1} − θ_t; full-shape trees.
 struct OptimizerSteps {
@@ -244,6 +253,8 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
       1.0 / config.precision.loss_scale / (settings.convention == dist::Convention::kAvg ? runtime.world_size() : 1);
   // Sharded tensors (parameters and everything shaped like them) are compared at full shape.
   std::vector<TensorTree> step_grads;
+  std::vector<at::Tensor> step_losses;
+  const double loss_convention = convention_factor(*parallel, parallel->shard(full_init));
   std::vector<std::optional<NormalizerTap::Call>> normalizers;
   std::vector<std::map<std::string, ReductionTerms>> step_sums;
   OptimizerSteps optimizer_steps;
@@ -255,6 +266,11 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
     if (probe) tap->arm();
     normalizer->arm();
     const TensorTree local_grad = step->gradient(at_reference, at_step, problem.weights, false).detach();
+    // The loss's value, every rank's share summed (the SUM convention's partial sums; AVG's local
+    // means, averaged): a bug that leaves every gradient exact and the loss wrong shows here.
+    step_losses.push_back(
+        parallel->sum_across_ranks(problem.step->loss(at_reference.params, at_step, problem.weights).detach()) *
+        loss_convention);
     normalizers.push_back(normalizer->take());
     step_grads.push_back(parallel->unshard(local_grad));
     if (probe) {
@@ -284,6 +300,7 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
   }
   const SumLengths n = sum_lengths(config, problem, full_init);
   PipelineOutputs out = lm_grad_outputs(n, step_grads);
+  out.push_back(loss_output(n, at::stack(step_losses).to(at::kDouble)));
   out.push_back(shard_weight_output(*parts.groups.world, normalizers,
                                     convention_factor(*parallel, parallel->shard(full_init)), settings.topology.tp()));
   if (settings.wants(Level::kOptimizer)) append_optimizer_outputs(out, n, optimizer_steps);
@@ -348,6 +365,7 @@ ReferenceRun run_reference_lm(const CheckSettings& settings) {
   const SumLengths n = sum_lengths(config, problem, problem.initial.params);
   ReferenceRun run;
   run.outputs = lm_grad_outputs(n, unrolled.step_grads);
+  run.outputs.push_back(loss_output(n, at::tensor(unrolled.step_losses, at::kDouble)));
   run.outputs.push_back(
       shard_weight_reference(static_cast<int64_t>(unrolled.step_grads.size()), settings.topology.world_size()));
   OptimizerSteps steps{unrolled.step_clip_coefficients, unrolled.step_clipped, {}};

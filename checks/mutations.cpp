@@ -127,6 +127,25 @@ const std::vector<Mutation>& mutation_catalog() {
        "",
        kMesh,
        {{"tp", 2}}},
+      {"tp-loss-target-logit-local",
+       "the vocabulary-parallel cross-entropy's target logit is not all-reduced across tp: the loss's value is "
+       "wrong, every gradient exact",
+       "grad",
+       "",
+       kMesh,
+       {{"tp", 2}}},
+      {"tp-smoothing-local-vocabulary",
+       "label smoothing's sum over the vocabulary takes this tp rank's shard only: the loss's value is wrong, every "
+       "gradient exact",
+       "grad",
+       "",
+       kMesh,
+       {{"tp", 2}},
+       {},
+       PrecisionNeed::kNone,
+       false,
+       false,
+       /*needs_label_smoothing=*/true},
       {"tp-norm-replicated-per-rank",
        "the clip norm counts every replicated parameter once per tp rank",
        "optimizer",
@@ -409,9 +428,10 @@ std::string unmet_precision(PrecisionNeed need, const PrecisionPolicy& p) {
     case PrecisionNeed::kResolvesTinyErrors:
       return unit_roundoff(p.compute) <= unit_roundoff(c10::kFloat)
                  ? ""
-                 : str_cat("needs fp32 or finer (its error at fp64, a few parts in ten thousand to a thousand, is "
-                           "within ",
-                           dtype_name(p.compute), "'s own rounding)");
+                 : str_cat(
+                       "needs fp32 or finer (its error at fp64, a few parts in ten thousand to a thousand, is "
+                       "within ",
+                       dtype_name(p.compute), "'s own rounding)");
   }
   return "";
 }
@@ -423,6 +443,7 @@ RunTraits run_traits(const CheckSettings& s) {
   traits.clipping = s.run_config ? s.run_config->optimizer.clip_norm.has_value() : true;
   const auto steps = checkpoint_steps(parse_checkpoint_schedule(s.checkpoints), s.steps);
   traits.later_checkpoint = steps.size() > 1;
+  traits.label_smoothing = s.label_smoothing > 0.0;
   return traits;
 }
 
@@ -454,6 +475,9 @@ std::vector<std::pair<std::string, int64_t>> factor_sizes(const dist::TopologySp
 std::string unmet_requirement(const Mutation& m, const dist::TopologySpec& topology, const PrecisionPolicy& precision,
                               RunTraits run) {
   if (m.needs_clipping && !run.clipping) return "needs gradient clipping (the checked run has no optimizer.clip_norm)";
+  if (m.needs_label_smoothing && !run.label_smoothing) {
+    return "needs label smoothing (--label-smoothing or training.label_smoothing > 0)";
+  }
   if (m.needs_later_checkpoint && !run.later_checkpoint) {
     return "needs a checkpoint after step 0 for REPLAY to restore (2 steps or more)";
   }

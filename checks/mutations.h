@@ -47,12 +47,15 @@ struct Mutation {
   bool needs_clipping = false;
   // A restore bug shows only where REPLAY restores a checkpoint after step 0 (2 steps or more).
   bool needs_later_checkpoint = false;
+  // A label-smoothing bug shows only where the training loss is smoothed.
+  bool needs_label_smoothing = false;
 };
 
 // What a mutation may need of the checked run beyond its layout and precision.
 struct RunTraits {
   bool clipping = true;          // the run clips its gradient
   bool later_checkpoint = true;  // REPLAY restores a checkpoint after step 0
+  bool label_smoothing = false;  // the training loss is smoothed
 };
 // The traits of the run `settings` check: both built-in workloads clip (their clip norms are chosen
 // so that the clip fires, lm_pipelines.h); a --config clips where it says so.

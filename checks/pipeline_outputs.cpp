@@ -184,7 +184,7 @@ std::vector<CheckRow> compare_outputs(const PipelineOutputs& distributed, const 
   if (golden && wanted("grad") && has_reduction_rows(settings)) {
     std::vector<CheckRow> reductions;
     for (const auto& r : reference) {
-      if (r.level != "grad" || r.from_counts) continue;
+      if (r.level != "grad" || r.from_counts || r.not_a_gradient) continue;
       const std::string name = reduction_row_name(r.name);
       const size_t match = find_partner(distributed, used, "grad", name);
       if (match == distributed.size() || !distributed[match].reduction) {

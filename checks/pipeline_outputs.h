@@ -57,6 +57,8 @@ struct NamedTensor {
   // Computed in fp64 from integer label counts (grad/shard_weights: shard_weights.h): judged
   // exactly in every precision, with the counts in `detail`.
   bool from_counts = false;
+  // A value, not a gradient (grad/loss): no reduction probe sums its terms.
+  bool not_a_gradient = false;
 };
 using PipelineOutputs = std::vector<NamedTensor>;
 

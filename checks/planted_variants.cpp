@@ -345,6 +345,22 @@ class LossSumExpLocal : public dist::TensorParallelGroup {
   at::Tensor loss_sum_exp(const at::Tensor& partial) const override { return partial; }
 };
 
+// The target's logit from this rank's vocabulary shard only (0 where another rank holds the
+// target): each rank's loss value is wrong, every gradient exact (a rank's dℓ/d(own logits) is
+// softmax − one-hot on its shard either way): only grad/loss sees it.
+class LossTargetLogitLocal : public dist::TensorParallelGroup {
+ public:
+  using TensorParallelGroup::TensorParallelGroup;
+  at::Tensor loss_target_logit(const at::Tensor& partial) const override { return partial; }
+};
+
+// Label smoothing's Σ_v x_v over this rank's vocabulary shard only: as above, the value alone.
+class SmoothingLocalVocabulary : public dist::TensorParallelGroup {
+ public:
+  using TensorParallelGroup::TensorParallelGroup;
+  at::Tensor loss_logit_sum(const at::Tensor& partial) const override { return partial; }
+};
+
 // Under sp, the sequence all-gather before a column-parallel linear keeps only this rank's shard
 // of the cotangent in its backward (no reduce-scatter): the other ranks' columns' share is lost.
 class SequenceGatherBackwardLocal : public dist::TensorParallelGroup {
@@ -495,6 +511,8 @@ std::shared_ptr<const Parallelism> planted_data_parallel(const std::string& muta
       {"tp-column-backward-not-summed", make<WithPart<ColumnBackwardNotSummed>>()},
       {"tp-loss-max-local", make<WithPart<LossMaxLocal>>()},
       {"tp-loss-sum-exp-local", make<WithPart<LossSumExpLocal>>()},
+      {"tp-loss-target-logit-local", make<WithPart<LossTargetLogitLocal>>()},
+      {"tp-smoothing-local-vocabulary", make<WithPart<SmoothingLocalVocabulary>>()},
       {"tp-norm-replicated-per-rank", make<NormReplicatedPerTpRank>()},
       {"tp-norm-one-rank", make<NormOneTpRank>()},
       {"tp-weight-gradient-summed", make<WeightGradientSummedOverTp>()},

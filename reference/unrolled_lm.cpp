@@ -116,6 +116,7 @@ at::Tensor plain_query_loss(const UnrolledLmSetup& setup, const TensorTree& para
 // One training step from (θ_t, o_t), with the graph kept to both and to w: the gradient of the
 // batch loss (create_graph), its clip, and the optimizer's update.
 struct PlainStep {
+  at::Tensor loss;            // L_t(θ_t)
   TensorTree grads, clipped;  // ∇L_t(θ_t), and c_t·∇L_t
   at::Tensor coefficient;     // c_t; undefined without clipping
   OptimizerUpdate update;     // (θ_{t+1}, o_{t+1})
@@ -124,8 +125,8 @@ struct PlainStep {
 PlainStep plain_step(const UnrolledLmSetup& setup, const TensorTree& params, const TensorTree& opt_state,
                      const at::Tensor& w, int64_t t) {
   PlainStep step;
-  at::Tensor loss = plain_batch_loss(setup, params, w, t);
-  step.grads = with_values(params, scaled_grad(setup, loss, params.tensors(), /*create_graph=*/true));
+  step.loss = plain_batch_loss(setup, params, w, t);
+  step.grads = with_values(params, scaled_grad(setup, step.loss, params.tensors(), /*create_graph=*/true));
   step.clipped = step.grads;
   if (setup.clip_norm) {
     step.coefficient = plain_clip_coefficient(step.grads, *setup.clip_norm);
@@ -194,6 +195,7 @@ UnrolledLmResult unrolled_lm_scores(const UnrolledLmSetup& setup, const at::Tens
     result.step_params.push_back(params.detach());
     result.step_opt.push_back(opt_state.detach());
     result.step_grads.push_back(step.grads.detach());
+    result.step_losses.push_back(step.loss.item<double>());
     if (step.coefficient.defined()) result.step_clip_coefficients.push_back(step.coefficient.detach());
     result.step_clipped.push_back(step.clipped.detach());
     // Fresh nodes for the state the next step consumes: dQ/d(node) counts every use of a node, and

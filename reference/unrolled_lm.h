@@ -46,6 +46,7 @@ struct UnrolledLmResult {
   std::vector<TensorTree> step_params;  // θ_t, the parameters step t starts from
   std::vector<TensorTree> step_opt;     // o_t, the optimizer state step t starts from
   std::vector<TensorTree> step_grads;   // ∇L_t(θ_t), before clipping
+  std::vector<double> step_losses;      // L_t(θ_t)
   // What the optimizer consumed at step t: c_t·∇L_t (c_t = 1 without clipping), and c_t.
   std::vector<TensorTree> step_clipped;
   std::vector<at::Tensor> step_clip_coefficients;

@@ -28,8 +28,9 @@ checks::CheckSettings distinct_settings_for(const checks::Mutation& m) {
       checks::CheckSettings s;
       s.topology = dist::TopologySpec::parse(text);
       s.precision = PrecisionPolicy::for_compute(dtype);
+      if (m.needs_label_smoothing) s.label_smoothing = 0.1;
       if ((!m.family || s.topology.family() == m.family) &&
-          checks::unmet_requirement(m, s.topology, s.precision).empty()) {
+          checks::unmet_requirement(m, s.topology, s.precision, checks::run_traits(s)).empty()) {
         return s;
       }
     }

@@ -37,7 +37,7 @@ TEST(MagicCheckCli, FourRanksPassAtFp64PrecisionAndWriteBothReports) {
   // 17 parameters: grad, optimizer (input, update; and the clip coefficient), query_grad, REPLAY's
   // start and product (and its w, clip, whole-step theta, mu and nu rows) and final_params rows for
   // each, the shard weights, two HVPs, REPLAY's states and two score rows.
-  EXPECT_NE(o.output.find("PASS: 131 of 131 checks"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("PASS: 132 of 132 checks"), std::string::npos) << o.output;
   auto report = nlohmann::json::parse(testing::read_file(json));
   EXPECT_EQ(report["world_size"], 4);
   EXPECT_EQ(report["passed"], true);
