@@ -109,14 +109,14 @@ TEST(MagicRunDistributed, TensorParallelGivesTheSingleProcessScores) {
   };
   ASSERT_NE(learned_little(one.output), "") << one.output;
   struct Case {
-    std::string layout, out, extra;
+    std::string layout, canonical, out, extra;
   };
-  for (const Case& c :
-       {Case{"dp=2,tp=2", dp_tp, " --html"}, Case{"tp=2,mb=2", tp_mb, " --training.spill_dir " + spill}}) {
+  for (const Case& c : {Case{"dp=2,tp=2", "dp=2,tp=2", dp_tp, " --html"},
+                        Case{"tp=2,mb=2", "dp=1,tp=2,mb=2", tp_mb, " --training.spill_dir " + spill}}) {
     const testing::CommandOutcome o =
         magic_run("--config " + config + " --topology " + c.layout + " --out " + c.out + c.extra);
     ASSERT_EQ(o.exit_code, 0) << c.layout << "\n" << o.output;
-    EXPECT_NE(o.output.find("on " + c.layout), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find("on " + c.canonical), std::string::npos) << o.output;
     EXPECT_EQ(learned_little(o.output), learned_little(one.output)) << c.layout << "\n" << o.output;
     const at::Tensor d = load_safetensors(c.out + "/scores.safetensors").tensors.at("scores");
     ASSERT_EQ(d.sizes(), a.sizes());
