@@ -106,6 +106,35 @@ TEST(ExplainLayout, EveryRanksGroupsFollowTheDocumentedRules) {
   EXPECT_EQ(static_cast<int64_t>(seen.size()), dp * cp * tp);
 }
 
+// With sp a sixth group: replica_tp, the ranks of the same shard index across every tp rank. On
+// dp=4,tp=2,fsdp=2 rank (d, t) = 2d + t, so shard index 0 (d = 0, 2) is ranks 0,1,4,5 and
+// shard index 1 (d = 1, 3) is ranks 2,3,6,7.
+TEST(ExplainLayout, SequenceParallelAddsTheReplicaTpGroup) {
+  const testing::CommandOutcome o = magic_check("--topology dp=4,tp=2,fsdp=2,sp --explain-layout");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const std::vector<std::string> lines = split(o.output, '\n');
+  std::vector<std::string> last_column;
+  bool in_table = false;
+  for (const std::string& line : lines) {
+    if (line.rfind("rank  ", 0) == 0) {
+      in_table = true;
+      EXPECT_NE(line.find("replica_tp group"), std::string::npos) << line;
+      continue;
+    }
+    if (!in_table || line.empty()) continue;
+    last_column.push_back(line.substr(line.find_last_of(' ') + 1));
+  }
+  const std::vector<std::string> expected = {"0,1,4,5", "0,1,4,5", "2,3,6,7", "2,3,6,7",
+                                             "0,1,4,5", "0,1,4,5", "2,3,6,7", "2,3,6,7"};
+  EXPECT_EQ(last_column, expected) << o.output;
+  // magic-run does not take sp yet: refused before anything is explained.
+  const testing::CommandOutcome run =
+      testing::magic_run("--config " + testing::write_tiny_run_config("explain-sp", {}) +
+                         " --topology dp=4,tp=2,fsdp=2,sp --explain-layout");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("sp is not built into magic-run yet"), std::string::npos) << run.output;
+}
+
 // The layout is checked as a run would check it before anything is explained: exit 2 naming the rule.
 TEST(ExplainLayout, ABadLayoutIsRefusedFirst) {
   struct Case {
@@ -113,7 +142,6 @@ TEST(ExplainLayout, ABadLayoutIsRefusedFirst) {
   };
   for (const Case& c : std::vector<Case>{
            {"--topology dp=2,sp", "sp needs tp > 1"},
-           {"--topology dp=1,tp=2,sp", "sp is not built into magic-check yet"},
            {"--topology dp=4,fsdp=3", "fsdp=3 must divide dp=4"},
            {"--topology dp=2,mb=4 --batch 7", "mb=4 needs at least 4 rows on every dp replica"},
            {"--topology tp=4 --model " + testing::source_path("fixtures/models/neox-tiny"),

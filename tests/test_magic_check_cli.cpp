@@ -337,7 +337,6 @@ TEST(MagicCheckCli, BadInputExitsTwoNamingTheInput) {
             "replica 3; use a batch of at least dp*mb = 8 rows or mb <= 3"},
            {"--topology dp=2,mb=2 --trace-file trace.jsonl", "--trace-file: not with mb=2 yet"},
            {"--topology dp=2,sp", "sp needs tp > 1"},
-           {"--topology dp=1,tp=2,sp", "--topology dp=1,tp=2,sp: sp is not built into magic-check yet"},
        }) {
     auto o = magic_check(c.args);
     EXPECT_EQ(o.exit_code, 2) << c.args << "\n" << o.output;
