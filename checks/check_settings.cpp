@@ -153,6 +153,8 @@ void CheckSettings::validate() const {
         "--topology ", topology.str(), ": cp=", topology.cp(), " cuts each sequence into 2*cp = ", 2 * topology.cp(),
         " chunks, but the lm workload's sequences have ", max_len, " positions; use cp <= ", max_len / 2));
   }
+  // Before the data and weights are read: the model's config alone says whether tp can split it.
+  if (w == "lm" && topology.tp() > 1) require_tensor_parallel_fits(topology, lm_unclipped_config(*this).model);
   if (w == "lm") {
     const int64_t examples = lm_training_examples(*this);
     if (global_batch() > examples) {

@@ -336,6 +336,7 @@ TEST(MagicCheckCli, BadInputExitsTwoNamingTheInput) {
             "mb=4 needs at least 4 rows on every dp replica (one per micro-batch), but --batch of 7 rows gives a "
             "replica 3; use a batch of at least dp*mb = 8 rows or mb <= 3"},
            {"--topology dp=2,mb=2 --trace-file trace.jsonl", "--trace-file: not with mb=2 yet"},
+           {"--topology dp=2,sp", "sp needs tp > 1"},
        }) {
     auto o = magic_check(c.args);
     EXPECT_EQ(o.exit_code, 2) << c.args << "\n" << o.output;

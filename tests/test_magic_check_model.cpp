@@ -48,6 +48,52 @@ TEST(MagicCheckModel, AGpt2FolderPassesWithItsOwnParameters) {
   std::remove(json.c_str());
 }
 
+// Tensor parallelism on a user's folder: NeoX's rotary positions turn each of a rank's whole heads
+// as on one process, its parallel residual adds the two row-parallel sums; GPT-2's head is its
+// vocabulary-parallel tok_emb. Both pass at fp64, and tp mutations are caught at their level.
+TEST(MagicCheckModel, TensorParallelPassesOnANeoxAndAGpt2Folder) {
+  struct Case {
+    std::string folder, layout;
+  };
+  for (const Case& c : {Case{"neox-tiny", "tp=2"}, Case{"gpt2-tiny", "dp=2,tp=2"}}) {
+    const std::string json = ::testing::TempDir() + "/model-tp.json";
+    const auto o = magic_check("--model " + model(c.folder) + " --topology " + c.layout + " --json " + json);
+    ASSERT_EQ(o.exit_code, 0) << c.folder << "\n" << o.output;
+    EXPECT_NE(o.output.find("PASS: "), std::string::npos) << o.output;
+    const auto report = nlohmann::json::parse(testing::read_file(json));
+    std::set<std::string> tensors;
+    for (const auto& row : report["checks"]) tensors.insert(row["tensor"].get<std::string>());
+    EXPECT_TRUE(tensors.count("tok_emb")) << c.folder;
+    EXPECT_TRUE(tensors.count("blocks.1.attn.qkv.weight")) << c.folder;
+    EXPECT_EQ(tensors.count("head.weight"), c.folder == "neox-tiny" ? 1u : 0u) << c.folder;
+    std::remove(json.c_str());
+  }
+}
+
+// Every mutation that applies on tp=2 (the seven tp ones among them) caught at its level on the
+// NeoX folder; on GPT-2 the vocabulary-parallel loss of its tied head planted wrong.
+TEST(MagicCheckModel, TensorParallelMutationsAreCaughtOnModelFolders) {
+  const std::string json = ::testing::TempDir() + "/model-tp-bite.json";
+  auto o = magic_check("--model " + model("neox-tiny") + " --topology tp=2 --bite --json " + json);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const auto report = nlohmann::json::parse(testing::read_file(json));
+  int tp_mutations = 0;
+  for (const auto& b : report["bite"]) {
+    EXPECT_TRUE(b["caught"].get<bool>()) << b.dump();
+    EXPECT_EQ(b["observed"]["level"], b["expected"]["level"]) << b.dump();
+    tp_mutations += b["mutation"].get<std::string>().rfind("tp-", 0) == 0;
+  }
+  EXPECT_EQ(tp_mutations, 7) << o.output;
+  std::remove(json.c_str());
+
+  o = magic_check("--model " + model("gpt2-tiny") + " --topology tp=2 --mutate tp-loss-max-local");
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_NE(o.output.find("FAIL: "), std::string::npos) << o.output;
+  const size_t row = o.output.find("\ngrad         tok_emb ");
+  ASSERT_NE(row, std::string::npos) << o.output;
+  EXPECT_NE(o.output.substr(row, o.output.find('\n', row + 1) - row).find("FAIL"), std::string::npos) << o.output;
+}
+
 TEST(MagicCheckModel, ABadFolderOrAConflictingFlagIsRefusedBeforeAnyRank) {
   struct Case {
     std::string args, expected;
@@ -57,6 +103,12 @@ TEST(MagicCheckModel, ABadFolderOrAConflictingFlagIsRefusedBeforeAnyRank) {
       {"--model /nonexistent/folder --topology dp=2", "/nonexistent/folder"},
       {"--model " + model("neox-tiny") + " --config " + config + " --topology dp=2", "--model: comes from --config"},
       {"--model " + model("neox-tiny") + " --topology n_ci=2,n_per_block=2", "--model"},
+      // A head count tp does not divide, read from the folder's config.json (or the config's model).
+      {"--model " + model("neox-tiny") + " --topology tp=4",
+       "--topology dp=1,tp=4: tp=4 does not divide the model's 2 attention heads"},
+      {"--model " + model("gpt2-tiny") + " --topology dp=2,tp=3",
+       "--topology dp=2,tp=3: tp=3 does not divide the model's 4 attention heads"},
+      {"--config " + config + " --topology tp=4", "--topology dp=1,tp=4: tp=4 does not divide the model's 2"},
   };
   for (const auto& c : cases) {
     const auto o = magic_check(c.args);

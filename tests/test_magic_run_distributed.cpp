@@ -92,6 +92,74 @@ TEST(MagicRunDistributed, MicroBatchesGiveTheSingleProcessScores) {
   for (const std::string& dir : {single, mesh, dump}) std::filesystem::remove_all(dir);
 }
 
+// Tensor parallelism (tp=2: each rank one of the tiny model's 2 heads, half the MLP and half the
+// padded vocabulary) beside dp, and with micro-batches and checkpoints spilled to each rank's
+// folder: the single process's scores to fp64 rounding, its learned-little figures (the training
+// losses are summed over the ranks splitting the batch, not over tp), and a report.html.
+TEST(MagicRunDistributed, TensorParallelGivesTheSingleProcessScores) {
+  const std::string config = tiny_config("tensor-parallel");
+  const std::string single = fresh_dir("mr-tp-single"), dp_tp = fresh_dir("mr-tp-dp2"), tp_mb = fresh_dir("mr-tp-mb2");
+  const std::string spill = fresh_dir("mr-tp-spill");
+  const testing::CommandOutcome one = magic_run("--config " + config + " --out " + single);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const at::Tensor a = load_safetensors(single + "/scores.safetensors").tensors.at("scores");
+  const auto learned_little = [](const std::string& output) {
+    const size_t at = output.find("magic-run: warning: the model learned little beyond token frequencies: ");
+    return at == std::string::npos ? std::string() : output.substr(at, output.find('\n', at) - at);
+  };
+  ASSERT_NE(learned_little(one.output), "") << one.output;
+  struct Case {
+    std::string layout, canonical, out, extra;
+  };
+  for (const Case& c : {Case{"dp=2,tp=2", "dp=2,tp=2", dp_tp, " --html"},
+                        Case{"tp=2,mb=2", "dp=1,tp=2,mb=2", tp_mb, " --training.spill_dir " + spill}}) {
+    const testing::CommandOutcome o =
+        magic_run("--config " + config + " --topology " + c.layout + " --out " + c.out + c.extra);
+    ASSERT_EQ(o.exit_code, 0) << c.layout << "\n" << o.output;
+    EXPECT_NE(o.output.find("on " + c.canonical), std::string::npos) << o.output;
+    EXPECT_EQ(learned_little(o.output), learned_little(one.output)) << c.layout << "\n" << o.output;
+    const at::Tensor d = load_safetensors(c.out + "/scores.safetensors").tensors.at("scores");
+    ASSERT_EQ(d.sizes(), a.sizes());
+    const double error = (d - a).abs().max().item<double>() / a.abs().max().item<double>();
+    std::cout << c.layout << " vs single process: relative error " << error << "\n";
+    EXPECT_LE(error, 1e-9) << c.layout;
+  }
+  EXPECT_TRUE(std::filesystem::exists(dp_tp + "/report.html"));
+  // The finished run removed its checkpoints (every rank's folder).
+  EXPECT_TRUE(!std::filesystem::exists(spill) || std::filesystem::is_empty(spill)) << spill;
+  for (const std::string& dir : {single, dp_tp, tp_mb, spill}) std::filesystem::remove_all(dir);
+}
+
+// Layouts and flags that cannot run are refused before any rank starts (exit 2), naming the rule.
+TEST(MagicRunDistributed, BadTensorParallelCombinationsAreRefusedBeforeAnyRankStarts) {
+  const std::string config = tiny_config("tp-refused");
+  const std::string dump = fresh_dir("mr-tp-dump"), trace = fresh_dir("mr-tp-trace.jsonl");
+  struct Case {
+    std::string args, fragment;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"--topology dp=1,tp=4",
+            "--topology dp=1,tp=4: tp=4 does not divide the model's 2 attention heads (each tensor-parallel rank "
+            "computes n_heads / tp whole heads)"},
+           {"--topology dp=2,sp", "sp needs tp > 1"},
+           {"--topology dp=1,tp=2,sp", "--topology dp=1,tp=2,sp: sp is not built into magic-run yet"},
+           {"--topology tp=2 --dump " + dump,
+            "--dump: not with tp=2 yet (records are not placed per parameter, and tp ranks hold pieces of the "
+            "split parameters)"},
+           {"--topology tp=2 --trace-file " + trace, "--trace-file: not with tp=2 yet"},
+           {"--topology tp=2,mb=5", "mb=5 needs at least 5 rows on every dp replica"},
+           {"--topology tp=4 --explain-layout", "tp=4 does not divide the model's 2 attention heads"},
+           {"--explain-layout", "--explain-layout: needs --topology"},
+       }) {
+    const testing::CommandOutcome o = magic_run("--config " + config + " " + c.args);
+    EXPECT_EQ(o.exit_code, 2) << c.args << "\n" << o.output;
+    EXPECT_NE(o.output.find(c.fragment), std::string::npos) << c.args << "\n" << o.output;
+    EXPECT_EQ(o.output.find("rank 0"), std::string::npos) << "started ranks: " << c.args << "\n" << o.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dump));
+  EXPECT_FALSE(std::filesystem::exists(trace));
+}
+
 // The comparison tool itself: a planted 1e-6 change fails it, naming the error.
 TEST(MagicRunDistributed, ScoreDiffFailsOnScoresThatDiffer) {
   const std::string base = fresh_dir("diff-base"), planted = fresh_dir("diff-planted");

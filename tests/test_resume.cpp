@@ -104,6 +104,17 @@ TEST(Resume, PerQueryResumesAfterAFinishedQuery) {
   EXPECT_TRUE(at::equal(resumed, scores_in(ref)));
 }
 
+// Under tp each rank checkpoints its own pieces of the split parameters: one tp rank killed in
+// REPLAY, and the resumed run's scores are the uninterrupted tp run's, bit for bit.
+TEST(Resume, ATensorParallelRunResumesFromEachRanksPieces) {
+  const std::string spill = fresh_dir("resume-tp-spill");
+  const std::string args = "--config " + resumable_config("resume-tp", spill) + " --topology tp=2";
+  const std::string ref = fresh_dir("resume-tp-ref");
+  ASSERT_EQ(magic_run(args + " --out " + ref).exit_code, 0);
+  const at::Tensor resumed = interrupted_then_resumed(args, spill, "replay:7:rank=1", fresh_dir("resume-tp"));
+  EXPECT_TRUE(at::equal(resumed, scores_in(ref)));
+}
+
 // Ranks killed at different moments: rank 1 dies after the last step of a REPLAY segment before
 // recording it, rank 0 records it and waits. Both continue from the segment rank 1 recorded.
 TEST(Resume, RanksThatStoppedAtDifferentSegmentsContinueFromTheSameOne) {

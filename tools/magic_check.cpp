@@ -24,6 +24,7 @@
 #include "lib/core/stop_signal.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/parallel/data_parallel.h"
+#include "lib/distributed/parallel/mesh_explain.h"
 #include "lib/distributed/runtime/progress.h"
 #include "lib/distributed/runtime/rank_program.h"
 #include "lib/io/output_path.h"
@@ -76,7 +77,7 @@ Command parse(int argc, char** argv, int& early_exit) {
       "Example: magic-check --topology dp=4 --bite --json report.json\n"
       "Mesh layouts check a small GPT on the KJV fixture; three-pool layouts a small decomposition."};
   app.add_option("--topology", topology,
-                 "layout, key=value[,...]: mesh dp=D[,cp=C][,fsdp=F][,mb=M], or three pools "
+                 "layout, key=value[,...]: mesh dp=D[,cp=C][,tp=T][,fsdp=F][,mb=M], or three pools "
                  "n_ci=A,n_per_block=B[,n_blocks=2][,n_ppgd=2]");
   std::string run_config;
   app.add_option("--config", run_config,
@@ -104,6 +105,10 @@ Command parse(int argc, char** argv, int& early_exit) {
   app.add_option("--mutate", mutate, "plant one named bug (see --list-mutations)");
   app.add_flag("--bite", bite, "plant every bug that applies and fail unless each is caught as expected");
   app.add_flag("--list-mutations", c.list_mutations, "list the mutations and their expected signatures");
+  bool explain_layout = false;
+  app.add_flag("--explain-layout", explain_layout,
+               "print the mesh layout's rank order and every rank's coordinates and groups, then exit without "
+               "running (the other flags are checked first)");
   app.add_option("--json", c.json_path, "write the report as JSON (schema in docs/magic-check.md)");
   app.add_option("--junit", c.junit_path, "write the report as JUnit XML");
   app.add_option("--seed", seed, "seed of every random choice (init, data order, HVP direction)")
@@ -211,6 +216,16 @@ Command parse(int argc, char** argv, int& early_exit) {
     throw InputError(str_cat("--bite: no mutation can run on ", s.topology.str(), " (", join(why, "; "), ")"));
   }
   s.validate();
+  if (explain_layout) {
+    if (s.topology.family() != dist::TopologyFamily::kMesh) {
+      throw InputError(
+          str_cat("--explain-layout: explains mesh layouts (dp=D[,cp=C][,tp=T][,fsdp=F][,mb=M]); --topology ",
+                  s.topology.str(), " is a three-pool layout"));
+    }
+    std::cout << dist::explain_mesh_layout(s.topology);
+    early_exit = kExitOk;
+    return c;
+  }
   s.record_reference = true;  // this process computes the reference on one thread
   c.mutation_runs = bite ? static_cast<int64_t>(plan.run.size()) : 0;
   require_writable_file(c.json_path, "--json");

@@ -18,6 +18,7 @@
 #include "lib/core/strings.h"
 #include "lib/core/utf8.h"
 #include "lib/distributed/parallel/mesh_dump.h"
+#include "lib/distributed/parallel/mesh_explain.h"
 #include "lib/distributed/runtime/console.h"
 #include "lib/distributed/runtime/progress.h"
 #include "lib/distributed/runtime/rank_program.h"
@@ -96,6 +97,7 @@ struct Flags {
   std::optional<CheckedTraceOptions> trace;  // --trace-port, --trace-file: the live tracer (docs/tracer.md)
   std::vector<ConfigOverride> overrides;     // --section.key VALUE: config keys set on the command line
   std::vector<std::string> command;          // the command line, for run.json
+  bool explain_layout = false;               // --explain-layout: print the layout's ranks and groups, run nothing
 };
 
 // Whether one of the two paths is the other or lies inside it.
@@ -167,7 +169,10 @@ Flags parse(int argc, char** argv, int& early_exit) {
   add_trace_flags(app, trace);
   app.add_flag("--keep-checkpoints", f.keep_checkpoints,
                "keep the run's checkpoints in training.spill_dir when it ends (removed by default)");
-  app.add_option("--topology", topology, "run distributed on this mesh layout: dp=N[,cp=C][,fsdp=F][,mb=M]");
+  app.add_option("--topology", topology, "run distributed on this mesh layout: dp=N[,cp=C][,tp=T][,fsdp=F][,mb=M]");
+  app.add_flag("--explain-layout", f.explain_layout,
+               "with --topology: print the layout's rank order and every rank's coordinates and groups, then exit "
+               "without running (the config and the other flags are checked first)");
   app.add_option("--launch", program.launch,
                  "with --topology; spawn: start the ranks here on loopback; env: join a world made by "
                  "torchrun/srun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
@@ -225,11 +230,18 @@ Flags parse(int argc, char** argv, int& early_exit) {
   }
   if (app.count("--export-plan") > 0) check_plan_flags(f);
   f.trace = checked_trace_flags(app, trace, f.program ? std::optional<double>(timeout_s) : std::nullopt);
+  if (f.explain_layout && !f.program)
+    throw InputError("--explain-layout: needs --topology (one process has no layout)");
+  const char* records_flag = !f.dump_dir.empty() ? "--dump" : trace.port ? "--trace-port" : "--trace-file";
+  // Under tp a record's placement would say replicated for a parameter the tp ranks hold pieces
+  // of (mesh_trace_layout places parameters per mesh dimension, not per parameter yet).
+  if (f.program && f.program->topology.tp() > 1 && (!f.dump_dir.empty() || f.trace)) {
+    throw InputError(str_cat(records_flag, ": not with tp=", f.program->topology.tp(),
+                             " yet (records are not placed per parameter, and tp ranks hold pieces of the split ",
+                             "parameters)"));
+  }
   if (f.program && f.program->topology.mb() > 1 && (!f.dump_dir.empty() || f.trace)) {
-    throw InputError(str_cat(!f.dump_dir.empty() ? "--dump"
-                             : trace.port        ? "--trace-port"
-                                                 : "--trace-file",
-                             ": not with mb=", f.program->topology.mb(),
+    throw InputError(str_cat(records_flag, ": not with mb=", f.program->topology.mb(),
                              " yet (a step's records come once per micro-batch, and ",
                              "records do not name their micro-batch)"));
   }
@@ -472,6 +484,7 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
   if (runtime) {
     // Checked by the launcher before its ranks started; again here for ranks torchrun or srun started.
     require_micro_batches_fit(f.program->topology, config.batch_size, "training.batch_size");
+    require_tensor_parallel_fits(f.program->topology, config.model);
     parallelism = lm_data_parallel(*runtime, f.program->topology, config.model);
   }
   AttributionOptions options;
@@ -513,7 +526,8 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
     options.least_across_ranks = [world](int64_t value) {
       return world->all_gather(at::tensor({value}, at::kLong), 0).min().item<int64_t>();
     };
-    options.sum_across_ranks = [world](at::Tensor& values) { world->all_reduce_sum_(values); };
+    // Over the ranks that split the batch: tp ranks hold the same rows' losses, counted once.
+    options.sum_across_ranks = [parallelism](at::Tensor& values) { values = parallelism->sum_across_ranks(values); };
   }
   if (speaks) {
     std::cout << "magic-run: " << examples_summary(*problem.train, config.train_path) << ", " << queries << " queries, "
@@ -555,6 +569,16 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
   return rc;
 }
 
+// --explain-layout: the layout's ranks and groups, once the config and the layout are known to fit
+// each other (docs/magic-check.md, "Explaining a layout"); nothing is run.
+int explain_layout(const Flags& f) {
+  const RunConfig config = RunConfig::load(f.config_path, f.overrides);
+  require_micro_batches_fit(f.program->topology, config.batch_size, "training.batch_size");
+  require_tensor_parallel_fits(f.program->topology, config.model);
+  std::cout << dist::explain_mesh_layout(f.program->topology);
+  return kExitOk;
+}
+
 int run_main(int argc, char** argv);
 
 int run(int argc, char** argv) {
@@ -563,10 +587,12 @@ int run(int argc, char** argv) {
   if (early_exit >= 0) return early_exit;
   if (flags.program) flags.program->entry = run_main;
   if (!flags.program) return attribute(flags, nullptr);
+  if (flags.explain_layout) return explain_layout(flags);
   if (!dist::running_as_rank()) {
     // Load the config here too, so a bad one is reported once, before any rank starts.
     const RunConfig config = RunConfig::load(flags.config_path, flags.overrides);
     require_micro_batches_fit(flags.program->topology, config.batch_size, "training.batch_size");
+    require_tensor_parallel_fits(flags.program->topology, config.model);
     require_memory(config, estimate_run_memory(config), available_memory_bytes(), flags.program->topology.world_size());
     std::optional<RunFolderLease> lease = acquire_run_folder(flags, config);
     if (lease) setenv("MAGIC_RUN_FOLDER", lease->path().c_str(), 1);

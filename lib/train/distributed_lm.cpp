@@ -11,18 +11,20 @@ namespace magic {
 void require_mesh_topology(const dist::TopologySpec& topology, const std::string& tool) {
   if (topology.family() != dist::TopologyFamily::kMesh) {
     throw InputError("--topology " + topology.str() + ": " + tool +
-                     " trains a language model, which runs on mesh layouts (dp=N[,cp=C][,fsdp=F]); three-pool "
+                     " trains a language model, which runs on mesh layouts (dp=N[,cp=C][,tp=T][,fsdp=F]); three-pool "
                      "layouts are magic-check's decomposition workload");
   }
 }
 
 void require_built_axes(const dist::TopologySpec& topology, const std::string& tool) {
   if (topology.family() != dist::TopologyFamily::kMesh) return;
-  auto refuse = [&](const std::string& key) {
-    throw InputError(str_cat("--topology ", topology.str(), ": ", key, " is not built into ", tool, " yet"));
-  };
-  if (topology.tp() > 1 && tool != "magic-check") refuse("tp");
-  if (topology.sp() && tool != "magic-check") refuse("sp");
+  if (topology.sp() && tool != "magic-check") {
+    throw InputError(str_cat("--topology ", topology.str(), ": sp is not built into ", tool, " yet"));
+  }
+}
+
+void require_tensor_parallel_fits(const dist::TopologySpec& topology, const GptConfig& model) {
+  validate_tensor_parallel(model, topology.tp(), str_cat("--topology ", topology.str()));
 }
 
 void require_micro_batches_fit(const dist::TopologySpec& topology, int64_t batch, const std::string& batch_name) {

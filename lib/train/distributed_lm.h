@@ -1,4 +1,4 @@
-// The LM workload on a mesh layout (dp x cp ranks, fsdp-sharded parameters): the one place where
+// The LM workload on a mesh layout (dp x cp x tp ranks, fsdp-sharded parameters): the one place where
 // magic-run --topology and magic-check's lm workload get their data parallelism, so both run the
 // same step, reductions and REPLAY (build_lm_problem + run_magic) on it.
 #pragma once
@@ -17,9 +17,13 @@ namespace magic {
 void require_mesh_topology(const dist::TopologySpec& topology, const std::string& tool);
 
 // Throws InputError naming the key while an axis the topology parser knows is not yet built
-// into the LM workload (issue 44 lands tp, sp and mb in slices; a key accepted and ignored would
-// check a different run than the one named).
+// into the LM workload (sp: issue 44 lands it last; a key accepted and ignored would check a
+// different run than the one named).
 void require_built_axes(const dist::TopologySpec& topology, const std::string& tool);
+
+// Throws InputError naming the topology unless its tp ranks can split `model`: tp must divide the
+// attention heads (validate_tensor_parallel). Both tools call it before any rank starts.
+void require_tensor_parallel_fits(const dist::TopologySpec& topology, const GptConfig& model);
 
 // Throws InputError unless every dp replica's share of a `batch`-row step (contiguous shards,
 // sizes differing by at most one) holds at least the topology's mb rows: one per micro-batch.

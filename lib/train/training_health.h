@@ -22,9 +22,9 @@ inline constexpr int64_t kUpdateHistory = 3;
 struct TrainingTrace {
   int64_t total_steps = 0;
   // One entry a step watched (a resumed run sees only the steps after its checkpoint).
-  std::vector<int64_t> steps;  // 0-based step index
-  std::vector<double> losses;  // the step's training loss (on a distributed run, rank 0's share)
-  std::vector<double> update_norms;  // ‖θ_{t+1} − θ_t‖ (rank 0's part of θ on a sharded run)
+  std::vector<int64_t> steps;        // 0-based step index
+  std::vector<double> losses;        // the step's training loss (on a distributed run, rank 0's share)
+  std::vector<double> update_norms;  // ‖θ_{t+1} − θ_t‖ (rank 0's part of θ on a sharded or tp run)
   std::vector<double> learning_rates;
 
   void add(int64_t step, double loss, double update_norm, double learning_rate);
