@@ -225,14 +225,6 @@ Flags parse(int argc, char** argv, int& early_exit) {
   }
   if (app.count("--export-plan") > 0) check_plan_flags(f);
   f.trace = checked_trace_flags(app, trace, f.program ? std::optional<double>(timeout_s) : std::nullopt);
-  if (f.program && f.program->topology.mb() > 1 && (!f.dump_dir.empty() || f.trace)) {
-    throw InputError(str_cat(!f.dump_dir.empty() ? "--dump"
-                             : trace.port        ? "--trace-port"
-                                                 : "--trace-file",
-                             ": not with mb=", f.program->topology.mb(),
-                             " yet (a step's records come once per micro-batch, and ",
-                             "records do not name their micro-batch)"));
-  }
   return f;
 }
 
