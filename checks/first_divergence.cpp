@@ -25,11 +25,6 @@ std::string first_divergence_unavailable(const CheckSettings& s) {
     return str_cat("below fp32 (", s.precision.str(), ") one record cannot tell a bug from rounding");
   }
   if (s.resolved_workload() != "lm") return "";
-  if (s.topology.tp() > 1) return "tensor-parallel records are not placed per parameter yet";
-  if (s.topology.mb() > 1) {
-    return str_cat("with mb=", s.topology.mb(), " a step's records come once per micro-batch, and records do not ",
-                   "name their micro-batch yet");
-  }
   if (const int64_t bytes = trace_record_bytes(s); bytes > kMaxTraceBytes) {
     return str_cat("its records would take ", format_bytes(static_cast<double>(bytes)), ", more than ",
                    format_bytes(static_cast<double>(kMaxTraceBytes)));
@@ -37,15 +32,37 @@ std::string first_divergence_unavailable(const CheckSettings& s) {
   return "";
 }
 
-void record_hvp(const TensorTree& hvp, int64_t step, const std::vector<Placement>& placements) {
-  trace_tree(hvp, {"", "gradient", "backward", "hvp", step, "", placements});
+std::vector<std::vector<int64_t>> micro_batch_positions(int64_t rows, int64_t dp, int64_t mb) {
+  // Written out from the layout's definition (docs/magic-check.md, "Micro-batches") rather than
+  // taken from the engine's split, so that a slip there shows as rows that differ.
+  auto parts = [](int64_t begin, int64_t size, int64_t n) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t part = size / n + (k < size % n ? 1 : 0);
+      out.emplace_back(begin, begin + part);
+      begin += part;
+    }
+    return out;
+  };
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(mb));
+  for (const auto& [begin, end] : parts(0, rows, dp)) {
+    int64_t k = 0;
+    for (const auto& [first, last] : parts(begin, end - begin, mb)) {
+      for (int64_t i = first; i < last; ++i) out[static_cast<size_t>(k)].push_back(i);
+      ++k;
+    }
+  }
+  return out;
 }
 
-void write_rank_trace(const std::string& folder, const DumpSink& sink, const dist::MeshGroups& groups,
-                      dist::Convention convention) {
+void record_hvp(const TensorTree& hvp, int64_t step, const TraceLayout& layout) {
+  trace_parameter_tree(hvp, {"", "gradient", "backward", "hvp", step, "", {}}, layout);
+}
+
+void write_rank_trace(const std::string& folder, const DumpSink& sink, const dist::MeshGroups& groups) {
   const int rank = groups.world->global_rank();
   const std::string failure = dist::write_mesh_dump(folder, "magic-check", sink.entries(), *groups.world,
-                                                    dist::mesh_trace_layout(groups.layout, rank, convention));
+                                                    dist::trace_mesh(groups.layout, rank));
   if (!failure.empty()) dist::note_in_rank_log("first divergence: " + failure);
 }
 

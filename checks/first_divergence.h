@@ -26,9 +26,15 @@ int64_t trace_record_bytes(const CheckSettings& s);
 // records that fit in kMaxTraceBytes. Below fp32 one record cannot tell a bug from rounding.
 std::string first_divergence_unavailable(const CheckSettings& s);
 
-// Records a Hessian-vector product of step `step` (order "hvp") at the listening sink, placed as
-// parameters are.
-void record_hvp(const TensorTree& hvp, int64_t step, const std::vector<Placement>& placements);
+// The positions, among a step's `rows`, of micro-batch k's rows as a run on dp replicas of mb
+// micro-batches each records them (docs/dump-format.md, `micro_batch`): each replica's contiguous
+// share (sizes differing by at most one, the larger first), split the same way into mb parts,
+// part k of every replica in replica order. The reference records its whole batch so.
+std::vector<std::vector<int64_t>> micro_batch_positions(int64_t rows, int64_t dp, int64_t mb);
+
+// Records a Hessian-vector product of step `step` (order "hvp") at the listening sink, each entry
+// placed as `layout` places its parameter.
+void record_hvp(const TensorTree& hvp, int64_t step, const TraceLayout& layout);
 
 // Keeps this process's trace records while it lives, beside any sink already listening (the
 // live tracer of a rank of magic-check: docs/tracer.md).
@@ -45,8 +51,7 @@ class TraceRecorder {
 // Every rank of one distributed run: its records into `folder` (its rank file; once every rank's
 // is written, rank 0 writes the manifest). A failure is reported, never thrown: the first
 // divergence explains a check, it does not decide one.
-void write_rank_trace(const std::string& folder, const DumpSink& sink, const dist::MeshGroups& groups,
-                      dist::Convention convention);
+void write_rank_trace(const std::string& folder, const DumpSink& sink, const dist::MeshGroups& groups);
 
 // Rank 0: the first divergence of the dump in `folder` from the reference's records: the line, or
 // "" when every record both sides made agrees. Records only one side made are left out (a --bite

@@ -324,15 +324,15 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
     }
     const TensorTree hvp_initial = hessian_vector_product(*step, problem.initial, 0, problem.weights, v);
     const TensorTree hvp_final = hessian_vector_product(*step, result.final_state, last, problem.weights, v);
-    record_hvp(hvp_initial, 0, step->trace_layout().parameters);
-    record_hvp(hvp_final, last, step->trace_layout().parameters);
+    record_hvp(hvp_initial, 0, step->trace_layout());
+    record_hvp(hvp_final, last, step->trace_layout());
     append_trained_outputs(out, n, parallel->unshard(result.query_gradient), parallel->unshard(hvp_initial),
                            parallel->unshard(hvp_final), states, start_rows,
                            settings.wants(Level::kReplay) ? &replay_products : nullptr,
                            parallel->unshard(result.final_state.params), result.scores);
   }
   if (probe) append_reduction_outputs(out, step_grads, step_sums);
-  if (recorder) write_rank_trace(trace_folder, recorder->sink(), parts.groups, settings.convention);
+  if (recorder) write_rank_trace(trace_folder, recorder->sink(), parts.groups);
   return out;
 }
 
@@ -349,11 +349,19 @@ ReferenceRun run_reference_lm(const CheckSettings& settings) {
                                    problem.initial.params,
                                    config.precision,
                                    {},
-                                   config.label_smoothing};
+                                   config.label_smoothing,
+                                   {}};
   const std::string label = str_cat("reference (", config.precision.str(), ")");
   // The reference's records (first_divergence.h), from here on: config and clip norm are made.
   std::optional<TraceRecorder> recorder;
   if (settings.record_reference && first_divergence_unavailable(settings).empty()) recorder.emplace();
+  // A run that accumulates records each micro-batch's rows apart: the reference records its own so.
+  if (recorder && settings.topology.mb() > 1) {
+    for (int64_t t = 0; t < problem.stream->num_steps(); ++t) {
+      const auto rows = static_cast<int64_t>(problem.stream->rows(t).size());
+      setup.trace_micro_batches.push_back(micro_batch_positions(rows, settings.topology.dp(), settings.topology.mb()));
+    }
+  }
   PhaseProgress training(label + ": training", problem.stream->num_steps());
   setup.after_step = [&training](int64_t t) { training.update(t + 1); };
   auto unrolled = reference::unrolled_lm_scores(setup, problem.weights);
@@ -394,8 +402,8 @@ ReferenceRun run_reference_lm(const CheckSettings& settings) {
   const TensorTree hvp_final = reference::lm_batch_hvp(setup, unrolled.final_params, problem.weights, last, v);
   if (recorder) {
     record_replay(query_gradient, replay, unrolled.scores);
-    record_hvp(hvp_initial, 0, {});
-    record_hvp(hvp_final, last, {});
+    record_hvp(hvp_initial, 0, TraceLayout{});
+    record_hvp(hvp_final, last, TraceLayout{});
   }
   append_trained_outputs(
       run.outputs, n, query_gradient, hvp_initial, hvp_final, replay_state_reference(settings.topology.world_size()),

@@ -43,10 +43,44 @@ std::vector<at::Tensor> scaled_grad(const UnrolledLmSetup& setup, const at::Tens
   return grads;
 }
 
+// The loss of the rows `weighted` and `valid` hold, normalized as the whole batch's: `mean`
+// divides by the batch's valid labels, `batch_labels`.
+at::Tensor reduced_loss(Reduction reduction, const at::Tensor& weighted, const at::Tensor& valid,
+                        const at::Tensor& batch_labels) {
+  switch (reduction) {
+    case Reduction::kMean:
+      return weighted.sum() / batch_labels;
+    case Reduction::kSumOfMeans:
+      return (weighted.sum(1) / valid.sum(1).clamp_min(1.0)).sum();
+    case Reduction::kSum:
+      return weighted.sum();
+  }
+  throw std::logic_error("bad reduction");
+}
+
+// Step t's records cut into the micro-batches' rows (UnrolledLmSetup::trace_micro_batches), in the
+// order a run that accumulates makes them; none when the step's records are whole.
+struct MicroBatchRecords {
+  std::vector<at::Tensor> rows;
+  std::optional<ScopedTraceContext> context;
+  std::optional<MicroBatchOrder> order;
+
+  MicroBatchRecords(const UnrolledLmSetup& setup, int64_t t) {
+    if (!tracing() || !trace_context().active || t >= static_cast<int64_t>(setup.trace_micro_batches.size())) return;
+    for (const auto& positions : setup.trace_micro_batches[t]) rows.push_back(at::tensor(positions, at::kLong));
+    if (rows.empty()) return;
+    TraceContext cut = trace_context();
+    cut.micro_batch_rows = rows;
+    context.emplace(std::move(cut));
+    order.emplace();
+  }
+};
+
 at::Tensor plain_batch_loss(const UnrolledLmSetup& setup, const TensorTree& params, const at::Tensor& w, int64_t t) {
   const TokenDataset& data = *setup.train;
   const std::vector<int64_t> rows = setup.stream.rows(t);
   const int64_t T = data.max_len();
+  MicroBatchRecords micro_batches(setup, t);
   at::Tensor ids = rows_with_padding(data.input_ids, rows, at::full({T}, data.pad_id, at::kLong));
   at::Tensor labels = rows_with_padding(data.labels, rows, at::full({T}, kIgnoreLabel, at::kLong));
   std::vector<int64_t> zero_shape(w.sizes().begin() + 1, w.sizes().end());
@@ -60,22 +94,20 @@ at::Tensor plain_batch_loss(const UnrolledLmSetup& setup, const TensorTree& para
   at::Tensor token_weights =
       weights.dim() == 1 ? weights.unsqueeze(1).expand({-1, T - 1}) : weights.narrow(1, 1, T - 1);
   at::Tensor weighted = token_weights * losses * valid;
-  at::Tensor loss;
-  switch (setup.reduction) {
-    case Reduction::kMean:
-      loss = weighted.sum() / valid.sum();
-      break;
-    case Reduction::kSumOfMeans:
-      loss = (weighted.sum(1) / valid.sum(1).clamp_min(1.0)).sum();
-      break;
-    case Reduction::kSum:
-      loss = weighted.sum();
-      break;
-  }
-  if (!loss.defined()) throw std::logic_error("bad reduction");
+  const at::Tensor batch_labels = valid.sum();
+  at::Tensor loss = reduced_loss(setup.reduction, weighted, valid, batch_labels);
   if (tracing() && trace_context().active) {
-    trace_point(loss, [&] { return TraceRecord{"loss", "loss", "forward", "forward", t, "", {}}; });
+    auto record = [&](int64_t micro_batch) {
+      return TraceRecord{"loss", "loss", "forward", "forward", t, "", {}, micro_batch};
+    };
+    if (micro_batches.rows.empty()) trace_point(loss, [&] { return record(-1); });
+    for (size_t k = 0; k < micro_batches.rows.size(); ++k) {
+      const at::Tensor& r = micro_batches.rows[k];
+      trace_point(reduced_loss(setup.reduction, weighted.index_select(0, r), valid.index_select(0, r), batch_labels),
+                  [&] { return record(static_cast<int64_t>(k)); });
+    }
   }
+  if (micro_batches.order) micro_batches.order->flush();
   return loss;
 }
 

@@ -38,6 +38,11 @@ struct UnrolledLmSetup {
   std::function<void(int64_t step)> after_step;
   // ε of the training loss (lm_loss.h); the query loss Q is unsmoothed.
   double label_smoothing = 0.0;
+  // Recording only (lib/trace): trace_micro_batches[t][k] are the positions, among step t's rows,
+  // of micro-batch k's rows as a run that accumulates gradients records them; each forward record
+  // of step t (its rows; the loss as their terms) is then made once per micro-batch. Empty: whole.
+  // The step itself always runs the whole batch at once.
+  std::vector<std::vector<std::vector<int64_t>>> trace_micro_batches;
 };
 
 struct UnrolledLmResult {

@@ -1,6 +1,7 @@
 // The tracer in real magic-check runs (docs/tracer.md, "magic-check"): every rank of a mesh
 // streams its distributed runs through rank 0, each run under its name; tracing changes no figure,
-// verdict or first divergence of the report; a three-pool layout streams rank 0's whole records;
+// verdict or first divergence of the report; micro-batches' forward records are named by their
+// micro-batch; a three-pool layout streams rank 0's whole records;
 // bad trace flags are refused by name before the reference is computed.
 #include <gtest/gtest.h>
 
@@ -211,6 +212,33 @@ TEST(LiveCheck, AThreePoolLayoutStreamsRankZerosWholeRecords) {
   ASSERT_EQ(other.size(), 1u);
   EXPECT_EQ(other[0]["type"], "end");
   EXPECT_EQ(other[0]["records"], 0);
+  std::filesystem::remove_all(file);
+}
+
+// With micro-batches each rank streams every micro-batch's forward records, named by it (rank 1
+// holds 2 of the 5 rows of dp=2,mb=2: micro-batches of one row each), and the step's gradients and
+// updates once, as whole-step records.
+TEST(LiveCheck, MicroBatchesStreamTheirForwardRecordsByMicroBatch) {
+  const std::string file = testing::fresh_dir("live-micro-batches-file");
+  const auto o = magic_check("--topology dp=2,mb=2 --batch 5 --steps 2 --trace-file " + file);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  std::map<std::string, std::set<int64_t>> micro_batches;  // "step kind" -> micro-batches seen
+  for (const json& m : read_jsonl(file + "/rank1.records.jsonl")) {
+    if (m["type"] != "record" || m["run"] != "clean") continue;
+    const int64_t k = m.contains("micro_batch") ? m["micro_batch"].get<int64_t>() : -1;
+    micro_batches[std::to_string(m["step"].get<int64_t>()) + " " + m["kind"].get<std::string>()].insert(k);
+    if (m["kind"] == "input") {
+      EXPECT_EQ(m["shape"][0], 1) << m.dump();
+    }
+  }
+  for (const std::string step : {"0", "1"}) {
+    for (const std::string kind : {"input", "activation", "logits", "loss"}) {
+      EXPECT_EQ(micro_batches[step + " " + kind], (std::set<int64_t>{0, 1})) << step << " " << kind;
+    }
+    for (const std::string kind : {"gradient", "reduced_gradient", "update"}) {
+      EXPECT_EQ(micro_batches[step + " " + kind], (std::set<int64_t>{-1})) << step << " " << kind;
+    }
+  }
   std::filesystem::remove_all(file);
 }
 

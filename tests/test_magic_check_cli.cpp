@@ -283,6 +283,44 @@ TEST(MagicCheckCli, MeshBiteNamesWhereEachMutationsDifferenceBegins) {
   std::filesystem::remove_all(tmp);
 }
 
+// The first divergence on tensor-parallel and micro-batch layouts (docs/magic-check.md, "First
+// divergence"): each parameter's records placed along tp as the plan splits it, fsdp sharding each
+// tp piece, each micro-batch's forward records named. A correct run passes with no divergence; a
+// bug at the very end (the scores divided by dp) leaves every earlier record of a tp, fsdp and mb
+// run agreeing; a planted bug is named where it begins, with the ranks whose pieces are off: the
+// built-in text's bytes are below 129, so only tp rank 0's half of the 257-row vocabulary (rows
+// 0..128, cut 65 + 64 by fsdp) has a cotangent to get wrong.
+TEST(MagicCheckCli, FirstDivergenceIsNamedOnTensorParallelAndMicroBatchLayouts) {
+  const std::string json = temp_path("tp_first_divergence.json");
+  auto clean = magic_check("--topology tp=2 --json " + json);
+  ASSERT_EQ(clean.exit_code, 0) << clean.output;
+  EXPECT_EQ(clean.output.find("first divergence"), std::string::npos) << clean.output;
+  EXPECT_TRUE(nlohmann::json::parse(testing::read_file(json))["first_divergence"].is_null());
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"dp=2,tp=2,fsdp=2,mb=2 --mutate extra-divide-scores",
+       {"first divergence: replay, scores score (metagradient), 1/dp; every earlier record agrees to "}},
+      {"tp=2 --mutate clip-norm-detached",
+       {"first divergence: step 3, replay, tok_emb cotangent (metagradient) on tp rank 0 (dim 0 indices 0..128), "}},
+      {"dp=2,tp=2,fsdp=2 --mutate clip-norm-detached",
+       {"first divergence: step ",
+        ", replay, tok_emb cotangent (metagradient) on tp rank 0, fsdp rank 0 (dim 0 "
+        "indices 0..64) and tp rank 0, fsdp rank 1 (dim 0 indices 65..128), "}},
+      {"tp=2 --mutate tp-column-backward-not-summed",
+       {"first divergence: step 0, backward, ", " gradient, ", "partial sums left unreduced over tp",
+        "replicas differ: tp 1 differs from tp 0"}},
+      {"dp=2,mb=3 --mutate micro-batch-normalization", {"first divergence: step 0, micro-batch 0, forward, loss, "}},
+  };
+  for (const auto& [args, parts] : cases) {
+    auto o = magic_check("--topology " + args + " --json " + json);
+    EXPECT_EQ(o.exit_code, 1) << args << "\n" << o.output;
+    const auto report = nlohmann::json::parse(testing::read_file(json));
+    const std::string line = report.contains("first_divergence") ? report["first_divergence"].get<std::string>() : "";
+    for (const auto& part : parts) EXPECT_NE(line.find(part), std::string::npos) << args << ": " << line;
+    EXPECT_NE(o.output.find(line), std::string::npos) << args << "\n" << o.output;
+  }
+  std::filesystem::remove(json);
+}
+
 TEST(MagicCheckCli, BiteSaysWhichMutationsItSkippedAndWhy) {
   const std::string json = temp_path("skipped_bite.json");
   auto o = magic_check("--topology n_ci=2,n_per_block=1 --bite --steps 2 --json " + json);
@@ -335,7 +373,6 @@ TEST(MagicCheckCli, BadInputExitsTwoNamingTheInput) {
            {"--topology dp=2,mb=4 --batch 7",
             "mb=4 needs at least 4 rows on every dp replica (one per micro-batch), but --batch of 7 rows gives a "
             "replica 3; use a batch of at least dp*mb = 8 rows or mb <= 3"},
-           {"--topology dp=2,mb=2 --trace-file trace.jsonl", "--trace-file: not with mb=2 yet"},
            {"--topology dp=2,sp", "sp needs tp > 1"},
        }) {
     auto o = magic_check(c.args);

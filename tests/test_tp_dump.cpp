@@ -76,6 +76,38 @@ TEST(TensorParallelPlacements, APaddedShardDropsThePaddingAtTheEnd) {
   EXPECT_TRUE(at::equal(r.whole, vocab));
 }
 
+// fsdp shards each tensor-parallel piece on dim 0: tp cuts first, so tp is the outer mesh
+// dimension and the reader joins each piece's fsdp shards before the pieces (docs/dump-format.md,
+// "Placements"). Built by hand: whole -> tp piece -> fsdp shard (torch.chunk, uneven allowed).
+TEST(TensorParallelPlacements, AnFsdpShardOfATensorParallelPieceIsJoinedBeforeTheTpPieces) {
+  const std::vector<MeshDim> tp_fsdp = {{"tp", 2}, {"fsdp", 2}};
+  const std::vector<std::vector<int64_t>> coords = {{0, 0}, {0, 1}, {1, 0}, {1, 1}};
+  // Column-parallel [8, 2]: tp t holds rows 4t..4t+3, its fsdp f rows 4t+2f, 4t+2f+1.
+  const at::Tensor w = ramp({8, 2});
+  const std::vector<at::Tensor> colwise = {rows(w, {0, 1}), rows(w, {2, 3}), rows(w, {4, 5}), rows(w, {6, 7})};
+  const std::vector<Placement> both = {Placement::shard(0), Placement::shard(0)};
+  EXPECT_TRUE(at::equal(reassemble(tp_fsdp, coords, colwise, both).whole, w));
+  // The same pieces on a mesh that lists fsdp outside tp interleave the rows (0,1,4,5,2,3,6,7).
+  const std::vector<MeshDim> fsdp_tp = {{"fsdp", 2}, {"tp", 2}};
+  const std::vector<std::vector<int64_t>> swapped = {{0, 0}, {1, 0}, {0, 1}, {1, 1}};
+  const at::Tensor wrong = reassemble(fsdp_tp, swapped, colwise, both).whole;
+  EXPECT_TRUE(at::equal(wrong, rows(w, {0, 1, 4, 5, 2, 3, 6, 7})));
+  // Fused q|k|v [12, 2] of parts of 4 rows: tp t holds rows 2t, 2t+1 of each part (6 rows),
+  // split 3 + 3 over fsdp across the parts' boundaries.
+  const at::Tensor qkv = ramp({12, 2}, 0.2);
+  const std::vector<at::Tensor> fused = {rows(qkv, {0, 1, 4}), rows(qkv, {5, 8, 9}), rows(qkv, {2, 3, 6}),
+                                         rows(qkv, {7, 10, 11})};
+  EXPECT_TRUE(
+      at::equal(reassemble(tp_fsdp, coords, fused, {Placement::shard(0, 0, 3), Placement::shard(0)}).whole, qkv));
+  // A vocabulary of 5 rows padded to 6: tp pieces of 3 rows (tp 1's last is padding), each split
+  // 2 + 1 over fsdp.
+  const at::Tensor vocab = ramp({5, 3}, 0.7);
+  const at::Tensor pad = at::zeros({1, 3}, at::kDouble);
+  const std::vector<at::Tensor> padded = {rows(vocab, {0, 1}), rows(vocab, {2}), rows(vocab, {3, 4}), pad};
+  EXPECT_TRUE(
+      at::equal(reassemble(tp_fsdp, coords, padded, {Placement::shard(0, 5), Placement::shard(0)}).whole, vocab));
+}
+
 TEST(TensorParallelPlacements, HiddenAndHeadShardsAndRowParallelPartialSumsReassemble) {
   // Column-parallel fc output [b, s, 6]: rows over dp, hidden units over tp.
   const at::Tensor fc = ramp({2, 3, 6});

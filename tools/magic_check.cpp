@@ -194,11 +194,6 @@ Command parse(int argc, char** argv, int& early_exit) {
                              ": not with --launch threads (its rank threads share one process's trace points); use "
                              "--launch spawn"));
   }
-  if (c.trace && s.topology.mb() > 1) {
-    throw InputError(str_cat(trace.port ? "--trace-port" : "--trace-file", ": not with mb=", s.topology.mb(),
-                             " yet (a step's records come once per micro-batch, and records do not name their "
-                             "micro-batch)"));
-  }
   // Rank 0 binds its server once the ranks start, after the launcher's reference: a port in use
   // is refused now instead.
   if (trace.port && *trace.port != 0 && !dist::running_as_rank()) require_trace_port_free(trace.bind, *trace.port);
@@ -241,7 +236,7 @@ TraceOrigin check_trace_origin(const checks::CheckSettings& s, const dist::Runti
   o.rank = runtime.rank();
   o.ranks = runtime.world_size();
   if (s.resolved_workload() == "lm") {
-    const TraceLayout layout = dist::mesh_trace_layout(dist::MeshLayout(s.topology), runtime.rank(), s.convention);
+    const TraceLayout layout = dist::trace_mesh(dist::MeshLayout(s.topology), runtime.rank());
     o.mesh = layout.mesh;
     o.coords = layout.coords;
   }

@@ -23,7 +23,8 @@ std::string series_key(const nlohmann::json& record) {
     key += it == record.end() ? std::string() : it->is_string() ? it->get<std::string>() : it->dump();
     key += '\x1f';  // a separator no name holds (unit separator)
   };
-  for (const char* name : {"run", "rank", "kind", "phase", "order", "layer", "name", "compressor"}) field(name);
+  for (const char* name : {"run", "rank", "kind", "phase", "order", "layer", "name", "micro_batch", "compressor"})
+    field(name);
   const auto step = record.find("step");
   key += step != record.end() && step->is_number_integer() && step->get<int64_t>() < 0 ? "final" : "step";
   return key;

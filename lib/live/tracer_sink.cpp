@@ -49,6 +49,7 @@ nlohmann::json record_message(const TraceOrigin& origin, const TraceRecord& reco
             {"dtype", tensor_dtype(tensor)},
             {"compressor", compressor_name(rule.spec.kind)},
             {"data", std::move(data)}};
+  if (record.micro_batch >= 0) m["micro_batch"] = record.micro_batch;
   return m;
 }
 

@@ -1,5 +1,6 @@
 #include "lib/trace/dump_comparison.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -121,8 +122,10 @@ std::string off_pieces(const DumpTensor& candidate, const std::vector<MeshDim>& 
       if (p.type != Placement::Type::kShard && p.type != Placement::Type::kZigzag) continue;
       if (mesh[m].size > 1) who.push_back(str_cat(mesh[m].name, " rank ", coords[k][m]));
       const std::string span = index_ranges(covers[k], p.dim);
-      ranges.push_back((p.type == Placement::Type::kZigzag ? "positions " : str_cat("dim ", p.dim, " indices ")) +
-                       span);
+      const std::string range =
+          (p.type == Placement::Type::kZigzag ? "positions " : str_cat("dim ", p.dim, " indices ")) + span;
+      // Two mesh dimensions that shard one tensor dimension (fsdp within tp, within a replica) name it once.
+      if (std::find(ranges.begin(), ranges.end(), range) == ranges.end()) ranges.push_back(range);
     }
     const std::string text = str_cat(join(who, ", "), " (", join(ranges, "; "), ")");
     if (!who.empty() && seen.insert(text).second) off.push_back(text);

@@ -23,16 +23,29 @@ ScopedTraceContext::~ScopedTraceContext() {
 
 void trace_activation(const at::Tensor& value, const std::string& name, const std::string& kind,
                       const std::string& layer) {
+  trace_activation(value, name, kind, layer, current.activation_placements);
+}
+
+void trace_activation(const at::Tensor& value, const std::string& name, const std::string& kind,
+                      const std::string& layer, const std::vector<Placement>& placements) {
   if (!tracing() || !current.active) return;
-  trace_point(value, [&] {
-    return TraceRecord{name, kind, "forward", current.order, current.step, layer, current.activation_placements};
-  });
+  auto record = [&](int64_t micro_batch) {
+    return TraceRecord{name, kind, "forward", current.order, current.step, layer, placements, micro_batch};
+  };
+  if (current.micro_batch_rows.empty()) {
+    trace_point(value, [&] { return record(current.micro_batch); });
+    return;
+  }
+  for (size_t k = 0; k < current.micro_batch_rows.size(); ++k) {
+    trace_point(value.index_select(0, current.micro_batch_rows[k]), [&] { return record(static_cast<int64_t>(k)); });
+  }
 }
 
 void trace_attention(const at::Tensor& probabilities, const std::string& layer) {
   if (!tracing() || !current.active) return;
   trace_point(probabilities, [&] {
-    return TraceRecord{layer + ".attn", "attention", "forward", current.order, current.step, layer, {}};
+    return TraceRecord{layer + ".attn", "attention", "forward", current.order,
+                       current.step,    layer,       {},        current.micro_batch};
   });
 }
 

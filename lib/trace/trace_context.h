@@ -18,6 +18,12 @@ struct TraceContext {
   std::string order = "forward";
   // The placements of this rank's [rows, columns, ...] activations; empty in a single process.
   std::vector<Placement> activation_placements;
+  // The micro-batch of the step the forward records belong to; -1: the whole step.
+  int64_t micro_batch = -1;
+  // A whole batch recorded as a run that accumulates over micro-batches records it
+  // (docs/dump-format.md, `micro_batch`): activation k holds rows micro_batch_rows[k] of each
+  // forward record, as micro-batch k. Empty: the records are whole.
+  std::vector<at::Tensor> micro_batch_rows;
 };
 
 const TraceContext& trace_context();
@@ -34,10 +40,13 @@ class ScopedTraceContext {
   TraceContext previous_;
 };
 
-// A forward record of the context's step ("blocks.1", "logits"), placed as its activations are;
-// nothing unless a sink listens and the context is active.
+// A forward record of the context's step and micro-batch ("blocks.1", "logits"), placed as its
+// activations are, or as `placements` says; one per micro-batch where the context cuts the batch
+// into micro-batches' rows. Nothing unless a sink listens and the context is active.
 void trace_activation(const at::Tensor& value, const std::string& name, const std::string& kind,
                       const std::string& layer);
+void trace_activation(const at::Tensor& value, const std::string& name, const std::string& kind,
+                      const std::string& layer, const std::vector<Placement>& placements);
 
 // A layer's attention probabilities [batch, heads, queries, keys] in the context's step: kind
 // "attention", for the tracer's compressors only (a dump leaves them out: docs/dump-format.md).

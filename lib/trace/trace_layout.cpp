@@ -1,13 +1,28 @@
 #include "lib/trace/trace_layout.h"
 
 namespace magic {
+namespace {
 
-std::vector<Placement> TraceLayout::activations(int64_t length) const {
-  std::vector<Placement> out = rows_and_columns;
-  for (auto& p : out) {
+std::vector<Placement> with_length(std::vector<Placement> placements, int64_t length) {
+  for (auto& p : placements) {
     if (p.type == Placement::Type::kZigzag) p.length = length;
   }
-  return out;
+  return placements;
+}
+
+}  // namespace
+
+std::vector<Placement> TraceLayout::activations(int64_t length) const {
+  return with_length(rows_and_columns, length);
+}
+
+std::vector<Placement> TraceLayout::logits(int64_t length) const {
+  return rows_columns_and_vocabulary.empty() ? activations(length) : with_length(rows_columns_and_vocabulary, length);
+}
+
+const std::vector<Placement>& TraceLayout::parameter(const std::string& name) const {
+  const auto it = parameters_by_name.find(name);
+  return it == parameters_by_name.end() ? parameters : it->second;
 }
 
 std::vector<Placement> TraceLayout::replicated() const {

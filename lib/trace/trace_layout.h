@@ -4,7 +4,8 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "lib/trace/trace_record.h"
@@ -17,15 +18,26 @@ struct TraceLayout {
 
   // Activations [rows, columns, ...]; a zig-zag placement's length is filled in per sequence.
   std::vector<Placement> rows_and_columns;
-  std::vector<Placement> loss;        // this rank's term of the step's loss
-  std::vector<Placement> parameters;  // stored parameters and what is shaped like them
-  // The gradient as backward leaves it, before the convention; nullopt where it is not a term of
-  // the whole gradient any single process computes (AVG's sum of local means).
-  std::optional<std::vector<Placement>> backward_gradient;
+  // Logits [rows, columns, vocabulary], where tensor parallelism splits the vocabulary; empty:
+  // placed as the other activations.
+  std::vector<Placement> rows_columns_and_vocabulary;
+  std::vector<Placement> loss;  // this rank's term of the step's loss
+  // Stored parameters and what is shaped like them (gradients, updates, cotangents, HVPs), unless
+  // `parameters_by_name` places the parameter otherwise (a tensor-parallel piece).
+  std::vector<Placement> parameters;
+  std::map<std::string, std::vector<Placement>> parameters_by_name;
+  // Whether the gradient as backward leaves it, before the convention, is placed as the parameters
+  // are; false where it is not a term of the whole gradient any single process computes (AVG's sum
+  // of local means): it is then not recorded.
+  bool backward_gradient_is_whole = true;
   std::vector<Placement> weight_gradient;  // REPLAY's dQ/dw from this rank's rows and columns
 
   // The placements of a [rows, columns, ...] activation of a `length`-position sequence.
   std::vector<Placement> activations(int64_t length) const;
+  // The placements of logits of a `length`-position sequence.
+  std::vector<Placement> logits(int64_t length) const;
+  // The placements of parameter `name` and of everything shaped like it.
+  const std::vector<Placement>& parameter(const std::string& name) const;
   // Every rank holds the whole (a clip coefficient).
   std::vector<Placement> replicated() const;
 };

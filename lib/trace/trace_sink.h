@@ -7,10 +7,13 @@
 #include <ATen/ATen.h>
 
 #include <atomic>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lib/core/tensor_tree.h"
+#include "lib/trace/trace_layout.h"
 #include "lib/trace/trace_record.h"
 
 namespace magic {
@@ -56,6 +59,10 @@ void write_tree(TraceSink& sink, const TensorTree& tree, const TraceRecord& like
 // write_tree() to the listening sink, if one listens.
 void trace_tree(const TensorTree& tree, const TraceRecord& like, const std::string& suffix = "");
 
+// trace_tree() of a tree shaped like the parameters (a gradient, an update, a cotangent, an HVP):
+// each entry placed as `layout` places the parameter of its name; `like`'s placements are unused.
+void trace_parameter_tree(const TensorTree& tree, const TraceRecord& like, const TraceLayout& layout);
+
 // Attaches `sink` to the process for the scope's lifetime, then restores the one before.
 class ScopedTraceSink {
  public:
@@ -78,6 +85,24 @@ class ScopedAddedTraceSink {
 
  private:
   TeeSink tee_;
+  ScopedTraceSink listening_;
+};
+
+// Holds the records made while it listens and, on flush(), writes them to the sink that listened
+// before it, micro-batch by micro-batch (each one's in the order made). A run that accumulates
+// gradients makes micro-batch 0's forward records, then micro-batch 1's; a single process that
+// cuts its whole batch's records into micro-batches' rows (TraceContext::micro_batch_rows) makes
+// them trace point by trace point. Attach it only while a sink listens.
+class MicroBatchOrder : public TraceSink {
+ public:
+  MicroBatchOrder();
+  void write(const TraceRecord& record, const at::Tensor& tensor) override;
+  void flush();
+
+ private:
+  TraceSink* next_;
+  std::mutex mutex_;
+  std::vector<std::pair<TraceRecord, at::Tensor>> held_;
   ScopedTraceSink listening_;
 };
 

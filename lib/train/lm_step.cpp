@@ -82,8 +82,9 @@ at::Tensor LmStep::loss(const TensorTree& params, int64_t t, const at::Tensor& w
   return total;
 }
 
-// Its trace records (activations, the loss) come once per micro-batch, placed as this rank's
-// whole share: records do not name their micro-batch yet.
+// With more than one micro-batch its trace records (activations, the loss) name it: they hold the
+// micro-batch's rows, placed as this rank's share of every rank's micro-batch m (docs/dump-format.md,
+// `micro_batch`).
 at::Tensor LmStep::micro_batch_loss(const TensorTree& params, int64_t t, int64_t m, const at::Tensor& w,
                                     double mean_denominator) const {
   const Batch& batch = micro_batches_.at(t).at(m);
@@ -91,15 +92,17 @@ at::Tensor LmStep::micro_batch_loss(const TensorTree& params, int64_t t, int64_t
   const LocalColumns local =
       local_columns(layout.sequence, batch.input_ids, batch.labels, gather_weights(w, batch.rows), data_->pad_id);
   // The model's activation records are placed as this rank's rows and columns of the sequence.
+  const int64_t length = batch.input_ids.size(1);
   std::optional<ScopedTraceContext> placed;
   if (tracing() && trace_context().active) {
     TraceContext context = trace_context();
-    context.activation_placements = trace_layout_.activations(batch.input_ids.size(1));
+    context.activation_placements = trace_layout_.activations(length);
+    if (micro_batching_->count() > 1) context.micro_batch = m;
     placed.emplace(std::move(context));
   }
   if (tracing()) trace_activation(local.input_ids, "input_ids", "input", "");
   at::Tensor logits = gpt_forward(model_, precision_->compute_params(*parallelism_, params), local.input_ids, layout);
-  if (tracing()) trace_activation(logits, "logits", "logits", "head");
+  if (tracing()) trace_activation(logits, "logits", "logits", "head", trace_layout_.logits(length));
   at::Tensor losses =
       vocab_parallel_position_losses(precision_->to_master(logits), local.targets, token_loss_, *layout.tensor);
   at::Tensor mask = local.targets.ne(kIgnoreLabel).to(losses.scalar_type());
@@ -107,7 +110,9 @@ at::Tensor LmStep::micro_batch_loss(const TensorTree& params, int64_t t, int64_t
   at::Tensor row_labels = label_mask(batch.labels, losses.scalar_type()).sum(1);
   at::Tensor loss = reduce_aligned_loss(losses, mask, local.weights, reduction_, denominator, row_labels);
   if (tracing() && trace_context().active) {
-    trace_point(loss, [&] { return TraceRecord{"loss", "loss", "forward", "forward", t, "", trace_layout_.loss}; });
+    trace_point(loss, [&] {
+      return TraceRecord{"loss", "loss", "forward", "forward", t, "", trace_layout_.loss, trace_context().micro_batch};
+    });
   }
   return loss;
 }
@@ -115,10 +120,10 @@ at::Tensor LmStep::micro_batch_loss(const TensorTree& params, int64_t t, int64_t
 namespace {
 
 // One record per parameter of a step's gradient or update (lib/trace): what the optimizer was
-// given and what it did.
+// given and what it did, each placed as its parameter.
 void trace_step_tree(const TensorTree& tree, const char* kind, const char* phase, int64_t t,
-                     const std::vector<Placement>& placements) {
-  if (tracing() && trace_context().active) trace_tree(tree, {"", kind, phase, "first", t, "", placements});
+                     const TraceLayout& layout) {
+  if (tracing() && trace_context().active) trace_parameter_tree(tree, {"", kind, phase, "first", t, "", {}}, layout);
 }
 
 }  // namespace
@@ -148,12 +153,9 @@ std::pair<TensorTree, at::Tensor> LmStep::gradient_and_loss(const TrainState& st
     local = m == 0 ? micro : precision_->accumulate(local, micro);
     unscaled = m == 0 ? part.detach() : unscaled + part.detach();
   }
-  if (trace_layout_.mesh.empty() || trace_layout_.backward_gradient) {
-    trace_step_tree(local, "gradient", "backward", t,
-                    trace_layout_.backward_gradient.value_or(std::vector<Placement>{}));
-  }
+  if (trace_layout_.backward_gradient_is_whole) trace_step_tree(local, "gradient", "backward", t, trace_layout_);
   TensorTree reduced = precision_->unscale(parallelism_->apply_convention(precision_->reduce(*parallelism_, local)));
-  trace_step_tree(reduced, "reduced_gradient", "reduction", t, trace_layout_.parameters);
+  trace_step_tree(reduced, "reduced_gradient", "reduction", t, trace_layout_);
   return {reduced, unscaled};
 }
 
@@ -183,7 +185,7 @@ StepOutput LmStep::step(const TrainState& s, int64_t t, const at::Tensor& w, boo
     trace_step_tree(update.params.map_named([&](const std::string& name, const at::Tensor& p) {
       return p.detach() - params.at(name).detach();
     }),
-                    "update", "optimizer", t, trace_layout_.parameters);
+                    "update", "optimizer", t, trace_layout_);
   }
   StepOutput out{TrainState{precision_->store(update.params), update.state, s.persistent}, grads, coefficient,
                  step_loss};

@@ -81,7 +81,7 @@ MagicResult run_magic(const StepFunction& step, const QueryFunction& query, cons
     result.query_gradient = query.gradient(result.final_state.params);
     // ∂Q/∂θ_N, where REPLAY starts (recorded here, so that a run that stops before REPLAY has it).
     if (tracing())
-      trace_tree(result.query_gradient, {"", "gradient", "query", "first", -1, "", step.trace_layout().parameters});
+      trace_parameter_tree(result.query_gradient, {"", "gradient", "query", "first", -1, "", {}}, step.trace_layout());
     if (options.stop_on_non_finite) require_finite(result.query_gradient.with_prefix("dQ/d"), "query gradient");
   }
 

@@ -17,7 +17,7 @@ namespace {
 // REPLAY's records (lib/trace): its cotangent λ_t per parameter and the step's contribution to
 // the scores, dQ/dw through step t; and ∂Q/∂θ_N it starts from.
 void trace_replay_step(int64_t t, const StepVjp& vjp, const TraceLayout& layout) {
-  trace_tree(vjp.cotangent.params, {"", "cotangent", "replay", "metagradient", t, "", layout.parameters});
+  trace_parameter_tree(vjp.cotangent.params, {"", "cotangent", "replay", "metagradient", t, "", {}}, layout);
   trace_point(vjp.dw,
               [&] { return TraceRecord{"scores", "score", "replay", "metagradient", t, "", layout.weight_gradient}; });
 }

@@ -25,42 +25,82 @@ std::pair<int64_t, int64_t> shard_range(int64_t total, int rank, int size) {
   return {begin, begin + base + (rank < extra ? 1 : 0)};
 }
 
-TraceLayout mesh_trace_layout(const MeshLayout& layout, int rank, Convention convention) {
+TraceLayout trace_mesh(const MeshLayout& layout, int rank) {
   TraceLayout out;
-  const int64_t dp_index = layout.dp_index(rank);
-  std::vector<Placement> dp_parameters;  // over the mesh dimensions that split the dp index
-  if (layout.fsdp() > 1) {
-    out.mesh = {{"replica", layout.dp() / layout.fsdp()}, {"fsdp", layout.fsdp()}};
-    out.coords = {dp_index / layout.fsdp(), dp_index % layout.fsdp()};
-    dp_parameters = {Placement::replicate(), Placement::shard(0)};
-  } else {
-    out.mesh = {{"dp", layout.dp()}};
-    out.coords = {dp_index};
-    dp_parameters = {Placement::replicate()};
-  }
-  out.rows_and_columns.assign(out.mesh.size(), Placement::shard(0));
-  out.parameters = dp_parameters;
-  out.mesh.push_back({"cp", layout.cp()});
-  out.coords.push_back(layout.cp_index(rank));
-  out.rows_and_columns.push_back(layout.cp() > 1 ? Placement::zigzag(1) : Placement::replicate());
-  out.parameters.push_back(Placement::replicate());
-  const auto reduce = convention == Convention::kSum ? Placement::Reduce::kSum : Placement::Reduce::kAvg;
-  out.loss.assign(out.mesh.size(), Placement::partial(reduce));
-  out.weight_gradient.assign(out.mesh.size(), Placement::partial(Placement::Reduce::kSum));
+  const int64_t dp_index = layout.dp_index(rank), fsdp = layout.fsdp();
+  out.mesh = {{fsdp > 1 ? "replica" : "dp", layout.dp() / fsdp}, {"cp", layout.cp()}};
+  out.coords = {dp_index / fsdp, layout.cp_index(rank)};
   if (layout.tp() > 1) {
-    // Every tp rank holds the same rows, columns and loss. Its parameters are pieces by the plan:
-    // placed per parameter, which this one list cannot say yet (magic-check names no first
-    // divergence on tp: first_divergence.h).
     out.mesh.push_back({"tp", layout.tp()});
     out.coords.push_back(layout.tp_index(rank));
-    out.rows_and_columns.push_back(Placement::replicate());
-    out.parameters.push_back(Placement::replicate());
-    out.loss.push_back(Placement::replicate());
-    out.weight_gradient.push_back(Placement::replicate());
+  }
+  if (fsdp > 1) {
+    out.mesh.push_back({"fsdp", fsdp});
+    out.coords.push_back(dp_index % fsdp);
+  }
+  return out;
+}
+
+namespace {
+
+// How the tp ranks' pieces of a parameter split by `split` make the whole (`rows`: its dim 0).
+Placement tensor_parallel_placement(TensorSplit split, int64_t rows) {
+  switch (split) {
+    case TensorSplit::kReplicated:
+      return Placement::replicate();
+    case TensorSplit::kColumnwise:
+      return Placement::shard(0);
+    case TensorSplit::kColumnwiseQkv:
+      return Placement::shard(0, 0, 3);
+    case TensorSplit::kRowwise:
+      return Placement::shard(1);
+    case TensorSplit::kVocabulary:
+      return Placement::shard(0, rows);
+  }
+  return Placement::replicate();
+}
+
+}  // namespace
+
+TraceLayout mesh_trace_layout(const MeshLayout& layout, int rank, Convention convention, const ParallelPlan& plan,
+                              const std::map<std::string, int64_t>& whole_rows) {
+  TraceLayout out = trace_mesh(layout, rank);
+  const auto reduce = convention == Convention::kSum ? Placement::Reduce::kSum : Placement::Reduce::kAvg;
+  size_t tp_dim = out.mesh.size();
+  for (size_t m = 0; m < out.mesh.size(); ++m) {
+    const std::string& name = out.mesh[m].name;
+    if (name == "tp") {
+      // Every tp rank holds the same rows, columns and loss; its parameters are pieces by the plan.
+      tp_dim = m;
+      for (auto* placements : {&out.rows_and_columns, &out.loss, &out.parameters, &out.weight_gradient}) {
+        placements->push_back(Placement::replicate());
+      }
+      continue;
+    }
+    const bool splits_rows = name != "cp";  // dp, replica, fsdp: the dp index
+    out.rows_and_columns.push_back(splits_rows       ? Placement::shard(0)
+                                   : layout.cp() > 1 ? Placement::zigzag(1)
+                                                     : Placement::replicate());
+    out.loss.push_back(Placement::partial(reduce));
+    out.weight_gradient.push_back(Placement::partial(Placement::Reduce::kSum));
+    out.parameters.push_back(name == "fsdp" ? Placement::shard(0) : Placement::replicate());
+  }
+  if (tp_dim < out.mesh.size()) {
+    for (const auto& [name, rows] : whole_rows) {
+      const TensorSplit split = split_of(plan, name);
+      if (split == TensorSplit::kReplicated) continue;
+      out.parameters_by_name[name] = out.parameters;
+      out.parameters_by_name[name][tp_dim] = tensor_parallel_placement(split, rows);
+      // The logits [rows, columns, vocabulary] are split as the vocabulary is, its padding cut.
+      if (split == TensorSplit::kVocabulary) {
+        out.rows_columns_and_vocabulary = out.rows_and_columns;
+        out.rows_columns_and_vocabulary[tp_dim] = Placement::shard(2, rows);
+      }
+    }
   }
   // The gradient leaves backward reduced already (enter()'s collectives); under AVG it is the sum
   // of local means, which only the convention's divide makes the whole gradient.
-  if (convention == Convention::kSum) out.backward_gradient = out.parameters;
+  out.backward_gradient_is_whole = convention == Convention::kSum;
   return out;
 }
 
@@ -184,7 +224,7 @@ at::Tensor DataParallel::sum_across_ranks(const at::Tensor& local) const {
 }
 
 TraceLayout DataParallel::trace_layout() const {
-  return mesh_trace_layout(layout(), rank(), convention_);
+  return mesh_trace_layout(layout(), rank(), convention_, parts_.plan, parts_.whole_rows);
 }
 
 at::Tensor DataParallel::assemble_weight_gradient(const at::Tensor& local) const {

@@ -37,11 +37,20 @@ std::string convention_name(Convention convention);
 // The [begin, end) of shard `rank` when `total` items split over `size` ranks.
 std::pair<int64_t, int64_t> shard_range(int64_t total, int rank, int size);
 
-// How rank `rank`'s traced tensors make up the whole on `layout` (lib/trace/trace_layout.h). The
-// mesh is [dp, cp], or [replica, fsdp, cp] with sharded parameters (dp index = replica·fsdp +
-// shard index): rows are contiguous shards over the dp index, columns zig-zag chunk pairs over cp,
-// parameters dim-0 shards over fsdp; the loss is a partial sum (SUM) or average (AVG) everywhere.
-TraceLayout mesh_trace_layout(const MeshLayout& layout, int rank, Convention convention);
+// The mesh of `layout`'s trace records and rank `rank`'s coordinates on it, no placements: [dp, cp],
+// or [replica, cp, fsdp] with sharded parameters (dp index = replica·fsdp + shard index), tp
+// before fsdp where tp > 1 ([dp, cp, tp], [replica, cp, tp, fsdp]). Outermost first, in the order
+// the splits are made (docs/dump-format.md, "Placements"): fsdp shards each tp piece, tp each
+// cp chunk pair, and fsdp the rows of a replica.
+TraceLayout trace_mesh(const MeshLayout& layout, int rank);
+
+// How rank `rank`'s traced tensors make up the whole on `layout` (lib/trace/trace_layout.h): rows
+// are contiguous shards over the dp index, columns zig-zag chunk pairs over cp, parameters dim-0
+// shards over fsdp and, where tp > 1, each one placed along tp as `plan` splits it (`whole_rows`:
+// every parameter's dim-0 size, a vocabulary's length), logits split over the vocabulary; the loss
+// is a partial sum (SUM) or average (AVG) over every dimension but tp, whose ranks hold the same.
+TraceLayout mesh_trace_layout(const MeshLayout& layout, int rank, Convention convention, const ParallelPlan& plan,
+                              const std::map<std::string, int64_t>& whole_rows);
 
 // The pieces a DataParallel is made of; planted variants replace one of them.
 struct MeshParts {
