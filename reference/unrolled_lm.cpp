@@ -214,7 +214,7 @@ UnrolledLmResult unrolled_lm_scores(const UnrolledLmSetup& setup, const at::Tens
   UnrolledLmResult result;
   std::vector<TensorTree> later_params, later_opt;  // θ_{t+1}, o_{t+1} in the graph
   for (int64_t t = 0; t < setup.stream.num_steps(); ++t) {
-    const ScopedTraceContext context(TraceContext{tracing(), t, "forward", {}});
+    const ScopedTraceContext context(TraceContext{tracing(), t, "forward", {}, -1, {}});
     const PlainStep step = plain_step(setup, params, opt_state, w, t);
     record_tree(step.grads, "gradient", "backward", t);
     record_tree(step.grads, "reduced_gradient", "reduction", t);

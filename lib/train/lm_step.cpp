@@ -138,7 +138,8 @@ std::pair<TensorTree, at::Tensor> LmStep::gradient_and_loss(const TrainState& st
   // A gradient asked for on its own (a check's gradient at a given state) is a training step's
   // first-order records too; one that will be differentiated again is not.
   std::optional<ScopedTraceContext> context;
-  if (tracing() && !trace_context().active && !create_graph) context.emplace(TraceContext{true, t, "forward", {}});
+  if (tracing() && !trace_context().active && !create_graph)
+    context.emplace(TraceContext{true, t, "forward", {}, -1, {}});
   // Each micro-batch's forward and backward in turn (its graph freed unless the gradient will be
   // differentiated again), the gradients accumulated in the master dtype.
   const std::vector<double> denominators = micro_batch_denominators(t);
@@ -161,7 +162,7 @@ std::pair<TensorTree, at::Tensor> LmStep::gradient_and_loss(const TrainState& st
 
 StepOutput LmStep::step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const {
   // Training's steps are traced (lib/trace); REPLAY's traced recomputations of them are not.
-  const ScopedTraceContext context(TraceContext{!traced && tracing(), t, "forward", {}});
+  const ScopedTraceContext context(TraceContext{!traced && tracing(), t, "forward", {}, -1, {}});
   // Untraced steps still need leaves to differentiate the loss; traced ones use the caller's.
   const TensorTree params = traced ? s.params : s.params.requires_grad();
   auto [gradient_of_step, step_loss] =
