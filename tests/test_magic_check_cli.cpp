@@ -481,25 +481,28 @@ TEST(MagicCheckCli, MeshWithCpAndFsdpPassesAtFp64Precision) {
   for (const auto& row : report["checks"]) EXPECT_LE(row["worst_rel_err"].get<double>(), 1e-9) << row.dump();
 }
 
+// `layout` (run with `flags`) passes at fp64 precision, every level present.
+void expect_exact_on_every_level(const std::string& layout, const std::string& flags) {
+  const std::string json = temp_path("every_level.json");
+  auto o = magic_check("--topology " + layout + flags + " --json " + json);
+  ASSERT_EQ(o.exit_code, 0) << layout << "\n" << o.output;
+  auto report = nlohmann::json::parse(testing::read_file(json));
+  EXPECT_EQ(report["topology"], layout);
+  std::set<std::string> levels;
+  for (const auto& row : report["checks"]) {
+    levels.insert(row["level"].get<std::string>());
+    EXPECT_LE(row["worst_rel_err"].get<double>(), 1e-9) << layout << " " << row.dump();
+  }
+  EXPECT_EQ(levels,
+            (std::set<std::string>{"grad", "optimizer", "query_grad", "hvp", "replay", "final_params", "scores"}))
+      << layout;
+}
+
 // Gradient accumulation on uneven micro-batches (the default batch: 13 rows on dp=2,mb=4 in
 // micro-batches of 2,2,2,1 and 2,2,1,1 rows; 11 on dp=2,cp=2,mb=3 in 2,2,2 and 2,2,1), as real
 // rank processes: every level within fp64 precision of the full-batch reference.
 TEST(MagicCheckCli, MicroBatchesPassAtFp64PrecisionOnEveryLevel) {
-  for (const std::string layout : {"dp=2,mb=4", "dp=2,cp=2,mb=3"}) {
-    const std::string json = temp_path("micro_batches.json");
-    auto o = magic_check("--topology " + layout + " --json " + json);
-    ASSERT_EQ(o.exit_code, 0) << layout << "\n" << o.output;
-    auto report = nlohmann::json::parse(testing::read_file(json));
-    EXPECT_EQ(report["topology"], layout);
-    std::set<std::string> levels;
-    for (const auto& row : report["checks"]) {
-      levels.insert(row["level"].get<std::string>());
-      EXPECT_LE(row["worst_rel_err"].get<double>(), 1e-9) << layout << " " << row.dump();
-    }
-    EXPECT_EQ(levels,
-              (std::set<std::string>{"grad", "optimizer", "query_grad", "hvp", "replay", "final_params", "scores"}))
-        << layout;
-  }
+  for (const std::string layout : {"dp=2,mb=4", "dp=2,cp=2,mb=3"}) expect_exact_on_every_level(layout, "");
 }
 
 // Tensor and sequence parallelism (docs/magic-check.md, "Tensor parallel (`tp`)"): exact at every
@@ -507,19 +510,7 @@ TEST(MagicCheckCli, MicroBatchesPassAtFp64PrecisionOnEveryLevel) {
 // alone with sp and on a mesh with every axis but fsdp.
 TEST(MagicCheckCli, TensorParallelPassesAtFp64OnEveryLevelAndInBf16) {
   for (const std::string layout : {"dp=1,tp=2,sp", "dp=2,cp=2,tp=2,sp"}) {
-    const std::string json = temp_path("tensor_parallel.json");
-    auto o = magic_check("--topology " + layout + " --label-smoothing 0.1 --json " + json);
-    ASSERT_EQ(o.exit_code, 0) << layout << "\n" << o.output;
-    auto report = nlohmann::json::parse(testing::read_file(json));
-    EXPECT_EQ(report["topology"], layout);
-    std::set<std::string> levels;
-    for (const auto& row : report["checks"]) {
-      levels.insert(row["level"].get<std::string>());
-      EXPECT_LE(row["worst_rel_err"].get<double>(), 1e-9) << layout << " " << row.dump();
-    }
-    EXPECT_EQ(levels,
-              (std::set<std::string>{"grad", "optimizer", "query_grad", "hvp", "replay", "final_params", "scores"}))
-        << layout;
+    expect_exact_on_every_level(layout, " --label-smoothing 0.1");
   }
   // bf16, judged against the fp64 golden run: no false alarm.
   auto bf16 = magic_check("--topology dp=2,tp=2,sp --dtype bf16");
