@@ -118,6 +118,13 @@ std::string read_file(const std::string& path) {
   return content.str();
 }
 
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
 std::string input_error_of(const std::function<void()>& fn) {
   try {
     fn();

@@ -56,6 +56,8 @@ struct CommandOutcome {
 CommandOutcome run_command(const std::string& command_line, std::chrono::seconds limit = std::chrono::seconds(240));
 
 std::string read_file(const std::string& path);
+// A JSON Lines file's values, one per line (a trace file's records).
+std::vector<nlohmann::json> read_jsonl(const std::string& path);
 
 // <TempDir>/<name>, removed if it exists: an output folder a tool will create.
 std::string fresh_dir(const std::string& name);

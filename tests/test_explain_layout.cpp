@@ -127,12 +127,12 @@ TEST(ExplainLayout, SequenceParallelAddsTheReplicaTpGroup) {
   const std::vector<std::string> expected = {"0,1,4,5", "0,1,4,5", "2,3,6,7", "2,3,6,7",
                                              "0,1,4,5", "0,1,4,5", "2,3,6,7", "2,3,6,7"};
   EXPECT_EQ(last_column, expected) << o.output;
-  // magic-run does not take sp yet: refused before anything is explained.
+  // magic-run explains the same layout the same way.
   const testing::CommandOutcome run =
       testing::magic_run("--config " + testing::write_tiny_run_config("explain-sp", {}) +
                          " --topology dp=4,tp=2,fsdp=2,sp --explain-layout");
-  EXPECT_EQ(run.exit_code, 2) << run.output;
-  EXPECT_NE(run.output.find("sp is not built into magic-run yet"), std::string::npos) << run.output;
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(run.output, o.output);
 }
 
 // The layout is checked as a run would check it before anything is explained: exit 2 naming the rule.

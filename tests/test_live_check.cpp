@@ -31,13 +31,6 @@ std::string temp_path(const std::string& name) {
   return ::testing::TempDir() + "/" + name;
 }
 
-std::vector<json> read_jsonl(const std::string& path) {
-  std::vector<json> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
-  return lines;
-}
-
 // A report without its wall time: what tracing must leave unchanged.
 json report_without_time(const std::string& path) {
   json r = json::parse(testing::read_file(path));
@@ -128,7 +121,7 @@ TEST(LiveCheck, EveryRankOfTheMeshStreamsTheCleanRunAndTheReportIsUnchanged) {
   }
   std::set<std::vector<int64_t>> coords;
   for (int64_t rank = 0; rank < 4; ++rank) {
-    const std::vector<json> lines = read_jsonl(file + "/rank" + std::to_string(rank) + ".records.jsonl");
+    const std::vector<json> lines = testing::read_jsonl(file + "/rank" + std::to_string(rank) + ".records.jsonl");
     ASSERT_GE(lines.size(), 2u) << rank;
     EXPECT_EQ(lines.back()["type"], "end");
     EXPECT_EQ(lines.back()["status"], "finished");
@@ -172,7 +165,7 @@ TEST(LiveCheck, BiteStreamsEachRunUnderItsNameAndFindsTheSameFirstDivergences) {
   EXPECT_GE(divergences, 5);  // named from records the ranks wrote with the tracer listening too
 
   for (int64_t rank = 0; rank < 2; ++rank) {
-    const std::vector<json> lines = read_jsonl(file + "/rank" + std::to_string(rank) + ".records.jsonl");
+    const std::vector<json> lines = testing::read_jsonl(file + "/rank" + std::to_string(rank) + ".records.jsonl");
     ASSERT_FALSE(lines.empty());
     EXPECT_EQ(lines.back()["type"], "end");
     std::vector<std::string> runs;
@@ -199,7 +192,7 @@ TEST(LiveCheck, AThreePoolLayoutStreamsRankZerosWholeRecords) {
   const std::string file = testing::fresh_dir("live-pools-file");
   const auto o = magic_check("--topology n_ci=2,n_per_block=1 --steps 2 --trace-file " + file);
   ASSERT_EQ(o.exit_code, 0) << o.output;
-  const std::vector<json> first = read_jsonl(file + "/rank0.records.jsonl");
+  const std::vector<json> first = testing::read_jsonl(file + "/rank0.records.jsonl");
   std::map<std::string, int64_t> kinds;
   for (const json& m : first) {
     if (m["type"] != "record") continue;
@@ -208,7 +201,7 @@ TEST(LiveCheck, AThreePoolLayoutStreamsRankZerosWholeRecords) {
     ++kinds[m["kind"].get<std::string>()];
   }
   for (const std::string kind : {"gradient", "update", "other", "score"}) EXPECT_GT(kinds[kind], 0) << kind;
-  const std::vector<json> other = read_jsonl(file + "/rank1.records.jsonl");
+  const std::vector<json> other = testing::read_jsonl(file + "/rank1.records.jsonl");
   ASSERT_EQ(other.size(), 1u);
   EXPECT_EQ(other[0]["type"], "end");
   EXPECT_EQ(other[0]["records"], 0);
@@ -223,7 +216,7 @@ TEST(LiveCheck, MicroBatchesStreamTheirForwardRecordsByMicroBatch) {
   const auto o = magic_check("--topology dp=2,mb=2 --batch 5 --steps 2 --trace-file " + file);
   ASSERT_EQ(o.exit_code, 0) << o.output;
   std::map<std::string, std::set<int64_t>> micro_batches;  // "step kind" -> micro-batches seen
-  for (const json& m : read_jsonl(file + "/rank1.records.jsonl")) {
+  for (const json& m : testing::read_jsonl(file + "/rank1.records.jsonl")) {
     if (m["type"] != "record" || m["run"] != "clean") continue;
     const int64_t k = m.contains("micro_batch") ? m["micro_batch"].get<int64_t>() : -1;
     micro_batches[std::to_string(m["step"].get<int64_t>()) + " " + m["kind"].get<std::string>()].insert(k);

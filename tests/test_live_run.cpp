@@ -29,13 +29,6 @@ at::Tensor scores_of(const std::string& out) {
   return load_safetensors(out + "/scores.safetensors").tensors.at("scores");
 }
 
-std::vector<json> read_jsonl(const std::string& path) {
-  std::vector<json> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
-  return lines;
-}
-
 TEST(LiveRun, TracingChangesNoScoreAndTheTracedTensorsAreTheRunsOwnToTheBit) {
   testing::TinyRun tiny;
   tiny.optimizer = "adamw";
@@ -60,7 +53,7 @@ TEST(LiveRun, TracingChangesNoScoreAndTheTracedTensorsAreTheRunsOwnToTheBit) {
   for (const DumpTensor& d : read_dump(dump).tensors) recorded[record_identity(d.record.record)] = d.whole;
   std::map<std::string, SafetensorsFile> files;
   int64_t compared = 0, last_step_gradients = 0;
-  for (const json& m : read_jsonl(file + "/records.jsonl")) {
+  for (const json& m : testing::read_jsonl(file + "/records.jsonl")) {
     if (m["type"] != "record" || !m.contains("tensor")) continue;
     const TraceRecord r{m["name"], m["kind"], m["phase"], m["order"], m["step"], m["layer"], {}};
     const auto it = recorded.find(record_identity(r));
@@ -207,7 +200,7 @@ TEST(LiveRun, EveryRankOfAMeshReachesRankZerosServerAndWritesItsFile) {
   // --trace-wait holds every rank until the client is there: both ranks' streams are whole.
   EXPECT_EQ(seen.dropped, 0);
   for (int64_t rank : {0, 1}) {
-    const std::vector<json> lines = read_jsonl(file + "/rank" + std::to_string(rank) + ".records.jsonl");
+    const std::vector<json> lines = testing::read_jsonl(file + "/rank" + std::to_string(rank) + ".records.jsonl");
     ASSERT_FALSE(lines.empty());
     EXPECT_EQ(lines.back()["type"], "end");
     EXPECT_EQ(seen.next_seq.at(rank), lines.back()["records"].get<int64_t>()) << "rank " << rank;

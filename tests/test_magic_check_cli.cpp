@@ -289,7 +289,9 @@ TEST(MagicCheckCli, MeshBiteNamesWhereEachMutationsDifferenceBegins) {
 // bug at the very end (the scores divided by dp) leaves every earlier record of a tp, fsdp and mb
 // run agreeing; a planted bug is named where it begins, with the ranks whose pieces are off: the
 // built-in text's bytes are below 129, so only tp rank 0's half of the 257-row vocabulary (rows
-// 0..128, cut 65 + 64 by fsdp) has a cotangent to get wrong.
+// 0..128, cut 65 + 64 by fsdp) has a cotangent to get wrong. Under sp the blocks' outputs are
+// sequence shards over tp; a bug in a gradient leaves them agreeing (the biases start at zero, so a
+// bias added per rank changes no output of step 0).
 TEST(MagicCheckCli, FirstDivergenceIsNamedOnTensorParallelAndMicroBatchLayouts) {
   const std::string json = temp_path("tp_first_divergence.json");
   auto clean = magic_check("--topology tp=2 --json " + json);
@@ -309,6 +311,11 @@ TEST(MagicCheckCli, FirstDivergenceIsNamedOnTensorParallelAndMicroBatchLayouts) 
        {"first divergence: step 0, backward, ", " gradient, ", "partial sums left unreduced over tp",
         "replicas differ: tp 1 differs from tp 0"}},
       {"dp=2,mb=3 --mutate micro-batch-normalization", {"first divergence: step 0, micro-batch 0, forward, loss, "}},
+      // sp: the blocks' outputs, sequence shards over tp, agree before the bug's gradient.
+      {"dp=3,tp=2,sp --mutate sp-replicated-gradient-not-summed",
+       {"first divergence: step 0, backward, ln_f.bias gradient, ≈ 1/tp; every earlier record agrees to "}},
+      {"tp=2,sp --mutate tp-row-bias-per-rank",
+       {"first divergence: step 0, backward, blocks.0.mlp.proj.bias gradient, x tp; every earlier record agrees to "}},
   };
   for (const auto& [args, parts] : cases) {
     auto o = magic_check("--topology " + args + " --json " + json);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/distributed/parallel/context_parallel.h"
 #include "lib/distributed/parallel/data_parallel.h"
 #include "lib/distributed/parallel/mesh_layout.h"
 #include "lib/distributed/parallel/sharded_parameters.h"
@@ -28,7 +29,7 @@ std::vector<TraceLayout> every_rank(const TensorTree& whole) {
   for (const auto& p : whole) whole_rows[p.name] = p.tensor.size(0);
   std::vector<TraceLayout> out;
   for (int r = 0; r < kLayout.world_size(); ++r) {
-    out.push_back(dist::mesh_trace_layout(kLayout, r, dist::Convention::kSum, gpt_parallel_plan(), whole_rows));
+    out.push_back(dist::mesh_trace_layout(kLayout, r, dist::Convention::kSum, gpt_parallel_plan(), whole_rows, false));
   }
   return out;
 }
@@ -99,6 +100,38 @@ TEST(MeshTraceLayout, LogitsSplitOverThePaddedVocabularyAndRowsOverTheDpIndexRea
   const Reassembled activation = reassemble(layouts[0].mesh, coords, rows, layouts[0].activations(4));
   EXPECT_TRUE(at::equal(activation.whole, logits));
   EXPECT_EQ(activation.replicas_differ, "");
+}
+
+// Under sp the residual stream between blocks is a contiguous shard of each rank's columns over tp:
+// with cp = 2 of the zig-zag pair a cp rank holds; with cp = 1 of the whole sequence padded to a
+// multiple of 2·tp (a zig-zag over one cp rank cuts the padding). 7 positions: padded to 16 and 8.
+TEST(MeshTraceLayout, UnderSpTheResidualStreamIsASequenceShardOverTp) {
+  const at::Tensor stream = at::arange(3 * 7 * 4, at::kDouble).reshape({3, 7, 4}).cos();
+  for (const dist::MeshLayout& layout : {dist::MeshLayout(1, 2, 1, 2), dist::MeshLayout(1, 1, 1, 2)}) {
+    std::vector<TraceLayout> layouts;
+    std::vector<std::vector<int64_t>> coords;
+    std::vector<at::Tensor> pieces, columns;
+    const int64_t padded = dist::cp_padded_length(7, layout.cp(), layout.tp());
+    const at::Tensor whole = at::cat({stream, at::full({3, padded - 7, 4}, 7.0, at::kDouble)}, 1);
+    for (int r = 0; r < layout.world_size(); ++r) {
+      layouts.push_back(dist::mesh_trace_layout(layout, r, dist::Convention::kSum, gpt_parallel_plan(), {}, true));
+      coords.push_back(layouts.back().coords);
+      const at::Tensor local = whole.index_select(1, dist::zigzag_columns(padded, layout.cp(), layout.cp_index(r)));
+      columns.push_back(local);
+      const int64_t shard = local.size(1) / layout.tp();
+      pieces.push_back(local.narrow(1, shard * layout.tp_index(r), shard));
+    }
+    const std::string name = "cp=" + std::to_string(layout.cp());
+    const Reassembled back = reassemble(layouts[0].mesh, coords, pieces, layouts[0].residual(7));
+    EXPECT_TRUE(at::equal(back.whole, stream)) << name;
+    // The other activations (the input ids) stay whole on every tp rank.
+    EXPECT_TRUE(at::equal(reassemble(layouts[0].mesh, coords, columns, layouts[0].activations(7)).whole, stream))
+        << name;
+    // Without sp the residual stream is placed as the other activations.
+    const TraceLayout plain =
+        dist::mesh_trace_layout(layout, 0, dist::Convention::kSum, gpt_parallel_plan(), {}, false);
+    EXPECT_EQ(placement_text(plain.residual(7).at(2)), "replicate") << name;
+  }
 }
 
 }  // namespace

@@ -148,7 +148,6 @@ Command parse(int argc, char** argv, int& early_exit) {
   }
   if (topology.empty()) throw InputError("--topology is required (for example --topology dp=4)");
   s.topology = dist::TopologySpec::parse(topology);
-  require_built_axes(s.topology, "magic-check");
   if (!run_config.empty()) {
     // The config fixes these; a flag that disagrees with it would check a different run.
     for (const char* flag :

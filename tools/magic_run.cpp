@@ -212,7 +212,6 @@ Flags parse(int argc, char** argv, int& early_exit) {
   if (!topology.empty()) {
     program.topology = dist::TopologySpec::parse(topology);
     require_mesh_topology(program.topology, "magic-run");
-    require_built_axes(program.topology, "magic-run");
     program.backend = dist::parse_backend(backend);
     if (!(timeout_s > 0)) throw InputError("--timeout: expected seconds > 0");
     program.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
@@ -232,13 +231,6 @@ Flags parse(int argc, char** argv, int& early_exit) {
   f.trace = checked_trace_flags(app, trace, f.program ? std::optional<double>(timeout_s) : std::nullopt);
   if (f.explain_layout && !f.program)
     throw InputError("--explain-layout: needs --topology (one process has no layout)");
-  // Records of a tp run are placed per parameter (mesh_trace_layout), but magic-run's dumps and
-  // tracer have not been checked under tp against a single process's yet.
-  if (f.program && f.program->topology.tp() > 1 && (!f.dump_dir.empty() || f.trace)) {
-    const char* records_flag = !f.dump_dir.empty() ? "--dump" : trace.port ? "--trace-port" : "--trace-file";
-    throw InputError(str_cat(records_flag, ": not with tp=", f.program->topology.tp(),
-                             " yet (magic-run's records under tp are not checked against the single process's yet)"));
-  }
   return f;
 }
 
@@ -425,6 +417,7 @@ void write_dump(const Flags& f, const dist::Runtime* runtime, const Parallelism&
   if (runtime == nullptr) {
     write_single_process_dump(f.dump_dir, f.config_path, entries);
   } else {
+    dist::PhaseScope phase("writing the dump");
     const std::string failure =
         dist::write_mesh_dump(f.dump_dir, f.config_path, entries, *runtime->world(), parallelism.trace_layout());
     if (!failure.empty()) throw std::runtime_error("--dump: " + failure);

@@ -16,6 +16,10 @@ std::vector<Placement> TraceLayout::activations(int64_t length) const {
   return with_length(rows_and_columns, length);
 }
 
+std::vector<Placement> TraceLayout::residual(int64_t length) const {
+  return residual_stream.empty() ? activations(length) : with_length(residual_stream, length);
+}
+
 std::vector<Placement> TraceLayout::logits(int64_t length) const {
   return rows_columns_and_vocabulary.empty() ? activations(length) : with_length(rows_columns_and_vocabulary, length);
 }

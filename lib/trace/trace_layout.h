@@ -18,6 +18,9 @@ struct TraceLayout {
 
   // Activations [rows, columns, ...]; a zig-zag placement's length is filled in per sequence.
   std::vector<Placement> rows_and_columns;
+  // The residual stream between blocks [rows, columns, d_model]: under sequence parallelism each tp
+  // rank holds a contiguous shard of its columns; empty: placed as the other activations.
+  std::vector<Placement> residual_stream;
   // Logits [rows, columns, vocabulary], where tensor parallelism splits the vocabulary; empty:
   // placed as the other activations.
   std::vector<Placement> rows_columns_and_vocabulary;
@@ -34,6 +37,8 @@ struct TraceLayout {
 
   // The placements of a [rows, columns, ...] activation of a `length`-position sequence.
   std::vector<Placement> activations(int64_t length) const;
+  // The placements of a block's output (the residual stream) of a `length`-position sequence.
+  std::vector<Placement> residual(int64_t length) const;
   // The placements of logits of a `length`-position sequence.
   std::vector<Placement> logits(int64_t length) const;
   // The placements of parameter `name` and of everything shaped like it.

@@ -16,13 +16,6 @@ void require_mesh_topology(const dist::TopologySpec& topology, const std::string
   }
 }
 
-void require_built_axes(const dist::TopologySpec& topology, const std::string& tool) {
-  if (topology.family() != dist::TopologyFamily::kMesh) return;
-  if (topology.sp() && tool != "magic-check") {
-    throw InputError(str_cat("--topology ", topology.str(), ": sp is not built into ", tool, " yet"));
-  }
-}
-
 void require_tensor_parallel_fits(const dist::TopologySpec& topology, const GptConfig& model) {
   validate_tensor_parallel(model, topology.tp(), str_cat("--topology ", topology.str()));
 }

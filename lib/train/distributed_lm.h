@@ -16,11 +16,6 @@ namespace magic {
 // workload of magic-check, not a language model).
 void require_mesh_topology(const dist::TopologySpec& topology, const std::string& tool);
 
-// Throws InputError naming the key while an axis the topology parser knows is not yet built
-// into the LM workload (sp: issue 44 lands it last; a key accepted and ignored would check a
-// different run than the one named).
-void require_built_axes(const dist::TopologySpec& topology, const std::string& tool);
-
 // Throws InputError naming the topology unless its tp ranks can split `model`: tp must divide the
 // attention heads (validate_tensor_parallel). Both tools call it before any rank starts.
 void require_tensor_parallel_fits(const dist::TopologySpec& topology, const GptConfig& model);

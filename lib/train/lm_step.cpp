@@ -91,16 +91,17 @@ at::Tensor LmStep::micro_batch_loss(const TensorTree& params, int64_t t, int64_t
   const ModelLayout layout = parallelism_->model_layout(batch.input_ids.size(1));
   const LocalColumns local =
       local_columns(layout.sequence, batch.input_ids, batch.labels, gather_weights(w, batch.rows), data_->pad_id);
-  // The model's activation records are placed as this rank's rows and columns of the sequence.
+  // The model's activation records (its blocks' outputs) are placed as the residual stream of this
+  // rank's rows and columns: a shard of the columns over tp under sp.
   const int64_t length = batch.input_ids.size(1);
   std::optional<ScopedTraceContext> placed;
   if (tracing() && trace_context().active) {
     TraceContext context = trace_context();
-    context.activation_placements = trace_layout_.activations(length);
+    context.activation_placements = trace_layout_.residual(length);
     if (micro_batching_->count() > 1) context.micro_batch = m;
     placed.emplace(std::move(context));
   }
-  if (tracing()) trace_activation(local.input_ids, "input_ids", "input", "");
+  if (tracing()) trace_activation(local.input_ids, "input_ids", "input", "", trace_layout_.activations(length));
   at::Tensor logits = gpt_forward(model_, precision_->compute_params(*parallelism_, params), local.input_ids, layout);
   if (tracing()) trace_activation(logits, "logits", "logits", "head", trace_layout_.logits(length));
   at::Tensor losses =

@@ -63,7 +63,7 @@ Placement tensor_parallel_placement(TensorSplit split, int64_t rows) {
 }  // namespace
 
 TraceLayout mesh_trace_layout(const MeshLayout& layout, int rank, Convention convention, const ParallelPlan& plan,
-                              const std::map<std::string, int64_t>& whole_rows) {
+                              const std::map<std::string, int64_t>& whole_rows, bool sequence_parallel) {
   TraceLayout out = trace_mesh(layout, rank);
   const auto reduce = convention == Convention::kSum ? Placement::Reduce::kSum : Placement::Reduce::kAvg;
   size_t tp_dim = out.mesh.size();
@@ -78,12 +78,19 @@ TraceLayout mesh_trace_layout(const MeshLayout& layout, int rank, Convention con
       continue;
     }
     const bool splits_rows = name != "cp";  // dp, replica, fsdp: the dp index
-    out.rows_and_columns.push_back(splits_rows       ? Placement::shard(0)
-                                   : layout.cp() > 1 ? Placement::zigzag(1)
-                                                     : Placement::replicate());
+    // sp pads the sequence even with cp = 1: a zig-zag over one rank (chunks 0, 1) cuts the padding.
+    const bool padded = layout.cp() > 1 || sequence_parallel;
+    out.rows_and_columns.push_back(splits_rows ? Placement::shard(0)
+                                   : padded    ? Placement::zigzag(1)
+                                               : Placement::replicate());
     out.loss.push_back(Placement::partial(reduce));
     out.weight_gradient.push_back(Placement::partial(Placement::Reduce::kSum));
     out.parameters.push_back(name == "fsdp" ? Placement::shard(0) : Placement::replicate());
+  }
+  if (tp_dim < out.mesh.size() && sequence_parallel) {
+    // sp: between blocks each tp rank holds a contiguous shard of its rank's columns.
+    out.residual_stream = out.rows_and_columns;
+    out.residual_stream[tp_dim] = Placement::shard(1);
   }
   if (tp_dim < out.mesh.size()) {
     for (const auto& [name, rows] : whole_rows) {
@@ -224,7 +231,7 @@ at::Tensor DataParallel::sum_across_ranks(const at::Tensor& local) const {
 }
 
 TraceLayout DataParallel::trace_layout() const {
-  return mesh_trace_layout(layout(), rank(), convention_, parts_.plan, parts_.whole_rows);
+  return mesh_trace_layout(layout(), rank(), convention_, parts_.plan, parts_.whole_rows, parts_.sequence_parallel);
 }
 
 at::Tensor DataParallel::assemble_weight_gradient(const at::Tensor& local) const {

@@ -49,8 +49,9 @@ TraceLayout trace_mesh(const MeshLayout& layout, int rank);
 // shards over fsdp and, where tp > 1, each one placed along tp as `plan` splits it (`whole_rows`:
 // every parameter's dim-0 size, a vocabulary's length), logits split over the vocabulary; the loss
 // is a partial sum (SUM) or average (AVG) over every dimension but tp, whose ranks hold the same.
+// Under `sequence_parallel` the residual stream is a sequence shard over tp as well.
 TraceLayout mesh_trace_layout(const MeshLayout& layout, int rank, Convention convention, const ParallelPlan& plan,
-                              const std::map<std::string, int64_t>& whole_rows);
+                              const std::map<std::string, int64_t>& whole_rows, bool sequence_parallel);
 
 // The pieces a DataParallel is made of; planted variants replace one of them.
 struct MeshParts {
