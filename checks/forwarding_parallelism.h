@@ -30,6 +30,9 @@ class ForwardingParallelism : public Parallelism {
   TensorTree reduce_gradient(const TensorTree& grads) const override { return inner_->reduce_gradient(grads); }
   TensorTree apply_convention(const TensorTree& grads) const override { return inner_->apply_convention(grads); }
   TensorTree optimizer_input(const TensorTree& clipped) const override { return inner_->optimizer_input(clipped); }
+  ReductionGroupSums sum_over_reduction_groups(const TensorTree& local) const override {
+    return inner_->sum_over_reduction_groups(local);
+  }
   at::Tensor sum_across_ranks(const at::Tensor& local) const override { return inner_->sum_across_ranks(local); }
   at::Tensor assemble_weight_gradient(const at::Tensor& local) const override {
     return inner_->assemble_weight_gradient(local);

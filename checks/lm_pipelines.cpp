@@ -248,9 +248,10 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
   if (live != nullptr) listening.emplace(live);
   std::optional<TraceRecorder> recorder;
   if (!trace_folder.empty()) recorder.emplace();
-  // c of the reduction probe: the gradient the step returns is Σ_r partial_r / S (/ R under AVG).
+  // c of the reduction probe: the gradient the step returns is Σ_r partial_r / S (/ dp·cp under AVG).
   const double c =
-      1.0 / config.precision.loss_scale / (settings.convention == dist::Convention::kAvg ? runtime.world_size() : 1);
+      1.0 / config.precision.loss_scale /
+      (settings.convention == dist::Convention::kAvg ? settings.topology.dp() * settings.topology.cp() : 1);
   // Sharded tensors (parameters and everything shaped like them) are compared at full shape.
   std::vector<TensorTree> step_grads;
   std::vector<at::Tensor> step_losses;
@@ -273,12 +274,7 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
         loss_convention);
     normalizers.push_back(normalizer->take());
     step_grads.push_back(parallel->unshard(local_grad));
-    if (probe) {
-      std::map<std::string, ReductionTerms> sums;
-      for (const auto& [name, partial] : tap->take(full_init))
-        sums[name] = exact_reduction(*parts.groups.world, partial, c, settings.topology.mb());
-      step_sums.push_back(std::move(sums));
-    }
+    if (probe) step_sums.push_back(exact_reductions(*parallel, tap->take(), c, settings.topology.mb()));
     if (settings.wants(Level::kReplay)) {
       // REPLAY's product of this step (the function REPLAY calls) at the teacher's state and cotangent.
       dist::set_phase(str_cat("REPLAY product at step ", t));

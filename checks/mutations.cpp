@@ -482,11 +482,6 @@ std::string unmet_requirement(const Mutation& m, const dist::TopologySpec& topol
     return "needs a checkpoint after step 0 for REPLAY to restore (2 steps or more)";
   }
   if (std::string unmet = unmet_precision(m.precision_need, precision); !unmet.empty()) return unmet;
-  // A reduction-dtype bug shows on the reduction rows alone, whose terms are whole-shaped.
-  if (m.precision_need == PrecisionNeed::kReduceInMaster && topology.tp() > 1) {
-    return str_cat("needs the reduction rows, which tensor-parallel layouts do not have yet (tp=", topology.tp(),
-                   " here)");
-  }
   for (const auto& [name, least] : m.at_least) {
     const int64_t v = size_of(name, topology);
     if (v < least) return str_cat("needs ", describe(name), " >= ", least, " (", name, "=", v, " here)");

@@ -2,6 +2,8 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <utility>
+
 #include "checks/forwarding_parallelism.h"
 
 namespace magic::checks {
@@ -17,6 +19,13 @@ bool ReductionTap::armed() const {
   return armed_;
 }
 
+void ReductionTap::entered(const std::string& name, const at::Tensor& parameter) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!armed_ || partials_.count(name) > 0) return;
+  const at::Tensor zeros = at::zeros(parameter.sizes(), at::kDouble);
+  partials_[name] = Partial{zeros, zeros.clone()};
+}
+
 void ReductionTap::record(const std::string& name, const at::Tensor& cotangent) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!armed_) return;
@@ -26,17 +35,10 @@ void ReductionTap::record(const std::string& name, const at::Tensor& cotangent) 
   p.magnitude = p.magnitude.defined() ? p.magnitude + wide.abs() : wide.abs();
 }
 
-std::map<std::string, Partial> ReductionTap::take(const TensorTree& shapes) {
+std::map<std::string, Partial> ReductionTap::take() {
   std::lock_guard<std::mutex> lock(mutex_);
   armed_ = false;
-  std::map<std::string, Partial> out;
-  for (const auto& p : shapes) {
-    const auto it = partials_.find(p.name);
-    const at::Tensor zeros = at::zeros(p.tensor.sizes(), at::kDouble);
-    out[p.name] = it != partials_.end() ? it->second : Partial{zeros, zeros};
-  }
-  partials_.clear();
-  return out;
+  return std::exchange(partials_, {});
 }
 
 namespace {
@@ -67,7 +69,9 @@ class TappedParallelism : public ForwardingParallelism {
     TensorTree entered = ForwardingParallelism::enter(params);
     if (!tap_->armed()) return entered;
     return entered.map_named([this](const std::string& name, const at::Tensor& p) {
-      return p.is_floating_point() ? TapFunction::apply(p, tap_.get(), name) : p;
+      if (!p.is_floating_point()) return p;
+      tap_->entered(name, p);
+      return TapFunction::apply(p, tap_.get(), name);
     });
   }
 
@@ -82,14 +86,25 @@ std::shared_ptr<const Parallelism> tapped_parallelism(std::shared_ptr<const Para
   return std::make_shared<TappedParallelism>(std::move(inner), std::move(tap));
 }
 
-ReductionTerms exact_reduction(const dist::Group& world, const Partial& partial, double c, int64_t micro_batches) {
-  const at::Tensor both = world.sum(at::stack({partial.sum, partial.magnitude}));
-  return ReductionTerms{both[0] * c, both[1] * c, world.size(), c, micro_batches};
+std::map<std::string, ReductionTerms> exact_reductions(const Parallelism& parallelism,
+                                                       const std::map<std::string, Partial>& partials, double c,
+                                                       int64_t micro_batches) {
+  TensorTree sums, magnitudes;
+  for (const auto& [name, p] : partials) {
+    sums.insert(name, p.sum);
+    magnitudes.insert(name, p.magnitude);
+  }
+  const ReductionGroupSums exact = parallelism.sum_over_reduction_groups(sums);
+  const TensorTree magnitude = parallelism.sum_over_reduction_groups(magnitudes).whole;
+  std::map<std::string, ReductionTerms> out;
+  for (const auto& [name, ranks] : exact.ranks) {
+    out[name] = ReductionTerms{exact.whole.at(name) * c, magnitude.at(name) * c, ranks, c, micro_batches};
+  }
+  return out;
 }
 
 bool has_reduction_rows(const CheckSettings& settings) {
-  // Not yet on tensor-parallel layouts: the probe's terms are whole-shaped, tp ranks hold pieces.
-  return settings.precision.low_precision() && settings.resolved_workload() == "lm" && settings.topology.tp() == 1;
+  return settings.precision.low_precision() && settings.resolved_workload() == "lm";
 }
 
 std::string reduction_row_name(const std::string& gradient) {

@@ -5,7 +5,9 @@
 //     loss (label smoothing on, a padded vocabulary) gives the single process's token losses, and
 //     each rank's gradient is its piece of the single process's gradient; with sequence
 //     parallelism a replicated parameter's gradient is partial on each rank and its sum over tp
-//     is the single process's.
+//     is the single process's;
+//   - the sums a reduction row judges against (DataParallel::sum_over_reduction_groups): each
+//     parameter's over exactly the ranks its reduction adds, joined to the whole.
 #include <gtest/gtest.h>
 
 #include <torch/csrc/autograd/autograd.h>
@@ -13,6 +15,7 @@
 #include <mutex>
 
 #include "lib/core/seed.h"
+#include "lib/distributed/parallel/data_parallel.h"
 #include "lib/distributed/parallel/mesh_layout.h"
 #include "lib/distributed/parallel/tensor_parallel_group.h"
 #include "lib/model/gpt.h"
@@ -148,6 +151,40 @@ TEST(TensorParallel, TiedHeadLossesAndGradientPiecesEqualTheSingleProcess) {
 
 TEST(TensorParallel, SequenceParallelReplicatedGradientsArePartialSumsOverTp) {
   expect_tensor_parallel_matches_single_process(tiny(false), true);
+}
+
+// dp=2,tp=2,fsdp=2, with and without sp: rank (d, t) holds its piece of F times 1 + d, and F
+// times (1 + d)(1 + t) for a replicated parameter. A piece sums over its batch group (d = 0, 1),
+// 3·piece_t(F), joined: 3F over 2 ranks; a replicated parameter over the batch group without sp,
+// 3(1 + t)F on tp rank t over 2 ranks, and over batch x tp under sp, 9F over 4 ranks.
+TEST(TensorParallel, ReductionGroupsSumEachParameterOverTheRanksItsReductionAdds) {
+  const GptConfig config = tiny(false);
+  at::Generator gen = make_generator(5);
+  const TensorTree full =  // every entry non-zero (gpt_init's biases are zeros)
+      gpt_init(config, at::kDouble, 5).map([&](const at::Tensor& p) { return at::randn(p.sizes(), gen, at::kDouble); });
+  for (const bool sequence_parallel : {false, true}) {
+    dist::run_ranks_in_threads(4, [&](dist::Runtime& rt) {
+      const dist::MeshLayout layout(2, 1, 2, 2);
+      const dist::MeshParts parts =
+          dist::mesh_parts(dist::make_mesh_groups(rt, layout), full, gpt_parallel_plan(), sequence_parallel);
+      const dist::DataParallel parallel(parts, dist::Convention::kSum);
+      const double d = static_cast<double>(layout.dp_index(rt.rank()));
+      const int64_t t = layout.tp_index(rt.rank());
+      const TensorTree local = full.map_named([&](const std::string& name, const at::Tensor& p) {
+        const TensorSplit split = split_of(gpt_parallel_plan(), name);
+        if (split == TensorSplit::kReplicated) return p * ((1 + d) * static_cast<double>(1 + t));
+        return tensor_parallel_piece(p, split, 2, t) * (1 + d);
+      });
+      const ReductionGroupSums sums = parallel.sum_over_reduction_groups(local);
+      for (const auto& p : full) {
+        const bool replicated = split_of(gpt_parallel_plan(), p.name) == TensorSplit::kReplicated;
+        const double times = !replicated ? 3.0 : sequence_parallel ? 9.0 : 3.0 * static_cast<double>(1 + t);
+        EXPECT_LT(testing::relative_error(sums.whole.at(p.name), p.tensor * times), 1e-15)
+            << p.name << " on rank " << rt.rank() << (sequence_parallel ? ", sp" : "");
+        EXPECT_EQ(sums.ranks.at(p.name), replicated && sequence_parallel ? 4 : 2) << p.name;
+      }
+    });
+  }
 }
 
 }  // namespace

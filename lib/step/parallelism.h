@@ -9,6 +9,8 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "lib/core/tensor_tree.h"
@@ -19,6 +21,13 @@ namespace magic {
 
 // g·c for every tensor of `grads`.
 TensorTree scale_by(const TensorTree& grads, const at::Tensor& coefficient);
+
+// Per-parameter sums over the ranks of each parameter's gradient reduction
+// (Parallelism::sum_over_reduction_groups).
+struct ReductionGroupSums {
+  TensorTree whole;                      // each sum, joined to the whole parameter's shape
+  std::map<std::string, int64_t> ranks;  // each parameter's reduction group: its size
+};
 
 class Parallelism {
  public:
@@ -63,6 +72,13 @@ class Parallelism {
   // here (sharded parameters hold their shard already); a ZeRO-style optimizer would take its
   // slice at this point, which is why it is a seam of its own.
   virtual TensorTree optimizer_input(const TensorTree& /*clipped*/) const { unimplemented("optimizer_input"); }
+  // Σ of `local` (shaped as enter() hands the parameters to the computation) over each
+  // parameter's reduction group, the ranks whose local gradients enter()'s backward adds for it,
+  // joined to whole shape as unshard() joins; outside autograd, every rank calls it. What the
+  // gradient reduction is judged against (checks/reduction_probe.h).
+  virtual ReductionGroupSums sum_over_reduction_groups(const TensorTree& /*local*/) const {
+    unimplemented("sum_over_reduction_groups");
+  }
   // Σ over the ranks that split the batch of a per-rank value, detached (for logged values and
   // the global residual; tensor-parallel ranks hold the same value and count once).
   virtual at::Tensor sum_across_ranks(const at::Tensor& local) const = 0;
@@ -92,6 +108,7 @@ class SingleProcess : public Parallelism {
   TensorTree reduce_gradient(const TensorTree& grads) const override { return grads; }
   TensorTree apply_convention(const TensorTree& grads) const override { return grads; }
   TensorTree optimizer_input(const TensorTree& clipped) const override { return clipped; }
+  ReductionGroupSums sum_over_reduction_groups(const TensorTree& local) const override;
   at::Tensor sum_across_ranks(const at::Tensor& local) const override { return local.detach(); }
   at::Tensor assemble_weight_gradient(const at::Tensor& local) const override { return local; }
   bool runs_collectives() const override { return false; }

@@ -226,6 +226,26 @@ TensorTree DataParallel::apply_convention(const TensorTree& grads) const {
   return scale(grads, 1.0 / static_cast<double>(layout().dp() * layout().cp()));
 }
 
+ReductionGroupSums DataParallel::sum_over_reduction_groups(const TensorTree& local) const {
+  // enter()'s backward sums a parameter's gradient over the shard and replica groups (the batch
+  // group), or, for one summed over tp under sp, shard and replica_tp (batch x tp: the world).
+  ReductionGroupSums out;
+  for (const auto& [name, x] : local) {
+    const bool over_tp = parts_.summed_over_tp && !split_over_tp(name);
+    const Group* group = over_tp ? parts_.groups.world.get() : parts_.groups.batch.get();
+    out.ranks[name] = group != nullptr ? group->size() : 1;
+    const at::Tensor sum = group != nullptr ? group->sum(x.detach()) : x.detach().clone();
+    if (!split_over_tp(name)) {
+      out.whole.insert(name, sum);
+      continue;
+    }
+    const at::Tensor all = parts_.groups.tp->all_gather(sum.unsqueeze(0).contiguous(), 0);
+    out.whole.insert(
+        name, join_tensor_parallel_pieces(all.unbind(0), split_of(parts_.plan, name), parts_.whole_rows.at(name)));
+  }
+  return out;
+}
+
 at::Tensor DataParallel::sum_across_ranks(const at::Tensor& local) const {
   return sum_over_batch(local);
 }

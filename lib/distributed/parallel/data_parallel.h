@@ -86,6 +86,7 @@ class DataParallel : public Parallelism {
   TensorTree reduce_gradient(const TensorTree& grads) const override;
   TensorTree apply_convention(const TensorTree& grads) const override;
   TensorTree optimizer_input(const TensorTree& clipped) const override { return clipped; }
+  ReductionGroupSums sum_over_reduction_groups(const TensorTree& local) const override;
   at::Tensor sum_across_ranks(const at::Tensor& local) const override;
   at::Tensor assemble_weight_gradient(const at::Tensor& local) const override;
   bool runs_collectives() const override { return true; }
