@@ -593,8 +593,9 @@ TEST(MagicCheckCli, PrecisionFlagsAreCheckedBeforeAnyRankStarts) {
 }
 
 // The whole bite on layouts whose sizes all differ (dp=4, cp=3, fsdp=2: 12 ranks; dp=3,cp=2,mb=4
-// with gradient accumulation: 6 ranks; the three-pool n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3:
-// 12 ranks), in fp64, bf16 and fp16: every applicable mutation caught, each factor one name, and
+// with gradient accumulation: 6 ranks; dp=3,cp=2,tp=4,mb=5: 24 ranks; dp=3,tp=2,mb=4 with and
+// without sp: 6 ranks; the three-pool n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3: 12 ranks), in
+// fp64, bf16 and fp16: every applicable mutation caught, each factor one name, and
 // every factor mutation that applies to the layout in fp64 applies and is caught in bf16 and fp16
 // as well (none skipped for precision). Label `long` (ctest --preset long runs it with
 // MAGIC_LONG_TESTS=1, one to two and a half minutes a case); skipped otherwise.
@@ -630,19 +631,20 @@ TEST_P(MagicCheckCliLong, BiteOnDistinctSizesNamesExactlyTheExpectedFactor) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(DistinctSizes, MagicCheckCliLong,
-                         ::testing::Values(LayoutAndDtype{"dp=4,cp=3,fsdp=2", "fp64"},
-                                           LayoutAndDtype{"dp=4,cp=3,fsdp=2", "bf16"},
-                                           LayoutAndDtype{"dp=4,cp=3,fsdp=2", "fp16"},
-                                           LayoutAndDtype{"dp=3,cp=2,mb=4", "fp64"},
-                                           LayoutAndDtype{"dp=3,cp=2,mb=4", "bf16"},
-                                           LayoutAndDtype{"n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3", "bf16"},
-                                           LayoutAndDtype{"n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3", "fp16"}),
-                         [](const auto& info) {
-                           std::string name = info.param.first + "_" + info.param.second;
-                           for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    DistinctSizes, MagicCheckCliLong,
+    ::testing::Values(LayoutAndDtype{"dp=4,cp=3,fsdp=2", "fp64"}, LayoutAndDtype{"dp=4,cp=3,fsdp=2", "bf16"},
+                      LayoutAndDtype{"dp=4,cp=3,fsdp=2", "fp16"}, LayoutAndDtype{"dp=3,cp=2,mb=4", "fp64"},
+                      LayoutAndDtype{"dp=3,cp=2,mb=4", "bf16"}, LayoutAndDtype{"dp=3,cp=2,tp=4,mb=5", "fp64"},
+                      LayoutAndDtype{"dp=3,tp=2,mb=4", "bf16"}, LayoutAndDtype{"dp=3,tp=2,sp,mb=4", "bf16"},
+                      LayoutAndDtype{"dp=3,tp=2,sp,mb=4", "fp16"},
+                      LayoutAndDtype{"n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3", "bf16"},
+                      LayoutAndDtype{"n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3", "fp16"}),
+    [](const auto& info) {
+      std::string name = info.param.first + "_" + info.param.second;
+      for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      return name;
+    });
 
 }  // namespace
 }  // namespace magic
