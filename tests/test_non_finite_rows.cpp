@@ -68,20 +68,27 @@ TEST(NonFiniteRows, AReferenceOrGoldenThatIsNotFiniteSaysSo) {
   reference[at_step(0, 256, 15)] = -kInf;
   const CheckRow bad_reference = precision_row(candidate, reference, golden, 0.05);
   EXPECT_FALSE(bad_reference.passed);
+  const std::string one_process =
+      "; the one-process run is not finite either: it diverges or overflows in this precision on one process too, "
+      "whatever the distribution";
   EXPECT_EQ(bad_reference.diagnosis.text,
-            "reference tensor is not finite at step 0 (an infinity at [256, 15] of [257, 16]; 1 of 4112 entries)");
+            "reference tensor is not finite at step 0 (an infinity at [256, 15] of [257, 16]; 1 of 4112 entries)" +
+                one_process);
+  EXPECT_TRUE(bad_reference.reference_not_finite);
   at::Tensor bad_golden = golden.clone();
   bad_golden[at_step(1, 0, 0)] = kNan;
   const CheckRow row = precision_row(candidate, candidate, bad_golden, 0.05);
   EXPECT_FALSE(row.passed);
   EXPECT_EQ(row.diagnosis.text,
             "golden tensor is not finite at step 1 (NaN at [0, 0] of [257, 16]; 1 of 4112 entries)");
+  EXPECT_FALSE(row.reference_not_finite);
   // Both sides diverged: each is named.
   at::Tensor both = candidate.clone();
   both[at_step(0, 256, 15)] = kNan;
   EXPECT_EQ(precision_row(both, reference, golden, 0.05).diagnosis.text,
             "distributed tensor is not finite at step 0 (NaN at [256, 15] of [257, 16]; 1 of 4112 entries); "
-            "reference tensor is not finite at step 0 (an infinity at [256, 15] of [257, 16]; 1 of 4112 entries)");
+            "reference tensor is not finite at step 0 (an infinity at [256, 15] of [257, 16]; 1 of 4112 entries)" +
+                one_process);
 }
 
 TEST(NonFiniteRows, Fp64AndReductionRowsSayItToo) {

@@ -90,6 +90,13 @@ TEST(Safetensors, MalformedFilesGiveErrorsNamingTheFileAndTheDefect) {
                            R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
                            std::string(12, '\0')),
                "overlap");
+  // An empty entry holds no bytes: at another entry's offset it overlaps nothing (a rank's empty
+  // activations beside its next record).
+  const std::string empty_beside = temp_file("empty-beside.safetensors");
+  write_bytes(empty_beside, with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                        R"("e":{"dtype":"F32","shape":[0,3],"data_offsets":[4,4]}})",
+                                        std::string(8, '\0')));
+  EXPECT_EQ(load_safetensors(empty_beside).tensors.at("e").numel(), 0);
   EXPECT_THROW(load_safetensors(temp_file("does-not-exist.safetensors")), InputError);
 }
 

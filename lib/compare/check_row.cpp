@@ -34,6 +34,13 @@ bool fail_if_not_finite(CheckRow& row, const std::vector<std::pair<std::string, 
   row.passed = false;
   row.diagnosis = Diagnosis{};
   row.diagnosis.text = std::move(*why);
+  for (const auto& [name, tensor] : tensors) {
+    if (name != "reference tensor" || !non_finite_text(name, tensor)) continue;
+    row.reference_not_finite = true;
+    row.diagnosis.text +=
+        "; the one-process run is not finite either: it diverges or overflows in this precision "
+        "on one process too, whatever the distribution";
+  }
   return true;
 }
 

@@ -79,6 +79,9 @@ struct CheckRow {
   Diagnosis diagnosis;
   std::optional<PrecisionErrors> precision;  // low-precision rows only
   std::optional<ReductionErrors> reduction;  // reduction rows only
+  // The one-process reference (same dtype) is itself not finite: the row fails, but the run diverges
+  // or overflows on one process too, which says nothing of the distributed code.
+  bool reference_not_finite = false;
 };
 
 // The row's tensor as reports name it: a row of the fp32 pass says so ("w[vjp] (fp32)").

@@ -145,7 +145,7 @@ SafetensorsFile load_safetensors(const std::string& path, SafetensorsRead read) 
       in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(offsets[1] - offsets[0]));
       if (!in) throw bad(str_cat("entry '", item.key(), "' could not be read"));
     }
-    spans.push_back({offsets[0], offsets[1], item.key()});
+    if (offsets[1] > offsets[0]) spans.push_back({offsets[0], offsets[1], item.key()});  // an empty one holds no bytes
     if (result.tensors.contains(item.key())) throw bad(str_cat("entry '", item.key(), "' appears twice"));
     result.tensors.insert(item.key(), t);
   }

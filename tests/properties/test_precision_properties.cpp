@@ -37,6 +37,9 @@ struct Margins {
   // The fp32 pass: rows it judged, in how many runs, and the largest err(D, G) / allowed among them.
   int64_t fp32_rows = 0, fp32_runs = 0;
   double fp32_over_allowed = 0.0;
+  // Cases whose one-process run was itself not finite where rows failed: discarded, counted.
+  int64_t one_process_not_finite = 0;
+  std::string one_process_example;
 };
 
 void record_margins(const CheckReport& report, const std::string& run, Margins& m) {
@@ -99,6 +102,16 @@ TEST(PrecisionProperties, CleanLowPrecisionRunsNeverRaiseAnAlarm) {
     const std::string run = str_cat(s.topology.str(), " ", s.precision.str(), " ", s.optimizer, " steps ", s.steps,
                                     " seed ", s.seed, " max_len ", s.max_len, " batch ", s.batch_size);
     RC_LOG() << run << "\n" << testing::failures(report);
+    // A case whose one-process run in the same dtype is itself not finite wherever a row fails
+    // (fp16 REPLAY through Adam's first step, where ∂u/∂g ~ ε/g² overflows) fails the gate, rightly,
+    // but says nothing of the comparison's false alarms: counted apart, never among the valid cases.
+    const bool failed = !report.rows_pass();
+    if (failed && std::all_of(report.rows.begin(), report.rows.end(),
+                              [](const CheckRow& r) { return r.passed || r.reference_not_finite; })) {
+      ++margins.one_process_not_finite;
+      margins.one_process_example = run;
+      RC_DISCARD("the one-process run is not finite");
+    }
     record_margins(report, run, margins);
     RC_ASSERT(report.rows_pass());
   });
@@ -112,6 +125,10 @@ TEST(PrecisionProperties, CleanLowPrecisionRunsNeverRaiseAnAlarm) {
             << "; largest clip coefficient err(D,G) / allowed: " << format_fixed(margins.clip_over_allowed, 4) << "\n";
   std::cout << "fp32 pass: " << margins.fp32_rows << " rows judged in " << margins.fp32_runs
             << " runs; largest err(D,G) / allowed: " << format_fixed(margins.fp32_over_allowed, 4) << "\n";
+  std::cout << "cases whose one-process run was itself not finite (discarded): " << margins.one_process_not_finite
+            << (margins.one_process_example.empty() ? "" : " (e.g. " + margins.one_process_example + ")") << "\n";
+  // Rare, or the generator draws settings low precision cannot run rather than cases to judge.
+  EXPECT_LE(margins.one_process_not_finite * 20, testing::min_property_cases()) << "too many unrunnable cases";
   // Below fp32 every run leaves some row unjudged (Adam's updates, REPLAY's whole steps): the pass
   // must have judged rows in most runs, or it is not running.
   EXPECT_GT(margins.fp32_runs, 0) << "the fp32 pass judged nothing";

@@ -160,6 +160,9 @@ at::Tensor Group::on_wire(const at::Tensor& tensor) const {
 }
 
 void Group::all_reduce_sum_(at::Tensor& tensor) const {
+  // Members' tensors have one shape (Gloo requires it): an empty one is empty everywhere (a dp
+  // rank beyond the batch's rows), and Gloo's collectives divide by the byte count.
+  if (tensor.numel() == 0) return;
   std::vector<at::Tensor> buffers{on_wire(tensor)};
   wait(backend_->allreduce(buffers), "all_reduce");
   if (!buffers[0].is_same(tensor)) tensor.copy_(buffers[0]);
@@ -172,6 +175,7 @@ at::Tensor Group::sum(const at::Tensor& tensor) const {
 }
 
 at::Tensor Group::all_gather(const at::Tensor& tensor, int64_t dim) const {
+  if (tensor.numel() == 0) return at::cat(std::vector<at::Tensor>(size(), tensor), dim);  // see all_reduce_sum_
   std::vector<at::Tensor> inputs{on_wire(tensor).contiguous()};
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < size(); ++r) outputs[0].push_back(at::empty_like(inputs[0]));
