@@ -40,7 +40,8 @@ const std::vector<Mutation>& mutation_catalog() {
        "x dp",
        kMesh,
        {{"dp", 2}},
-       {{"cp", 1}, {"fsdp", 1}}},
+       // Under sp the parameters replicated over tp reduce over dp·tp ranks, the rest over dp: no one factor.
+       {{"cp", 1}, {"fsdp", 1}, {"sp", 0}}},
       {"detached-collective",
        "the gradient is summed outside autograd (DDP-hook style): second-order cross-rank terms are lost",
        "hvp",
