@@ -89,16 +89,15 @@ std::shared_ptr<const Parallelism> tapped_parallelism(std::shared_ptr<const Para
 std::map<std::string, ReductionTerms> exact_reductions(const Parallelism& parallelism,
                                                        const std::map<std::string, Partial>& partials, double c,
                                                        int64_t micro_batches) {
-  TensorTree sums, magnitudes;
-  for (const auto& [name, p] : partials) {
-    sums.insert(name, p.sum);
-    magnitudes.insert(name, p.magnitude);
-  }
-  const ReductionGroupSums exact = parallelism.sum_over_reduction_groups(sums);
-  const TensorTree magnitude = parallelism.sum_over_reduction_groups(magnitudes).whole;
+  // Σ and Σ|·| side by side on a trailing dimension: one reduction for both (every split joins
+  // along dim 0 or 1).
+  TensorTree both;
+  for (const auto& [name, p] : partials) both.insert(name, at::stack({p.sum, p.magnitude}, -1));
+  const ReductionGroupSums exact = parallelism.sum_over_reduction_groups(both);
   std::map<std::string, ReductionTerms> out;
   for (const auto& [name, ranks] : exact.ranks) {
-    out[name] = ReductionTerms{exact.whole.at(name) * c, magnitude.at(name) * c, ranks, c, micro_batches};
+    const at::Tensor& whole = exact.whole.at(name);
+    out[name] = ReductionTerms{whole.select(-1, 0) * c, whole.select(-1, 1) * c, ranks, c, micro_batches};
   }
   return out;
 }
