@@ -188,9 +188,11 @@ void append_trained_outputs(PipelineOutputs& out, const SumLengths& n, const Ten
   // Per parameter: a factor on one group of ∂Q/∂θ is that row's scale, not a few percent of one row.
   for (const auto& p : query_grad) {
     out.push_back({"query_grad", p.name, p.tensor.reshape({-1}), 0.0, false, n.query_labels});
+    out.back().at_final_params = true;
   }
   out.push_back({"hvp", "theta_0", hvp_initial.flatten(), 0.0, /*shared_inputs=*/true, n.batch_labels});
   out.push_back({"hvp", "theta_N", hvp_final.flatten(), 0.0, false, n.batch_labels});
+  out.back().at_final_params = true;
   if (replay_states) out.push_back(*replay_states);
   out.insert(out.end(), replay_start.begin(), replay_start.end());
   if (replay_products != nullptr) append_replay_product_outputs(out, n.batch_labels, *replay_products);

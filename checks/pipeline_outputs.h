@@ -48,6 +48,10 @@ struct NamedTensor {
   // adam 2 steps seed 32467 max_len 16 batch 3, theta[step] 6.9e-6 against 5.9e-6). Below fp64
   // such a row is judged by value under SGD only.
   bool through_adam_eps = false;
+  // Evaluated at θ_N (the query gradient, the HVP there, REPLAY's start): under Adam below fp32,
+  // D and R reach θ_N by ±lr moves of the entries whose gradients are rounding noise, rounded
+  // differently (pipeline_outputs.cpp, precision_criterion).
+  bool at_final_params = false;
   // A scalar summary of a whole tensor (the clip coefficient c = max/||g||): the terms its one
   // number sums in the master dtype (||g||² over every parameter entry), beside the sum_length
   // terms of each entry it summarizes in the compute dtype. Its floor is its own sensitivity,

@@ -20,6 +20,7 @@ PipelineOutputs replay_start_outputs(const dist::Group& world, const TensorTree&
     at::Tensor rows = at::zeros({world.size(), mine.numel()}, mine.options());
     rows[world.rank()].copy_(mine);
     out.push_back({"replay", replay_start_row_name(p.name), world.sum(rows).reshape({-1}), 0.0, false, sum_length});
+    out.back().at_final_params = true;
   }
   return out;
 }
@@ -29,6 +30,7 @@ PipelineOutputs replay_start_reference(const TensorTree& start, int64_t world_si
   for (const auto& p : start) {
     out.push_back(
         {"replay", replay_start_row_name(p.name), p.tensor.reshape({-1}).repeat({world_size}), 0.0, false, sum_length});
+    out.back().at_final_params = true;
   }
   return out;
 }

@@ -124,11 +124,11 @@ std::vector<CheckRow> merge_fp32_rows(const std::vector<CheckRow>& rows, const s
 
 }  // namespace
 
-std::string unjudged_level(const std::vector<CheckRow>& clean, const std::string& level) {
+std::string unjudged_level(const std::vector<CheckRow>& clean, const std::string& level, bool factor_expected) {
   const CheckRow* example = nullptr;
   for (const auto& row : clean) {
     if (row.level != level || !row.pass.empty()) continue;  // the check's own dtype only
-    if (row_judged(row)) return "";
+    if (row_judged(row) || (factor_expected && row.precision && row.precision->factors_judged)) return "";
     example = &row;
   }
   if (example == nullptr) return "";
@@ -269,7 +269,8 @@ CheckReport run_check(const CheckRequest& request, const dist::Runtime& runtime,
     // Under low precision a level may carry no signal on this run (its rows not judged by value):
     // without an fp32 pass to judge it (a mutation of the precision policy) a bug there cannot be
     // told from rounding, so the mutation is skipped, saying why.
-    const std::string why = speaks && !fp32_judges(m) ? unjudged_level(report.rows, m.expected_level) : "";
+    const std::string why =
+        speaks && !fp32_judges(m) ? unjudged_level(report.rows, m.expected_level, !m.expected_factor.empty()) : "";
     if (agree(runtime, !why.empty())) {
       if (speaks) report.bite_skipped.push_back({m.name, why});
       continue;

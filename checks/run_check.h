@@ -56,7 +56,9 @@ struct CheckRequest {
 // they can): every row of the level passed without being judged by value (bf16 scores, whose
 // policy is far from fp64). Rows of the fp32 pass are not the own dtype's.
 // --bite skips a mutation expected at such a level, saying so, rather than call it caught or missed.
-std::string unjudged_level(const std::vector<CheckRow>& clean, const std::string& level);
+// A mutation that shows as a factor (`factor_expected`) is judged where the level's rows are judged
+// by factor (the rows at θ_N under Adam: pipeline_outputs.cpp).
+std::string unjudged_level(const std::vector<CheckRow>& clean, const std::string& level, bool factor_expected = false);
 
 // The run's name in the live tracer's records (TraceOrigin::run): "clean", or "mutation NAME".
 std::string traced_run_name(const std::string& mutation);

@@ -133,9 +133,12 @@ void append_trained_outputs(PipelineOutputs& out, const SumLengths& n, const Ten
                             const std::optional<NamedTensor>& replay_states, const PipelineOutputs& replay_products,
                             const TensorTree& final_params, const TensorTree& final_sources, const at::Tensor& scores) {
   out.push_back({"query_grad", "theta_ci", group_of(query_grad, is_ci), 0.0, false, n.queries});
+  out.back().at_final_params = true;
   out.push_back({"query_grad", "V/U", group_of(query_grad, is_vu), 0.0, false, n.queries});
+  out.back().at_final_params = true;
   out.push_back({"hvp", "theta_0", hvp_initial.flatten(), 0.0, /*shared_inputs=*/true, n.batch});
   out.push_back({"hvp", "theta_N", hvp_final.flatten(), 0.0, false, n.batch});
+  out.back().at_final_params = true;
   if (replay_states) out.push_back(*replay_states);
   out.insert(out.end(), replay_products.begin(), replay_products.end());
   out.push_back({"final_params", "theta_ci", group_of(final_params, is_ci), 0.0, false, n.batch, /*stored=*/true});

@@ -192,7 +192,7 @@ TEST(PrecisionRow, AnExactFactorFailsEvenWhereTheReferenceIsFarOffFp64) {
 }
 
 // A row not judged by value (noise-dominated below fp32) still fails where D is grossly off fp64:
-// correct runs stay within 43 times fp64's size, a bug by the fp16 loss scale lands near 1000
+// correct runs stay within 99 times fp64's size, a bug by the fp16 loss scale lands near 1000
 // (REPLAY's optimizer-state cotangents left multiplied by S passed every row before this rule).
 // Where R is as far off as D (both noise), no gross error is claimed.
 TEST(PrecisionRow, ARowNotJudgedByValueStillFailsAGrossError) {
@@ -245,6 +245,50 @@ TEST(PrecisionRow, ALengthRatioBelowThePolicysOwnErrorIsNotAFactor) {
   const CheckRow halved = row(0.5 * (large + reference), large + reference, large + golden);
   EXPECT_FALSE(halved.passed);
   EXPECT_EQ(halved.diagnosis.factor, "1/cp") << halved.diagnosis.text;
+}
+
+// The factor rule wants R to carry the factor's length: err(R, G) <= 0.1·|log2 f|. With R 20% off
+// fp64 a stretch by 2 is noise (it passes), a stretch by the loss scale 16 is not (it fails as
+// x loss_scale), on a row not judged by value whose factors are (a row at θ_N under Adam: the
+// layer-norm [start] rows of dp=2 bf16 are 11-22% off fp64); a row whose factors are not judged
+// either lets the same stretch through (it is far below the gross rule).
+TEST(PrecisionRow, AFactorFarFromOneNeedsLessSignalThanAFactorOfTwo) {
+  at::Generator gen = make_generator(11);
+  const auto options = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor golden = at::randn({64}, gen, options);
+  const at::Tensor noise = at::randn({64}, gen, options);
+  const at::Tensor reference = golden + 0.2 * at::abs(golden).max() * noise / at::abs(noise).max();
+  const at::Tensor tilted = reference + 0.05 * reference.roll(3);  // no exact scale: the ratio varies by ~5%
+  PrecisionCriterion criterion;
+  criterion.k = 8.0;
+  criterion.floor = 0.1;
+  criterion.judge_values = false;
+  criterion.judge_factors = true;
+  auto row = [&](const at::Tensor& candidate, const PrecisionCriterion& c) {
+    return make_precision_row("replay", "ln_f.weight[start]", candidate, reference, golden, c,
+                              candidate_factors({{"tp", 2}, {"loss_scale", 16}}), 0.0, 1e-4);
+  };
+  const CheckRow doubled = row(2.0 * tilted, criterion);
+  ASSERT_GT(doubled.precision->reference_golden, 0.1);
+  ASSERT_LT(doubled.precision->reference_golden, 0.4);
+  EXPECT_FALSE(is_exact_scale(doubled.stats));
+  EXPECT_TRUE(doubled.passed) << doubled.diagnosis.text;
+  const CheckRow scaled = row(16.0 * tilted, criterion);
+  EXPECT_FALSE(is_exact_scale(scaled.stats));
+  EXPECT_FALSE(scaled.passed);
+  EXPECT_TRUE(scaled.precision->factors_judged);
+  EXPECT_FALSE(scaled.precision->values_judged);
+  EXPECT_EQ(scaled.diagnosis.factor, "x loss_scale") << scaled.diagnosis.text;
+  PrecisionCriterion blind = criterion;
+  blind.judge_factors = false;
+  EXPECT_TRUE(row(16.0 * tilted, blind).passed) << "the flag is what judges it";
+  // With R within 10% of fp64 the stretch by 2 is a factor too.
+  const at::Tensor close = golden + 0.05 * at::abs(golden).max() * noise / at::abs(noise).max();
+  const CheckRow close_doubled =
+      make_precision_row("replay", "ln_f.weight[start]", 2.0 * (close + 0.05 * close.roll(3)), close, golden, criterion,
+                         candidate_factors({{"tp", 2}, {"loss_scale", 16}}), 0.0, 1e-4);
+  EXPECT_FALSE(close_doubled.passed);
+  EXPECT_EQ(close_doubled.diagnosis.factor, "x tp") << close_doubled.diagnosis.text;
 }
 
 TEST(PrecisionRow, StoredValuesThatAllFitTheComputeDtypeFailTheMasterWeightsCheck) {

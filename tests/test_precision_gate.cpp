@@ -90,6 +90,51 @@ TEST(PrecisionCriterion, AScalarRowsFloorIsItsOwnSensitivity) {
   EXPECT_NEAR(*c.bound, 4.0 * expected, 1e-15);
 }
 
+// The rows at θ_N (the query gradient, the HVP there, REPLAY's start) under Adam below fp64 are
+// judged by factor, not by value (a correct dp=1,tp=2 bf16 adamw run, seed 487 batch 1: 64% off
+// fp64 where R is 5% off); under SGD by value; fp32's scores under Adam by factor, bf16's by
+// neither (their lengths are noise there).
+TEST(PrecisionCriterion, RowsAtThetaNUnderAdamAreJudgedByFactorOnly) {
+  checks::NamedTensor query{"query_grad", "head.weight", at::ones({4}, at::kDouble), 0.0, false, 12};
+  query.at_final_params = true;
+  const checks::NamedTensor scores{"scores", "per_token", at::ones({4}, at::kDouble), 0.0, false, 11824};
+  const checks::NamedTensor grad{"grad", "head.weight", at::ones({4}, at::kDouble), 0.0, true, 12};
+  for (const auto compute : {c10::kFloat, c10::kBFloat16, c10::kHalf}) {
+    checks::CheckSettings s;
+    s.precision = PrecisionPolicy::for_compute(compute);
+    s.optimizer = "adamw";
+    const PrecisionCriterion at_theta_n = checks::precision_criterion(s, query);
+    EXPECT_FALSE(at_theta_n.judge_values);
+    EXPECT_TRUE(at_theta_n.judge_factors);
+    EXPECT_TRUE(checks::precision_criterion(s, grad).judge_values) << "shared inputs stay judged";
+    const PrecisionCriterion score = checks::precision_criterion(s, scores);
+    EXPECT_FALSE(score.judge_values);
+    EXPECT_EQ(score.judge_factors, compute == c10::kFloat);
+    s.optimizer = "sgd";
+    EXPECT_TRUE(checks::precision_criterion(s, query).judge_values);
+    EXPECT_TRUE(checks::precision_criterion(s, scores).judge_values);
+  }
+}
+
+// In fp32 under Adam the query gradient is judged by factor only: a clean run's level carries no
+// signal by value, but a factor bug there still runs under --bite and is caught with its factor.
+TEST(LowPrecisionGate, AFactorAtThetaNUnderAdamIsStillCaughtInFp32) {
+  checks::CheckRequest request;
+  request.settings.topology = dist::TopologySpec::parse("dp=2");
+  request.settings.precision = PrecisionPolicy::for_compute(c10::kFloat);
+  request.settings.levels = {checks::Level::kQueryGrad};
+  const CheckReport clean = testing::run_check_in_threads(request);
+  ASSERT_TRUE(clean.rows_pass());
+  EXPECT_NE(checks::unjudged_level(clean.rows, "query_grad").find("carries no signal"), std::string::npos);
+  EXPECT_EQ(checks::unjudged_level(clean.rows, "query_grad", /*factor_expected=*/true), "");
+  request.mode = checks::CheckMode::kMutate;
+  request.mutation = "query-grad-scaled";
+  const CheckReport planted = testing::run_check_in_threads(request);
+  ASSERT_EQ(planted.bite.size(), 1u);
+  EXPECT_TRUE(planted.bite.front().caught) << planted.bite.front().observed_diagnosis;
+  EXPECT_EQ(planted.bite.front().observed_factor, "x dp");
+}
+
 // The clip coefficient row itself now sees clip-local-norm in bf16 (the run that found it: 0.20
 // off against an allowed 0.43).
 TEST(LowPrecisionGate, TheClipCoefficientRowSeesAClipNormBugInBf16) {

@@ -31,6 +31,9 @@ struct PrecisionCriterion {
   // False: the errors are reported but only the storage check judges (final parameters;
   // docs/magic-check.md, "Mixed precision", says why).
   bool judge_values = true;
+  // Where values are not judged: the factor rule still is (a topology factor or the loss scale
+  // between D and R that point the same way), for rows whose noise tilts rather than stretches.
+  bool judge_factors = false;
   // Values are judged only while err(R, G) is at most this: beyond it the policy's own result
   // carries no signal to compare against (scores whose metagradient the rounding dominates).
   std::optional<double> informative_below;
@@ -44,11 +47,13 @@ struct PrecisionCriterion {
 struct PrecisionErrors {
   double candidate_golden = 0.0;  // err(D, G)
   double reference_golden = 0.0;  // err(R, G)
+  double reference_own = 0.0;     // err(R, G) in R's own length (the factor rule's signal test too)
   double allowed_golden = 0.0;    // k · err(R, G) + floor
   std::optional<double> bound;    // on err(D, R), which is the row's stats.worst_rel_err
   // With a storage check: the shares of D's and R's entries representable in the compute dtype.
   std::optional<double> candidate_representable, reference_representable;
-  bool values_judged = true;  // false: the errors are shown, the storage check alone judged
+  bool values_judged = true;   // false: the errors are shown, the storage check alone judged
+  bool factors_judged = true;  // the factor rule applied (values judged, or judge_factors)
   // The dtype the golden tensor holds: the report's header names it ("bf16 (judged against an fp64
   // golden run)"), so that a golden run that took the policy's dtype shows.
   c10::ScalarType golden_dtype = c10::kDouble;

@@ -221,6 +221,7 @@ nlohmann::ordered_json report_json(const CheckReport& r) {
           {"candidate_vs_reference", number(row.stats.worst_rel_err)},
           {"bound", e.bound ? json(*e.bound) : json(nullptr)},
           {"values_judged", e.values_judged},
+          {"factors_judged", e.factors_judged},
           {"candidate_representable", e.candidate_representable ? json(*e.candidate_representable) : json(nullptr)},
           {"reference_representable", e.reference_representable ? json(*e.reference_representable) : json(nullptr)}};
     }
