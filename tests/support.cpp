@@ -118,6 +118,18 @@ std::string read_file(const std::string& path) {
   return content.str();
 }
 
+std::string documented_output(const std::string& doc, const std::string& command) {
+  std::istringstream text(read_file(source_path(doc)));
+  std::string shown;
+  bool in_example = false;
+  for (std::string line; std::getline(text, line);) {
+    if (in_example && line.rfind("```", 0) == 0) return shown;
+    if (in_example) shown += line + "\n";
+    if (line == command) in_example = true;
+  }
+  return "";
+}
+
 std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   std::vector<nlohmann::json> lines;
   std::ifstream in(path);

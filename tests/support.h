@@ -56,6 +56,9 @@ struct CommandOutcome {
 CommandOutcome run_command(const std::string& command_line, std::chrono::seconds limit = std::chrono::seconds(240));
 
 std::string read_file(const std::string& path);
+// The lines a doc (relative to the source tree) shows under the line `command` of a fenced block,
+// up to the fence; "" when the doc has no such line.
+std::string documented_output(const std::string& doc, const std::string& command);
 // A JSON Lines file's values, one per line (a trace file's records).
 std::vector<nlohmann::json> read_jsonl(const std::string& path);
 

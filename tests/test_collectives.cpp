@@ -79,6 +79,24 @@ std::vector<CollectiveCase> cases(int size) {
                      total = total + (coefficient(r) * sum_all(xs).narrow(0, r, 1).pow(3)).sum();
                    return total;
                  }});
+  out.push_back({"gather_from_group", RankSemantics::kReplicatedOutput,
+                 [](const at::Tensor& x, const Group& g) {
+                   const at::Tensor all = dist::gather_from_group(x, g, 0);
+                   return (all.sin() * all.roll(1, 0)).sum();
+                 },
+                 [=](const std::vector<at::Tensor>& xs) {
+                   const at::Tensor all = at::cat(xs, 0);
+                   return (all.sin() * all.roll(1, 0)).sum();
+                 }});
+  out.push_back({"split_to_group", RankSemantics::kReplicatedInput,
+                 [](const at::Tensor& x, const Group& g) {
+                   return (coefficient(g.rank()) * dist::split_to_group(x, g, 0).pow(3)).sum();
+                 },
+                 [=](const std::vector<at::Tensor>& xs) {
+                   at::Tensor total = at::zeros({}, at::kDouble);
+                   for (int r = 0; r < size; ++r) total = total + (coefficient(r) * xs[0].narrow(0, r, 1).pow(3)).sum();
+                   return total;
+                 }});
   return out;
 }
 

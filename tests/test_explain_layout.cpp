@@ -22,16 +22,8 @@ testing::CommandOutcome magic_check(const std::string& args) {
 
 // The lines shown under "$ magic-check --topology <kExample> --explain-layout" in the docs.
 std::string documented_example() {
-  std::istringstream doc(testing::read_file(testing::source_path("docs/magic-check.md")));
-  const std::string command = "$ magic-check --topology " + kExample + " --explain-layout";
-  std::string shown;
-  bool in_example = false;
-  for (std::string line; std::getline(doc, line);) {
-    if (in_example && line.rfind("```", 0) == 0) return shown;
-    if (in_example) shown += line + "\n";
-    if (line == command) in_example = true;
-  }
-  return "";
+  return testing::documented_output("docs/magic-check.md",
+                                    "$ magic-check --topology " + kExample + " --explain-layout");
 }
 
 std::vector<int> ranks_of(const std::string& list) {

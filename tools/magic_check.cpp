@@ -147,6 +147,18 @@ Command parse(int argc, char** argv, int& early_exit) {
     return c;
   }
   if (topology.empty()) throw InputError("--topology is required (for example --topology dp=4)");
+  if (dist::is_bridge_topology(topology)) {
+    // The layout is parsed and explained; the multimodal workload that runs on it is not built yet.
+    const auto bridge = dist::BridgeTopology::parse(topology);
+    if (!explain_layout) {
+      throw InputError(str_cat("--topology ", bridge.str(),
+                               ": an encoder/language-model bridge layout; magic-check can explain it "
+                               "(--explain-layout) but has no multimodal workload to check on it yet"));
+    }
+    std::cout << dist::explain_bridge_layout(bridge);
+    early_exit = kExitOk;
+    return c;
+  }
   s.topology = dist::TopologySpec::parse(topology);
   if (!run_config.empty()) {
     // The config fixes these; a flag that disagrees with it would check a different run.

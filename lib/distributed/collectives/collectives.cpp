@@ -2,6 +2,10 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <stdexcept>
+
+#include "lib/core/strings.h"
+
 namespace magic::dist {
 namespace {
 
@@ -78,6 +82,40 @@ variable_list AllGather::backward(AutogradContext* ctx, variable_list grad) {
           at::Tensor()};
 }
 
+struct SplitToGroup;
+
+// The rows (along `dim`) this member holds of a concatenation over the group's members.
+at::Tensor own_slice(const at::Tensor& x, int64_t group, int64_t dim) {
+  const auto g = find_group(group);
+  const int64_t rows = x.size(dim) / g->size();
+  return x.narrow(dim, g->rank() * rows, rows);
+}
+
+struct GatherFromGroup : Function<GatherFromGroup> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group, int64_t dim) {
+    ctx->saved_data["group"] = group;
+    ctx->saved_data["dim"] = dim;
+    return find_group(group)->all_gather(x.detach(), dim);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad);
+};
+
+struct SplitToGroup : Function<SplitToGroup> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group, int64_t dim) {
+    ctx->saved_data["group"] = group;
+    ctx->saved_data["dim"] = dim;
+    return own_slice(x, group, dim).clone();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    return {GatherFromGroup::apply(grad[0], saved_group(ctx), ctx->saved_data["dim"].toInt()), at::Tensor(),
+            at::Tensor()};
+  }
+};
+
+variable_list GatherFromGroup::backward(AutogradContext* ctx, variable_list grad) {
+  return {SplitToGroup::apply(grad[0], saved_group(ctx), ctx->saved_data["dim"].toInt()), at::Tensor(), at::Tensor()};
+}
+
 // Mutation: copy_to_group whose backward sums with all_reduce_sum (backward Σ again).
 struct CopyToGroupAllReduceBackward : Function<CopyToGroupAllReduceBackward> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
@@ -105,6 +143,16 @@ at::Tensor all_gather(const at::Tensor& x, const Group& group, int64_t dim) {
 }
 at::Tensor reduce_scatter_sum(const at::Tensor& x, const Group& group, int64_t dim) {
   return ReduceScatterSum::apply(x, group.id(), dim);
+}
+at::Tensor gather_from_group(const at::Tensor& x, const Group& group, int64_t dim) {
+  return GatherFromGroup::apply(x, group.id(), dim);
+}
+at::Tensor split_to_group(const at::Tensor& x, const Group& group, int64_t dim) {
+  if (x.size(dim) % group.size() != 0) {
+    throw std::invalid_argument(str_cat("split_to_group: ", x.size(dim), " rows along dim ", dim, " over ",
+                                        group.size(), " members of ", group.name()));
+  }
+  return SplitToGroup::apply(x, group.id(), dim);
 }
 at::Tensor all_reduce_sum_detached(const at::Tensor& x, const Group& group) {
   return with_global_value(x, group);

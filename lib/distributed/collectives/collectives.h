@@ -8,6 +8,9 @@
 //   copy_to_group       identity (replicated input)    reduce_from_group (Σ)
 //   all_gather          concat_r x_r                   reduce_scatter_sum
 //   reduce_scatter_sum  shard_r(Σ_r x_r)               all_gather
+//   gather_from_group   concat_r x_r (replicated)      this rank's slice (its cotangent replicated)
+//   split_to_group      this rank's slice (of a        gather_from_group
+//                       replicated input)
 //
 // Pairing: a replicated value consumed identically on every rank must come out of
 // reduce_from_group; reduced with a plain all_reduce_sum its cotangent is counted once per rank.
@@ -26,6 +29,12 @@ at::Tensor reduce_from_group(const at::Tensor& x, const Group& group);
 at::Tensor copy_to_group(const at::Tensor& x, const Group& group);
 at::Tensor all_gather(const at::Tensor& x, const Group& group, int64_t dim = 0);
 at::Tensor reduce_scatter_sum(const at::Tensor& x, const Group& group, int64_t dim = 0);
+
+// Megatron's gather/scatter pair: a concatenation every member then uses identically (so its
+// cotangent is replicated, counted once), and its adjoint; the bridge's fan-in and fan-out
+// (bridge.h). split_to_group needs x.size(dim) divisible by the group's size.
+at::Tensor gather_from_group(const at::Tensor& x, const Group& group, int64_t dim = 0);
+at::Tensor split_to_group(const at::Tensor& x, const Group& group, int64_t dim = 0);
 
 // A sum over ranks outside autograd, DDP-hook style: x + (Σ_r x_r - x) with the bracket
 // detached. The value is the global sum, the derivative keeps only this rank's term, so a

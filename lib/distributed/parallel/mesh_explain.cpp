@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "lib/core/strings.h"
+#include "lib/distributed/parallel/bridge_layout.h"
 #include "lib/distributed/parallel/mesh_layout.h"
 
 namespace magic::dist {
@@ -67,6 +68,47 @@ std::string explain_mesh_layout(const TopologySpec& topology) {
     if (topology.sp()) rows.back().push_back(members(layout.replica_tp_group(r)));
   }
   print_table(out, rows, 5);
+  return out.str();
+}
+
+std::string explain_bridge_layout(const BridgeTopology& topology) {
+  const BridgeLayout layout(topology);
+  const MeshLayout& enc = layout.encoder();
+  const MeshLayout& lm = layout.lm();
+  std::ostringstream out;
+  out << "layout " << topology.str() << ": " << layout.world_size() << " ranks = encoder tp " << enc.tp() << " x dp "
+      << enc.dp() << " = language model tp " << lm.tp() << " x dp " << lm.dp() << " x cp " << lm.cp() << "; bridge "
+      << bridge_kind_name(layout.kind());
+  if (layout.kind() == BridgeKind::kFanIn) out << ": each lm rank gathers " << topology.ratio() << " encoder shards";
+  if (layout.kind() == BridgeKind::kFanOut) out << ": each encoder shard feeds " << topology.ratio() << " lm dp ranks";
+  out << "\n"
+      << "encoder rank = enc_dp*" << enc.tp() << " + enc_tp; lm rank = (lm_dp*" << lm.cp() << " + cp)*" << lm.tp()
+      << " + lm_tp: tp fastest, dp slowest, on both sides\n"
+      << "groups (member ranks, in group-rank order):\n"
+      << "  enc tp      same encoder dp index: the encoder's tensor-parallel collectives\n"
+      << (enc.fsdp() > 1 ? "  enc dp      same encoder tp and shard index: the encoder's gradient sum over replicas\n"
+                         : "  enc dp      same encoder tp index: the encoder's gradient sum\n")
+      << "  lm tp, lm cp, lm batch  as in a mesh layout (--explain-layout of dp=D,cp=E,tp=C)\n";
+  if (layout.kind() == BridgeKind::kFanIn)
+    out << "  bridge      same lm dp index and encoder tp index: one rank per encoder shard; forward all-gather, "
+           "backward this shard's rows\n";
+  if (layout.kind() == BridgeKind::kFanOut)
+    out << "  bridge      same encoder dp index, lm tp and cp index: one rank per lm dp index; forward this slice, "
+           "backward all-gather\n";
+  if (layout.kind() == BridgeKind::kEqual) out << "  bridge      none: each rank's encoder shard is its lm shard\n";
+  if (lm.cp() > 1)
+    out << "  the bridge's backward sums each shard's gradient over the lm cp group before its fan step\n";
+  out << "\n";
+  std::vector<std::vector<std::string>> rows = {{"rank", "enc dp", "enc tp", "lm dp", "cp", "lm tp", "bridge group",
+                                                 "enc tp group", "enc dp group", "lm tp group", "lm cp group",
+                                                 "lm batch group"}};
+  for (int r = 0; r < layout.world_size(); ++r) {
+    rows.push_back({std::to_string(r), std::to_string(enc.dp_index(r)), std::to_string(enc.tp_index(r)),
+                    std::to_string(lm.dp_index(r)), std::to_string(lm.cp_index(r)), std::to_string(lm.tp_index(r)),
+                    members(layout.bridge_group(r)), members(enc.tp_group(r)), members(enc.replica_group(r)),
+                    members(lm.tp_group(r)), members(lm.cp_group(r)), members(lm.batch_group(r))});
+  }
+  print_table(out, rows, 6);
   return out.str();
 }
 

@@ -56,6 +56,25 @@ std::vector<int> MeshLayout::batch_group(int rank) const {
   return members_where(*this, [&](int r) { return tp_index(r) == tp_index(rank); });
 }
 
+std::shared_ptr<const Group> partition_group(const Runtime& runtime, const std::string& kind,
+                                             const std::function<std::vector<int>(int)>& members_of) {
+  // Every rank creates every group in rank order (shared_group is collective); each keeps its own.
+  // A group of one rank is not created (nullptr: its collectives are identities), and a group
+  // spanning the world is the world group.
+  const int world = runtime.world_size();
+  if (members_of(runtime.rank()).size() == 1) return nullptr;
+  if (static_cast<int>(members_of(runtime.rank()).size()) == world) return runtime.world();
+  std::shared_ptr<const Group> mine;
+  int64_t created = 0;
+  for (int r = 0; r < world; ++r) {
+    const std::vector<int> members = members_of(r);
+    if (members.front() != r) continue;  // each group once, on its first member's turn
+    auto group = runtime.shared_group(str_cat(kind, "-", created++), members);
+    if (group) mine = group;
+  }
+  return mine;
+}
+
 MeshGroups make_mesh_groups(const Runtime& runtime, const MeshLayout& layout) {
   if (runtime.world_size() != layout.world_size()) {
     throw std::invalid_argument(
@@ -65,25 +84,12 @@ MeshGroups make_mesh_groups(const Runtime& runtime, const MeshLayout& layout) {
   g.layout = layout;
   g.rank = runtime.rank();
   g.world = runtime.world();
-  // Every rank creates every group in rank order (shared_group is collective); each keeps its own.
-  // A group of one rank is not created (nullptr: its collectives are identities), and a group
-  // spanning the world is the world group.
   // Two families with the same members (replica and replica_tp when tp = 1) share one group.
   std::map<std::vector<int>, std::shared_ptr<const Group>> made;
   auto collect = [&](const std::string& kind, auto members_of) -> std::shared_ptr<const Group> {
-    if (members_of(runtime.rank()).size() == 1) return nullptr;
-    if (static_cast<int>(members_of(runtime.rank()).size()) == layout.world_size()) return runtime.world();
-    if (made.count(members_of(runtime.rank()))) return made.at(members_of(runtime.rank()));
-    std::shared_ptr<const Group> mine;
-    int64_t created = 0;
-    for (int r = 0; r < layout.world_size(); ++r) {
-      const std::vector<int> members = members_of(r);
-      if (members.front() != r) continue;  // each group once, on its first member's turn
-      auto group = runtime.shared_group(str_cat(kind, "-", created++), members);
-      if (group) mine = group;
-    }
-    made[members_of(runtime.rank())] = mine;
-    return mine;
+    const std::vector<int> mine = members_of(runtime.rank());
+    if (!made.count(mine)) made[mine] = partition_group(runtime, kind, members_of);
+    return made.at(mine);
   };
   g.tp = collect("tp", [&](int r) { return layout.tp_group(r); });
   g.cp = collect("cp", [&](int r) { return layout.cp_group(r); });

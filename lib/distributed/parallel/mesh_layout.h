@@ -15,7 +15,9 @@
 // parallelism), with fsdp = dp and cp = tp = 1 it is the rank alone.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "lib/distributed/runtime/runtime.h"
@@ -64,5 +66,11 @@ struct MeshGroups {
   std::shared_ptr<const Group> world, tp, cp, shard, replica, replica_tp, batch;
 };
 MeshGroups make_mesh_groups(const Runtime& runtime, const MeshLayout& layout);
+
+// This rank's group of a partition of the world: members_of(r) is rank r's part, in group-rank
+// order, the same on every rank. Collective: every rank calls it, in the same order of calls.
+// nullptr for a part of one rank, the world group for the whole world.
+std::shared_ptr<const Group> partition_group(const Runtime& runtime, const std::string& kind,
+                                             const std::function<std::vector<int>(int)>& members_of);
 
 }  // namespace magic::dist
