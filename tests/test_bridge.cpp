@@ -12,7 +12,9 @@
 #include <set>
 
 #include "checks/planted_bridge.h"
+#include "lib/core/error.h"
 #include "lib/core/seed.h"
+#include "lib/core/strings.h"
 #include "lib/distributed/collectives/collectives.h"
 #include "lib/distributed/parallel/bridge.h"
 #include "lib/distributed/parallel/bridge_layout.h"
@@ -174,6 +176,29 @@ TEST(PlantedBridge, EachBugSaysWhereItDoesNotApply) {
   EXPECT_EQ(unmet.at("bridge-fan-out-pooled-over-cp fan-out"), "needs lm cp > 1");
   EXPECT_EQ(unmet.at("bridge-fan-in-wrong-offset fan-in"), "");
   EXPECT_NE(unmet.at("bridge-fan-in-wrong-offset fan-out"), "");
+}
+
+// Shards of different shapes (a fan-out slice taken from the cp = 0 view hands cp > 0 ranks the
+// whole batch) would make Gloo abort the process mid-gather; every rank instead fails naming the
+// operation and each member's shape.
+TEST(Bridge, ShardsOfDifferentShapesFailNamingEachRanksShape) {
+  std::vector<std::string> messages(2);
+  EXPECT_ANY_THROW(dist::run_ranks_in_threads(
+      2,
+      [&](dist::Runtime& rt) {
+        try {
+          dist::gather_from_group(at::ones({rt.rank() == 0 ? 2 : 3, 4}, at::kDouble), *rt.world());
+        } catch (const DistributedError& e) {
+          messages[rt.rank()] = e.what();
+          throw;
+        }
+      },
+      std::chrono::seconds(20)));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(messages[r].find(str_cat("rank ", r, ": gather_from_group on group")), std::string::npos) << messages[r];
+    EXPECT_NE(messages[r].find("the members' shapes differ (rank 0 [2, 4], rank 1 [3, 4])"), std::string::npos)
+        << messages[r];
+  }
 }
 
 // Every (encoder, language model) layout of up to 8 ranks: the bridge groups partition the world,

@@ -95,7 +95,9 @@ struct GatherFromGroup : Function<GatherFromGroup> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group, int64_t dim) {
     ctx->saved_data["group"] = group;
     ctx->saved_data["dim"] = dim;
-    return find_group(group)->all_gather(x.detach(), dim);
+    const auto g = find_group(group);
+    g->require_equal_shapes(x, "gather_from_group");  // the bridge's shards: a bug can make them differ
+    return g->all_gather(x.detach(), dim);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad);
 };

@@ -196,6 +196,26 @@ at::Tensor Group::reduce_scatter_sum(const at::Tensor& tensor, int64_t dim) cons
   return summed.narrow(dim, rank_ * shard, shard).contiguous();
 }
 
+void Group::require_equal_shapes(const at::Tensor& tensor, const char* operation) const {
+  constexpr int64_t kMaxDims = 8;
+  at::Tensor shape = at::full({1, kMaxDims + 1}, -1, at::kLong);
+  shape[0][0] = tensor.dim();
+  for (int64_t d = 0; d < std::min<int64_t>(tensor.dim(), kMaxDims); ++d) shape[0][d + 1] = tensor.size(d);
+  const at::Tensor all = all_gather(shape, 0);
+  if (at::equal(all, shape.expand_as(all))) return;
+  std::vector<std::string> shown;
+  for (int r = 0; r < size(); ++r) {
+    std::vector<std::string> dims;
+    for (int64_t d = 0; d < std::min<int64_t>(all[r][0].item<int64_t>(), kMaxDims); ++d)
+      dims.push_back(std::to_string(all[r][d + 1].item<int64_t>()));
+    shown.push_back(str_cat("rank ", ranks_[r], " [", join(dims, ", "), "]"));
+  }
+  const std::string phase = current_phase();
+  throw DistributedError(str_cat("rank ", global_rank(), ": ", operation, " on group '", name_, "'",
+                                 phase.empty() ? "" : " during " + phase, ": the members' shapes differ (",
+                                 join(shown, ", "), ")"));
+}
+
 void Group::broadcast_(at::Tensor& tensor, int root) const {
   std::vector<at::Tensor> buffers{on_wire(tensor)};
   c10d::BroadcastOptions options;

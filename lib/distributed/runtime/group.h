@@ -48,6 +48,10 @@ class Group {
   // This member's slice along `dim` of the sum over members (`dim` divisible by size()).
   at::Tensor reduce_scatter_sum(const at::Tensor& tensor, int64_t dim) const;
   void broadcast_(at::Tensor& tensor, int root) const;
+  // Throws DistributedError on every member, naming `operation` and each member's shape, unless
+  // all members' tensors have one shape (Gloo aborts the process on a mismatched all-gather).
+  // One small all-gather: for collectives whose shapes a bug can make differ (the bridge's).
+  void require_equal_shapes(const at::Tensor& tensor, const char* operation) const;
   // Posts a send and returns without waiting: the work (which keeps the tensor alive) completes
   // once the peer receives it. wait_send() waits on it, naming the operation on failure.
   c10::intrusive_ptr<c10d::Work> send_async(const at::Tensor& tensor, int destination, int tag) const;
