@@ -109,12 +109,12 @@ CheckRow make_precision_row(const std::string& level, const std::string& tensor,
   // 19x between two correct runs (the 500-case property found it). Nor where D and R are closer
   // than R is to fp64: a row near zero against its error scale has a noise ratio for a length (a
   // per-document score whose tokens cancel under the clip, dp=1,cp=2 bf16 sgd batch 1: D/R 0.55
-  // at err(D,R) 2.2e-3, err(R,G) 4.9e-3). Nor where R is more than 10% off fp64: its length is
-  // noise too (a bf16 --config run's ln_f.bias[vjp], R 70% off fp64, read ≈ x dp). That 10% is
-  // measured in R's own length as well: a row near zero against its error scale is accurate in
-  // that scale's units however noisy its length (a one-document per-document score whose tokens
-  // cancel, dp=1,tp=2 fp16 adamw seed 15227 batch 1: D/R exactly 2.0 in the fp32 pass, two dyadic
-  // residues, at err(R,G) 4e-8 of the tokens' scale).
+  // at err(D,R) 2.2e-3, err(R,G) 4.9e-3). Nor where R is too far off fp64 for the factor it reads
+  // (kFactorSignal): its length is noise too (a bf16 --config run's ln_f.bias[vjp], R 70% off
+  // fp64, read ≈ x dp). That signal is measured in R's own length as well: a row near zero against its error scale is
+  // accurate in that scale's units however noisy its length (a one-document per-document score whose tokens cancel,
+  // dp=1,tp=2 fp16 adamw seed 15227 batch 1: D/R exactly 2.0 in the fp32 pass, two dyadic residues, at err(R,G) 4e-8 of
+  // the tokens' scale).
   const double own_signal = error_scale > 0.0 ? compare_tensors(reference, golden).worst_rel_err : e.reference_golden;
   e.reference_own = own_signal;
   const Diagnosis read = diagnose(row.stats, /*passed=*/false, factors, direction_noise);
@@ -136,8 +136,8 @@ CheckRow make_precision_row(const std::string& level, const std::string& tensor,
           step_shape)) {
     return row;
   }
-  row.diagnosis =
-      scaled ? diagnose_exact_scale(row.stats, factors) : diagnose(row.stats, row.passed, factors, direction_noise);
+  // `read` is diagnose's reading of a failing row; a passing row has none.
+  row.diagnosis = scaled ? diagnose_exact_scale(row.stats, factors) : row.passed ? Diagnosis{} : read;
   if (scaled) {
     row.diagnosis.text =
         str_cat(e.values_judged ? "" : "not judged by value, but ", "an exact scale of the reference (",

@@ -22,14 +22,22 @@ std::vector<int> BridgeLayout::bridge_group(int rank) const {
   return members;
 }
 
+namespace {
+
+// The rows of `rank`'s dp index when `rows` split evenly over a side's dp ranks.
+std::pair<int64_t, int64_t> shard_rows(const MeshLayout& side, int rank, int64_t rows) {
+  const int64_t shard = rows / side.dp();
+  return {side.dp_index(rank) * shard, shard};
+}
+
+}  // namespace
+
 std::pair<int64_t, int64_t> BridgeLayout::encoder_rows(int rank, int64_t rows) const {
-  const int64_t shard = rows / encoder_.dp();
-  return {encoder_.dp_index(rank) * shard, shard};
+  return shard_rows(encoder_, rank, rows);
 }
 
 std::pair<int64_t, int64_t> BridgeLayout::lm_rows(int rank, int64_t rows) const {
-  const int64_t shard = rows / lm_.dp();
-  return {lm_.dp_index(rank) * shard, shard};
+  return shard_rows(lm_, rank, rows);
 }
 
 BridgeGroups make_bridge_groups(const Runtime& runtime, const BridgeLayout& layout) {
