@@ -8,6 +8,7 @@
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/pools/three_pool_layout.h"
+#include "lib/train/bridged_lm.h"
 #include "lib/train/distributed_lm.h"
 
 namespace magic::checks {
@@ -69,6 +70,7 @@ std::vector<Level> parse_levels(const std::string& list) {
 namespace {
 
 std::string default_batch_formula(const dist::TopologySpec& topology) {
+  if (topology.is_bridge()) return "3 x max(enc dp, lm dp)";
   return topology.mb() > 1 ? "(mb + 2) x dp + 1" : "3 x dp + 1";
 }
 
@@ -76,6 +78,8 @@ std::string default_batch_formula(const dist::TopologySpec& topology) {
 
 int64_t CheckSettings::global_batch() const {
   if (batch_size > 0) return batch_size;
+  // A bridge splits the batch evenly over both sides' dp (bridge_topology.h, check_batch).
+  if (topology.is_bridge()) return 3 * std::max(topology.bridge().encoder.dp, topology.dp());
   // Uneven shards, and with mb > 1 uneven micro-batches: every replica gets mb + 2 or mb + 3 rows.
   if (topology.family() == dist::TopologyFamily::kMesh) return (topology.mb() + 2) * topology.dp() + 1;
   return 4 * std::lcm(std::lcm(topology.n_ci(), topology.n_per_block()), topology.n_ppgd());
@@ -152,6 +156,18 @@ void CheckSettings::validate() const {
     throw InputError(str_cat(
         "--topology ", topology.str(), ": cp=", topology.cp(), " cuts each sequence into 2*cp = ", 2 * topology.cp(),
         " chunks, but the lm workload's sequences have ", max_len, " positions; use cp <= ", max_len / 2));
+  }
+  if (topology.is_bridge() && convention == dist::Convention::kAvg) {
+    throw InputError(str_cat("--convention avg: a bridge layout (", topology.str(),
+                             ") is checked under SUM: the encoder's gradient sums the language model's ranks, whose "
+                             "AVG divides by the language model's dp x cp, not the encoder's dp"));
+  }
+  if (topology.is_bridge()) {
+    const RunConfig unclipped = lm_unclipped_config(*this);
+    require_bridge_fits(topology, unclipped.model, unclipped.encoder ? &*unclipped.encoder : nullptr, global_batch(),
+                        run_config       ? "the config's training.batch_size"
+                        : batch_size > 0 ? "--batch"
+                                         : str_cat("the default batch (", default_batch_formula(topology), ")"));
   }
   // Before the data and weights are read: the model's config alone says whether tp can split it.
   if (w == "lm" && topology.tp() > 1) require_tensor_parallel_fits(topology, lm_unclipped_config(*this).model);

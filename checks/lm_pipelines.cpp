@@ -5,6 +5,7 @@
 #include "checks/first_divergence.h"
 #include "checks/hessian_vector_product.h"
 #include "checks/phase_progress.h"
+#include "checks/planted_bridge.h"
 #include "checks/planted_micro_batches.h"
 #include "checks/planted_pipeline.h"
 #include "checks/planted_precision.h"
@@ -21,6 +22,7 @@
 #include "lib/distributed/parallel/data_parallel.h"
 #include "lib/distributed/parallel/mesh_layout.h"
 #include "lib/distributed/runtime/progress.h"
+#include "lib/train/bridged_lm.h"
 #include "lib/train/distributed_lm.h"
 #include "lib/train/magic_pipeline.h"
 #include "reference/unrolled_lm.h"
@@ -33,18 +35,25 @@ nlohmann::json workload_json(const CheckSettings& s, const nlohmann::json& optim
   // The built-in model has lcm(2, tp) heads (2 up to tp = 2), 4 dimensions or more each, so that
   // every tp splits it; its vocabulary of 257 bytes is one no tp > 1 divides (padding always runs).
   const int64_t heads = std::lcm<int64_t>(2, s.topology.tp());
-  const nlohmann::json model = s.model_folder.empty()
-                                   ? nlohmann::json{{"vocab", 257},
-                                                    {"d_model", std::max<int64_t>(16, 4 * heads)},
-                                                    {"n_layers", 1},
-                                                    {"n_heads", heads},
-                                                    {"max_len", s.max_len}}
-                                   : nlohmann::json{{"path", s.model_folder}, {"max_len", s.max_len}};
-  return {
+  // On a bridge layout, a multimodal workload: 4 patches of 8 features before each row's text
+  // (fixtures/multimodal), through an encoder whose hidden width every encoder tp divides.
+  const bool multimodal = s.topology.is_bridge();
+  const int64_t patches = 4;
+  const nlohmann::json model =
+      s.model_folder.empty()
+          ? nlohmann::json{{"vocab", 257},
+                           {"d_model", std::max<int64_t>(16, 4 * heads)},
+                           {"n_layers", 1},
+                           {"n_heads", heads},
+                           {"max_len", s.max_len + (multimodal ? patches : 0)}}
+          : nlohmann::json{{"path", s.model_folder}, {"max_len", s.max_len + (multimodal ? patches : 0)}};
+  nlohmann::json data = {
+      {"train", "text/proverbs.jsonl"}, {"queries", "text/queries.jsonl"}, {"max_documents", s.documents}};
+  nlohmann::json out = {
       {"seed", s.seed},
       {"dtype", s.precision.to_json()},
       {"model", model},
-      {"data", {{"train", "text/proverbs.jsonl"}, {"queries", "text/queries.jsonl"}, {"max_documents", s.documents}}},
+      {"data", data},
       {"training",
        {{"steps", s.steps},
         {"batch_size", s.global_batch()},
@@ -53,6 +62,12 @@ nlohmann::json workload_json(const CheckSettings& s, const nlohmann::json& optim
         {"checkpoints", s.checkpoints}}},
       {"optimizer", optimizer},
   };
+  if (multimodal) {
+    out["data"]["patches"] = "multimodal/patches.safetensors";
+    out["encoder"] = {
+        {"patches", patches}, {"features", 8}, {"hidden", std::lcm<int64_t>(32, s.topology.bridge().encoder.tp)}};
+  }
+  return out;
 }
 
 }  // namespace
@@ -232,15 +247,32 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
   const std::vector<TrainState>& teacher = reference.states;
   const RunConfig config = lm_check_config(settings);
   const dist::MeshParts parts = lm_mesh_parts(runtime, settings.topology, config.model);
-  const TensorTree full_init = gpt_init(config.model, config.precision.master, config.seed);
-  auto parallel = planted_data_parallel(mutation, parts, settings.convention);
+  const bool bridge_mutation = is_bridge_mutation(mutation);
+  std::shared_ptr<const Parallelism> parallel =
+      planted_data_parallel(bridge_mutation ? "" : mutation, parts, settings.convention);
+  // On a bridge layout the language model's mesh is one side of the step's Parallelism, and a
+  // bridge mutation is planted in the bridge.
+  std::shared_ptr<const PrefixEncoder> prefix;
+  if (settings.topology.is_bridge()) {
+    const BridgedLmParts bridged = bridged_lm_parts(runtime, settings.topology, config.model, *config.encoder);
+    std::shared_ptr<const dist::Bridge> bridge =
+        checks::planted_bridge(bridge_mutation ? mutation : "", runtime, bridged.layout, bridged.groups);
+    const BridgedLm lm = bridged_lm(runtime, bridged, *config.encoder, parallel, bridge);
+    parallel = lm.parallelism;
+    prefix = lm.prefix;
+  }
+  // Shapes and order of the parameters (the GPT's, then a multimodal run's encoder's), as the
+  // reference's tree has them.
+  const TensorTree gpt = gpt_init(config.model, config.precision.master, config.seed);
+  const TensorTree full_init =
+      config.encoder ? merge(gpt, patch_encoder_init(*config.encoder, config.precision.master, config.seed)) : gpt;
   // The grad level also records each rank's local gradient where it enters the reduction.
   auto tap = std::make_shared<ReductionTap>();
   // And the normalizer each rank's loss is divided by (grad/shard_weights).
   auto normalizer = std::make_shared<NormalizerTap>();
   const LmProblem problem = build_lm_problem(config, normalizer_tapped(tapped_parallelism(parallel, tap), normalizer),
                                              planted_precision(mutation, config.precision, runtime.world_size()),
-                                             planted_micro_batches(mutation, settings.topology.mb()));
+                                             planted_micro_batches(mutation, settings.topology.mb()), prefix);
   const auto step = planted_step(mutation, *problem.step, problem.optimizer);
   const auto query = planted_query(mutation, *problem.query, settings.topology.dp());
   const bool probe = has_reduction_rows(settings);
@@ -348,7 +380,8 @@ ReferenceRun run_reference_lm(const CheckSettings& settings) {
                                    config.precision,
                                    {},
                                    config.label_smoothing,
-                                   {}};
+                                   {},
+                                   config.encoder};
   const std::string label = str_cat("reference (", config.precision.str(), ")");
   // The reference's records (first_divergence.h), from here on: config and clip norm are made.
   std::optional<TraceRecorder> recorder;

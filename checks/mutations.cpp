@@ -1,9 +1,11 @@
 #include "checks/mutations.h"
 
 #include <cmath>
+#include <map>
 #include <optional>
 
 #include "checks/check_settings.h"
+#include "checks/planted_bridge.h"
 #include "lib/core/dtype.h"
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
@@ -376,12 +378,32 @@ const std::vector<Mutation>& mutation_catalog() {
        false,
        /*needs_later_checkpoint=*/true},
   };
-  return catalog;
+  // The bridge's own bugs (planted_bridge.h), on a bridge layout's language-model mesh; they show
+  // on the encoder's gradient rows.
+  static const std::vector<Mutation> with_bridge = [] {
+    const std::map<std::string, std::vector<std::pair<std::string, int64_t>>> needs{
+        {"bridge-no-intra-cp-sum", {{"bridge", 1}, {"cp", 2}}},
+        {"bridge-fan-out-pooled-over-cp", {{"fan_out", 2}, {"cp", 2}}},
+        {"bridge-fan-in-wrong-offset", {{"fan_in", 2}}},
+    };
+    std::vector<Mutation> out = catalog;
+    for (const BridgeMutation& b : bridge_mutations()) {
+      out.push_back({b.name, b.description, "grad", b.factor, dist::TopologyFamily::kMesh, needs.at(b.name)});
+    }
+    return out;
+  }();
+  return with_bridge;
 }
 
 namespace {
 
 int64_t size_of(const std::string& name, const dist::TopologySpec& topology) {
+  if (name == "bridge") return topology.is_bridge() ? 1 : 0;
+  if (name == "fan_in" || name == "fan_out") {
+    if (!topology.is_bridge()) return 1;
+    const int64_t enc = topology.bridge().encoder.dp, lm = topology.dp();
+    return name == "fan_in" ? std::max<int64_t>(1, enc / lm) : std::max<int64_t>(1, lm / enc);
+  }
   if (name == "replicas") return topology.dp() / topology.fsdp();
   if (name == "holders") return topology.dp() / topology.fsdp() * topology.cp();
   if (name == "world") return topology.world_size();
@@ -406,6 +428,9 @@ std::string level_list(const std::vector<Level>& levels) {
 }
 
 std::string describe(const std::string& name) {
+  if (name == "bridge") return "a bridge layout (enc=...;lm=...): bridge";
+  if (name == "fan_in") return "a fan-in bridge (enc dp / lm dp)";
+  if (name == "fan_out") return "a fan-out bridge (lm dp / enc dp)";
   return name == "replicas" ? "replicas (dp/fsdp)" : name == "holders" ? "holders (dp/fsdp*cp)" : name;
 }
 

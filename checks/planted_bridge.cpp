@@ -1,5 +1,6 @@
 #include "checks/planted_bridge.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <torch/csrc/autograd/custom_function.h>
@@ -93,6 +94,11 @@ const std::vector<BridgeMutation>& bridge_mutations() {
        needs_fan_in},
   };
   return catalog;
+}
+
+bool is_bridge_mutation(const std::string& name) {
+  const auto& all = bridge_mutations();
+  return std::any_of(all.begin(), all.end(), [&](const BridgeMutation& m) { return m.name == name; });
 }
 
 std::unique_ptr<dist::Bridge> planted_bridge(const std::string& mutation, const dist::Runtime& runtime,

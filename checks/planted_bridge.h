@@ -28,6 +28,8 @@ struct BridgeMutation {
   std::string (*unmet)(const dist::BridgeTopology& topology);
 };
 const std::vector<BridgeMutation>& bridge_mutations();
+// Whether `name` is one of bridge_mutations() (planted in the bridge, not in a mesh).
+bool is_bridge_mutation(const std::string& name);
 
 // std::logic_error for a name not in bridge_mutations(); std::invalid_argument where it does not
 // apply to `layout`.

@@ -20,8 +20,14 @@ TensorTree in_compute_dtype(const UnrolledLmSetup& setup, const TensorTree& para
   return params.map([&](const at::Tensor& p) { return p.to(setup.precision.compute); });
 }
 
-at::Tensor logits_in_master(const UnrolledLmSetup& setup, const TensorTree& params, const at::Tensor& ids) {
-  at::Tensor logits = gpt_forward(setup.model, in_compute_dtype(setup, params), ids);
+// With an encoder, `patches` [B, P, F] of the rows: its outputs are the first P columns' embeddings.
+at::Tensor logits_in_master(const UnrolledLmSetup& setup, const TensorTree& params, const at::Tensor& ids,
+                            const at::Tensor& patches) {
+  const TensorTree computed = in_compute_dtype(setup, params);
+  const at::Tensor prefix = setup.encoder
+                                ? patch_encoder_forward(*setup.encoder, computed, patches.to(setup.precision.compute))
+                                : at::Tensor();
+  at::Tensor logits = gpt_forward(setup.model, computed, ids, prefix);
   trace_activation(logits, "logits", "logits", "head");  // recorded in a training step only
   return logits.to(setup.precision.master);
 }
@@ -87,7 +93,12 @@ at::Tensor plain_batch_loss(const UnrolledLmSetup& setup, const TensorTree& para
   at::Tensor weights = rows_with_padding(w, rows, at::zeros(zero_shape, w.options()));
   trace_activation(ids, "input_ids", "input", "");
 
-  at::Tensor losses = next_token_losses(logits_in_master(setup, params, ids), labels,
+  at::Tensor patches;
+  if (setup.encoder) {
+    const at::Tensor& all = data.patches;
+    patches = rows_with_padding(all, rows, at::zeros({all.size(1), all.size(2)}, all.options()));
+  }
+  at::Tensor losses = next_token_losses(logits_in_master(setup, params, ids, patches), labels,
                                         TokenLoss{setup.model.vocab, setup.label_smoothing});
   at::Tensor targets = labels.narrow(1, 1, T - 1);
   at::Tensor valid = targets.ne(kIgnoreLabel).to(losses.scalar_type());
@@ -134,8 +145,8 @@ int64_t query_document_count(const UnrolledLmSetup& setup) {
 // of all its chunks; with `index`, document `index` alone.
 at::Tensor plain_query_loss(const UnrolledLmSetup& setup, const TensorTree& params, std::optional<int64_t> index) {
   const at::Tensor ids = setup.queries->input_ids, labels = setup.queries->labels;
-  at::Tensor losses =
-      next_token_losses(logits_in_master(setup, params, ids), labels, TokenLoss{setup.model.vocab, 0.0});
+  at::Tensor losses = next_token_losses(logits_in_master(setup, params, ids, setup.queries->patches), labels,
+                                        TokenLoss{setup.model.vocab, 0.0});
   at::Tensor valid = labels.narrow(1, 1, labels.size(1) - 1).ne(kIgnoreLabel).to(losses.scalar_type());
   const at::Tensor documents = query_documents(setup);
   const int64_t count = query_document_count(setup);

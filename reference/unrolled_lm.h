@@ -17,6 +17,7 @@
 #include "lib/data/token_dataset.h"
 #include "lib/model/gpt.h"
 #include "lib/model/lm_loss.h"
+#include "lib/model/patch_encoder.h"
 #include "lib/optim/optimizer.h"
 
 namespace magic::reference {
@@ -43,6 +44,9 @@ struct UnrolledLmSetup {
   // of step t (its rows; the loss as their terms) is then made once per micro-batch. Empty: whole.
   // The step itself always runs the whole batch at once.
   std::vector<std::vector<std::vector<int64_t>>> trace_micro_batches;
+  // A multimodal run's encoder: its outputs over each row's patch features (the datasets'
+  // `patches`) are the embeddings of the row's first P columns, in the same graph.
+  std::optional<PatchEncoderConfig> encoder;
 };
 
 struct UnrolledLmResult {

@@ -58,7 +58,8 @@ LmProblem tiny_lm_problem(const TinyRun& r) {
 reference::UnrolledLmSetup unrolled_setup(const LmProblem& p, const RunConfig& c) {
   return reference::UnrolledLmSetup{p.model,     p.train,     &p.query->queries(),   *p.stream,
                                     c.reduction, p.optimizer, c.optimizer.clip_norm, p.initial.params,
-                                    c.precision, {},          c.label_smoothing,     {}};
+                                    c.precision, {},          c.label_smoothing,     {},
+                                    c.encoder};
 }
 
 double relative_error(const at::Tensor& a, const at::Tensor& b) {

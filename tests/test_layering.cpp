@@ -29,7 +29,7 @@ const std::map<std::string, std::set<std::string>>& allowed_includes() {
       {"model", {"core", "io", "trace"}},
       {"optim", {"core"}},
       {"text", {"core"}},
-      {"data", {"core", "model", "text"}},
+      {"data", {"core", "io", "model", "text"}},
       {"step", {"core", "model", "optim", "trace"}},
       {"distributed", {"core", "compare", "data", "model", "optim", "step", "trace", "text"}},
       {"train", {"core", "compare", "io", "model", "optim", "text", "data", "step", "distributed", "trace"}},

@@ -201,7 +201,9 @@ TEST(Readme, EveryJsonExampleParsesAndEveryConfigExampleLoads) {
   const std::string source = MAGIC_SOURCE_DIR;
   const nlohmann::json demo = nlohmann::json::parse(testing::read_file(source + "/fixtures/runs/demo.json"));
   int blocks = 0, configs = 0;
-  bool demo_shown = false;
+  const nlohmann::json multimodal =
+      nlohmann::json::parse(testing::read_file(source + "/fixtures/runs/multimodal.json"));
+  bool demo_shown = false, multimodal_shown = false;
   std::vector<std::string> files{source + "/README.md"};
   for (const auto& entry : std::filesystem::directory_iterator(source + "/docs")) {
     if (entry.path().extension() == ".md") files.push_back(entry.path().string());
@@ -221,11 +223,13 @@ TEST(Readme, EveryJsonExampleParsesAndEveryConfigExampleLoads) {
       // Data paths are relative to the config's folder: the examples are written for fixtures/runs.
       EXPECT_NO_THROW(RunConfig::from_json(j, "example", source + "/fixtures/runs")) << text;
       demo_shown = demo_shown || j == demo;
+      multimodal_shown = multimodal_shown || j == multimodal;
     }
   }
   EXPECT_GE(blocks, 5);
   EXPECT_GE(configs, 2);
   EXPECT_TRUE(demo_shown) << "docs/magic-run.md shows fixtures/runs/demo.json: they differ";
+  EXPECT_TRUE(multimodal_shown) << "docs/magic-run.md shows fixtures/runs/multimodal.json: they differ";
 }
 
 }  // namespace

@@ -147,15 +147,8 @@ Command parse(int argc, char** argv, int& early_exit) {
     return c;
   }
   if (topology.empty()) throw InputError("--topology is required (for example --topology dp=4)");
-  if (dist::is_bridge_topology(topology)) {
-    // The layout is parsed and explained; the multimodal workload that runs on it is not built yet.
-    const auto bridge = dist::BridgeTopology::parse(topology);
-    if (!explain_layout) {
-      throw InputError(str_cat("--topology ", bridge.str(),
-                               ": an encoder/language-model bridge layout; magic-check can explain it "
-                               "(--explain-layout) but has no multimodal workload to check on it yet"));
-    }
-    std::cout << dist::explain_bridge_layout(bridge);
+  if (dist::is_bridge_topology(topology) && explain_layout) {
+    std::cout << dist::explain_bridge_layout(dist::BridgeTopology::parse(topology));
     early_exit = kExitOk;
     return c;
   }

@@ -212,6 +212,11 @@ Flags parse(int argc, char** argv, int& early_exit) {
   if (!topology.empty()) {
     program.topology = dist::TopologySpec::parse(topology);
     require_mesh_topology(program.topology, "magic-run");
+    if (program.topology.is_bridge()) {
+      throw InputError(str_cat("--topology ", program.topology.str(),
+                               ": magic-run does not run bridge layouts yet (magic-check checks the multimodal "
+                               "workload on them); run a multimodal config in one process"));
+    }
     program.backend = dist::parse_backend(backend);
     if (!(timeout_s > 0)) throw InputError("--timeout: expected seconds > 0");
     program.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
@@ -578,6 +583,13 @@ int run(int argc, char** argv) {
   if (!dist::running_as_rank()) {
     // Load the config here too, so a bad one is reported once, before any rank starts.
     const RunConfig config = RunConfig::load(flags.config_path, flags.overrides);
+    if (config.encoder && flags.program->topology.world_size() > 1) {
+      throw InputError(str_cat(flags.config_path,
+                               ": a multimodal run (its \"encoder\" section) runs in one process "
+                               "for now: its encoder and language model need a bridge layout, which magic-run does "
+                               "not run yet (--topology ",
+                               flags.program->topology.str(), ")"));
+    }
     require_micro_batches_fit(flags.program->topology, config.batch_size, "training.batch_size");
     require_tensor_parallel_fits(flags.program->topology, config.model);
     require_memory(config, estimate_run_memory(config), available_memory_bytes(), flags.program->topology.world_size());

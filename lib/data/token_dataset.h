@@ -36,6 +36,9 @@ struct Example {
 struct TokenDataset {
   at::Tensor input_ids;  // [N, T] int64
   at::Tensor labels;     // [N, T] int64, -100 on padding
+  // A multimodal dataset's patch features [N, P, F] (patch_features.h), its rows' first P columns
+  // the prefix's (pad id, label -100); undefined: text only.
+  at::Tensor patches;
   std::vector<Example> examples;
   int64_t pad_id = ByteTokenizer::kEndOfDocument;  // the input id of padding positions and rows
   // How the documents became examples, for the run's one-line summary.

@@ -177,16 +177,25 @@ TensorTree gpt_init(const GptConfig& c, c10::ScalarType dtype, uint64_t seed) {
   return p;
 }
 
-at::Tensor gpt_forward(const GptConfig& c, const TensorTree& p, const at::Tensor& input_ids) {
+at::Tensor gpt_forward(const GptConfig& c, const TensorTree& p, const at::Tensor& input_ids, const at::Tensor& prefix) {
   const int64_t T = input_ids.size(1);
   if (T > c.max_len) throw std::invalid_argument(str_cat("gpt_forward: sequence of ", T, " > max_len ", c.max_len));
-  return gpt_forward(c, p, input_ids, ModelLayout::whole(T));
+  return gpt_forward(c, p, input_ids, ModelLayout::whole(T), prefix);
 }
 
-at::Tensor gpt_forward(const GptConfig& c, const TensorTree& p, const at::Tensor& input_ids,
-                       const ModelLayout& layout) {
+at::Tensor gpt_forward(const GptConfig& c, const TensorTree& p, const at::Tensor& input_ids, const ModelLayout& layout,
+                       const at::Tensor& prefix) {
   const TensorParallel& tensor = *layout.tensor;
   at::Tensor x = embed_tokens(c, p.at("tok_emb"), input_ids, tensor);
+  if (prefix.defined()) {
+    if (layout.residual_position_ids.defined() || prefix.size(1) > x.size(1)) {
+      throw std::logic_error(str_cat("gpt_forward: a prefix of ", prefix.size(1), " columns over ", x.size(1),
+                                     " local columns", layout.residual_position_ids.defined() ? " under sp" : ""));
+    }
+    // cat, not an in-place write: differentiable to any order, as REPLAY needs.
+    const int64_t k = prefix.size(1);
+    x = at::cat({prefix.to(x.scalar_type()), x.narrow(1, k, x.size(1) - k)}, 1);
+  }
   if (c.positions == Positions::kLearned) {
     x = x + p.at("pos_emb").index_select(0, layout.embedded_positions().clamp_max(c.max_len - 1));
   }

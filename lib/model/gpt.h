@@ -58,14 +58,19 @@ double attention_scale_of(const GptConfig& config);
 TensorTree gpt_init(const GptConfig& config, c10::ScalarType dtype, uint64_t seed);
 
 // logits [B, T, vocab] for input_ids [B, T] (T <= max_len); position p attends to 0..p.
-at::Tensor gpt_forward(const GptConfig& config, const TensorTree& params, const at::Tensor& input_ids);
+// `prefix` [B, k, d_model], when given, replaces the token embeddings of the first k columns (a
+// multimodal encoder's outputs: patch_encoder.h); positions are added to it as to any column.
+at::Tensor gpt_forward(const GptConfig& config, const TensorTree& params, const at::Tensor& input_ids,
+                       const at::Tensor& prefix = {});
 // The same for the columns of `layout.sequence` (input_ids [B, T_local]): a query at position p
 // attends to the gathered keys at positions <= p. Position ids beyond max_len (padding) embed as
 // max_len - 1. With tensor parallelism (layout.tensor) `params` are this rank's pieces
 // (gpt_parallel_plan) and the logits its padded vocabulary shard [B, T_local, ceil(V/tp)]
-// (vocab_parallel_loss.h takes them from there).
+// (vocab_parallel_loss.h takes them from there). `prefix` [B, k, d_model] replaces the first k
+// local columns' token embeddings (the columns at positions below the prefix length come first in
+// any layout's order); not with sequence parallelism.
 at::Tensor gpt_forward(const GptConfig& config, const TensorTree& params, const at::Tensor& input_ids,
-                       const ModelLayout& layout);
+                       const ModelLayout& layout, const at::Tensor& prefix = {});
 
 // Megatron's split of the model across tp ranks: qkv column-parallel by heads (each of q, k, v),
 // attention and MLP output projections row-parallel (their biases replicated, added once after

@@ -4,6 +4,7 @@
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
+#include "lib/data/patch_features.h"
 #include "lib/data/tokenizer.h"
 #include "lib/model/vocab_parallel_loss.h"
 #include "lib/optim/clip.h"
@@ -14,7 +15,7 @@ namespace magic {
 LmStep::LmStep(GptConfig model, std::shared_ptr<const TokenDataset> data, const DataStream& stream, Reduction reduction,
                double label_smoothing, std::shared_ptr<const Optimizer> optimizer, std::optional<double> clip_norm,
                std::shared_ptr<const Parallelism> parallelism, std::shared_ptr<const MixedPrecision> precision,
-               std::shared_ptr<const MicroBatches> micro_batches)
+               std::shared_ptr<const MicroBatches> micro_batches, std::shared_ptr<const PrefixEncoder> prefix)
     : model_(model),
       data_(std::move(data)),
       reduction_(reduction),
@@ -24,9 +25,23 @@ LmStep::LmStep(GptConfig model, std::shared_ptr<const TokenDataset> data, const 
       parallelism_(std::move(parallelism)),
       precision_(std::move(precision)),
       micro_batching_(std::move(micro_batches)),
+      prefix_(std::move(prefix)),
       trace_layout_(parallelism_->trace_layout()) {
+  if (prefix_ && (micro_batching_->count() > 1 || !data_->patches.defined())) {
+    throw InputError(
+        micro_batching_->count() > 1
+            ? "a multimodal step runs its batch whole: gradient accumulation (mb) is not supported with an "
+              "encoder prefix"
+            : "a multimodal step needs the training data's patch features");
+  }
   for (int64_t t = 0; t < stream.num_steps(); ++t) {
-    const std::vector<int64_t> rows = parallelism_->local_share(stream.rows(t));
+    step_rows_.push_back(stream.rows(t));
+    if (prefix_ && step_rows_.back().size() % prefix_->row_multiple() != 0) {
+      throw InputError(str_cat("a batch of ", step_rows_.back().size(),
+                               " rows: the encoder and language model split it ", "evenly only in multiples of ",
+                               prefix_->row_multiple()));
+    }
+    const std::vector<int64_t> rows = parallelism_->local_share(step_rows_.back());
     batches_.push_back(make_batch(*data_, rows));
     std::vector<Batch> parts;
     for (const auto& part : micro_batching_->split(rows)) parts.push_back(make_batch(*data_, part));
@@ -102,7 +117,13 @@ at::Tensor LmStep::micro_batch_loss(const TensorTree& params, int64_t t, int64_t
     placed.emplace(std::move(context));
   }
   if (tracing()) trace_activation(local.input_ids, "input_ids", "input", "", trace_layout_.activations(length));
-  at::Tensor logits = gpt_forward(model_, precision_->compute_params(*parallelism_, params), local.input_ids, layout);
+  const TensorTree computed = precision_->compute_params(*parallelism_, params);
+  at::Tensor prefix;
+  if (prefix_) {
+    prefix = prefix_->embed(computed, patches_of_rows(data_->patches, step_rows_.at(t)),
+                            prefix_columns(layout.sequence.columns, prefix_->length()));
+  }
+  at::Tensor logits = gpt_forward(model_, computed, local.input_ids, layout, prefix);
   if (tracing()) trace_activation(logits, "logits", "logits", "head", trace_layout_.logits(length));
   at::Tensor losses =
       vocab_parallel_position_losses(precision_->to_master(logits), local.targets, token_loss_, *layout.tensor);
@@ -204,11 +225,13 @@ at::Tensor LmStep::assemble_weight_gradient(const at::Tensor& local) const {
 }
 
 LmQuery::LmQuery(GptConfig model, TokenDataset queries, std::shared_ptr<const Parallelism> parallelism,
-                 std::shared_ptr<const MixedPrecision> precision)
+                 std::shared_ptr<const MixedPrecision> precision, std::shared_ptr<const PrefixEncoder> prefix)
     : model_(model),
       queries_(std::move(queries)),
       parallelism_(std::move(parallelism)),
-      precision_(std::move(precision)) {
+      precision_(std::move(precision)),
+      prefix_(std::move(prefix)) {
+  if (prefix_ && !queries_.patches.defined()) throw InputError("a multimodal query needs the queries' patch features");
   for (const auto& ex : queries_.examples) documents_ = std::max(documents_, ex.document + 1);
   document_labels_.assign(static_cast<size_t>(documents_), 0.0);
   const at::Tensor labels_per_chunk = label_mask(queries_.labels, at::kDouble).sum(1);
@@ -222,11 +245,14 @@ LmQuery::LmQuery(GptConfig model, TokenDataset queries, std::shared_ptr<const Pa
       throw InputError(str_cat("query document ", d, " has no chunk of >= 2 tokens: nothing to predict"));
     }
   }
+  const int64_t multiple = prefix_ ? prefix_->row_multiple() : 1;
+  while (static_cast<int64_t>(all.size()) % multiple != 0) all.push_back(queries_.size());
+  if (prefix_) all_patches_ = patches_of_rows(queries_.patches, all);
   local_ = parallelism_->local_share(all);
-  for (int64_t k : local_) local_document_.push_back(queries_.examples[k].document);
-  at::Tensor rows = at::tensor(local_, at::kLong);
-  local_ids_ = queries_.input_ids.index_select(0, rows);
-  local_labels_ = queries_.labels.index_select(0, rows);
+  for (int64_t k : local_) local_document_.push_back(k < queries_.size() ? queries_.examples[k].document : -1);
+  const Batch local = make_batch(queries_, local_);
+  local_ids_ = local.input_ids;
+  local_labels_ = local.labels;
 }
 
 TensorTree LmQuery::gradient(const TensorTree& params_in, std::optional<int64_t> index) const {
@@ -242,7 +268,12 @@ at::Tensor LmQuery::loss(const TensorTree& params, std::optional<int64_t> index)
   const ModelLayout layout = parallelism_->model_layout(local_ids_.size(1));
   const LocalColumns local =
       local_columns(layout.sequence, local_ids_, local_labels_, at::ones({local_ids_.size(0)}), queries_.pad_id);
-  at::Tensor logits = gpt_forward(model_, precision_->compute_params(*parallelism_, params), local.input_ids, layout);
+  const TensorTree computed = precision_->compute_params(*parallelism_, params);
+  at::Tensor prefix;
+  if (prefix_) {
+    prefix = prefix_->embed(computed, all_patches_, prefix_columns(layout.sequence.columns, prefix_->length()));
+  }
+  at::Tensor logits = gpt_forward(model_, computed, local.input_ids, layout, prefix);
   // The query loss is the plain cross-entropy: label smoothing is a training option (Q measures the model).
   at::Tensor losses = vocab_parallel_position_losses(precision_->to_master(logits), local.targets,
                                                      TokenLoss{model_.vocab, 0.0}, *layout.tensor);
@@ -252,6 +283,7 @@ at::Tensor LmQuery::loss(const TensorTree& params, std::optional<int64_t> index)
   std::vector<double> weight(local_.size());
   for (size_t k = 0; k < local_.size(); ++k) {
     const int64_t d = local_document_[k];
+    if (d < 0) continue;  // a padding chunk
     const double chosen = index ? (d == *index ? 1.0 : 0.0) : 1.0 / static_cast<double>(documents_);
     weight[k] = chosen / document_labels_[d];
   }

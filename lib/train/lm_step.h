@@ -6,6 +6,8 @@
 //               smoothing; `mean` divides every micro-batch by the global batch's valid labels)
 //   g = Σ_m ∇θ L_t,m (reduced across ranks), optionally clipped;  (θ', o') = optimizer(θ, g, o)
 // under the run's precision policy (mixed_precision.h: compute dtype, loss scale, reduce dtype).
+// A multimodal run (`prefix`, with the datasets' patches) computes each row's first P columns from
+// its patch features (prefix_encoder.h); its batch is one micro-batch.
 #pragma once
 
 #include <memory>
@@ -21,6 +23,7 @@
 #include "lib/step/micro_batches.h"
 #include "lib/step/mixed_precision.h"
 #include "lib/step/parallelism.h"
+#include "lib/step/prefix_encoder.h"
 #include "lib/step/step_function.h"
 
 namespace magic {
@@ -31,7 +34,8 @@ class LmStep : public StepFunction {
          double label_smoothing, std::shared_ptr<const Optimizer> optimizer, std::optional<double> clip_norm,
          std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>(),
          std::shared_ptr<const MixedPrecision> precision = std::make_shared<MixedPrecision>(),
-         std::shared_ptr<const MicroBatches> micro_batches = std::make_shared<MicroBatches>());
+         std::shared_ptr<const MicroBatches> micro_batches = std::make_shared<MicroBatches>(),
+         std::shared_ptr<const PrefixEncoder> prefix = nullptr);
 
   int64_t num_steps() const override { return static_cast<int64_t>(batches_.size()); }
   StepOutput step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const override;
@@ -59,6 +63,7 @@ class LmStep : public StepFunction {
                                                       bool create_graph) const;
   GptConfig model_;
   std::shared_ptr<const TokenDataset> data_;
+  std::vector<std::vector<int64_t>> step_rows_;    // every rank's rows of each step
   std::vector<Batch> batches_;                     // this rank's rows of each step
   std::vector<std::vector<Batch>> micro_batches_;  // the same rows as micro-batches
   Reduction reduction_;
@@ -68,17 +73,20 @@ class LmStep : public StepFunction {
   std::shared_ptr<const Parallelism> parallelism_;
   std::shared_ptr<const MixedPrecision> precision_;
   std::shared_ptr<const MicroBatches> micro_batching_;
+  std::shared_ptr<const PrefixEncoder> prefix_;
   TraceLayout trace_layout_;  // parallelism_'s
 };
 
 // Q(θ) = mean over query documents of each document's mean next-token loss (unweighted) over all
 // its chunks' label positions: a query longer than max_len is one query. Query J (per-query mode)
-// is document J. Each rank evaluates its share of the chunks.
+// is document J. Each rank evaluates its share of the chunks; with a prefix whose rows must split
+// evenly (PrefixEncoder::row_multiple) the chunks are padded with empty ones that count for nothing.
 class LmQuery : public QueryFunction {
  public:
   LmQuery(GptConfig model, TokenDataset queries,
           std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>(),
-          std::shared_ptr<const MixedPrecision> precision = std::make_shared<MixedPrecision>());
+          std::shared_ptr<const MixedPrecision> precision = std::make_shared<MixedPrecision>(),
+          std::shared_ptr<const PrefixEncoder> prefix = nullptr);
 
   int64_t num_queries() const override { return documents_; }
   at::Tensor loss(const TensorTree& params, std::optional<int64_t> index = std::nullopt) const override;
@@ -89,12 +97,14 @@ class LmQuery : public QueryFunction {
   GptConfig model_;
   TokenDataset queries_;
   int64_t documents_ = 0;
-  std::vector<int64_t> local_;           // this rank's query chunks
-  std::vector<int64_t> local_document_;  // the document of each
+  std::vector<int64_t> local_;           // this rank's query chunks (queries_.size(): a padding chunk)
+  std::vector<int64_t> local_document_;  // the document of each (-1: padding)
+  at::Tensor all_patches_;               // with a prefix: every rank's chunks' patch features
   std::vector<double> document_labels_;  // label positions of each document, over all its chunks
   at::Tensor local_ids_, local_labels_;
   std::shared_ptr<const Parallelism> parallelism_;
   std::shared_ptr<const MixedPrecision> precision_;
+  std::shared_ptr<const PrefixEncoder> prefix_;
 };
 
 }  // namespace magic

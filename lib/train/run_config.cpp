@@ -8,6 +8,7 @@
 #include "lib/core/json_fields.h"
 #include "lib/core/seed.h"
 #include "lib/core/strings.h"
+#include "lib/data/patch_features.h"
 #include "lib/model/gpt_init_file.h"
 #include "lib/model/hf_model_folder.h"
 
@@ -98,6 +99,17 @@ RunConfig RunConfig::from_json(const nlohmann::json& json, std::shared_ptr<const
 
   JsonFields data = root.object("data");
   c.train_path = resolve(data.string("train"), base_dir);
+  if (root.has("encoder")) {
+    c.encoder = PatchEncoderConfig::from_json(root.object("encoder"), c.model.d_model);
+    c.patches_path = resolve(data.string("patches"), base_dir);
+    if (c.model.max_len < c.encoder->patches + 2) {
+      model.fail("max_len",
+                 str_cat("expected >= encoder.patches + 2 = ", c.encoder->patches + 2,
+                         " (the prefix's patches, then at least a token and its next), got ", c.model.max_len));
+    }
+  } else if (data.has("patches")) {
+    data.fail("patches", "patch features need an \"encoder\" section (a multimodal run)");
+  }
   read_queries(data, c, base_dir);
   c.fields = read_fields(data);
   c.fit = parse_fit(data.string("fit", "chunk"), data.where("fit"));
@@ -147,6 +159,7 @@ std::string RunConfig::where() const {
 
 std::vector<InputFile> input_files(const RunConfig& c) {
   std::vector<InputFile> files = {{"train data", c.train_path}, {"query data", c.query_path}};
+  if (c.encoder) files.push_back({"patch features", c.patches_path});
   if (c.model_init) files.push_back({"model.init", *c.model_init});
   if (c.model_folder) {
     std::vector<std::string> names;
@@ -192,8 +205,13 @@ std::vector<TextDocument> slice_of(const std::vector<TextDocument>& documents, s
 
 LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const Parallelism> parallelism,
                            std::shared_ptr<const MixedPrecision> precision,
-                           std::shared_ptr<const MicroBatches> micro_batches) {
+                           std::shared_ptr<const MicroBatches> micro_batches,
+                           std::shared_ptr<const PrefixEncoder> prefix) {
   if (!precision) precision = std::make_shared<MixedPrecision>(c.precision);
+  if (c.encoder && !prefix) prefix = std::make_shared<PatchPrefix>(*c.encoder);
+  if (!c.encoder) prefix = nullptr;
+  // A multimodal sequence is the prefix's patches, then the text.
+  const int64_t text_len = c.model.max_len - (c.encoder ? c.encoder->patches : 0);
   if (!micro_batches) micro_batches = std::make_shared<MicroBatches>();
   LmProblem p;
   p.model = c.model;
@@ -221,12 +239,21 @@ LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const Parallelism
   if (c.max_documents && static_cast<int64_t>(p.train_documents.size()) > *c.max_documents) {
     p.train_documents.resize(*c.max_documents);
   }
-  auto train = std::make_shared<TokenDataset>(tokenize_documents(p.train_documents, tokenizer, c.model.max_len,
-                                                                 str_cat(c.train_path, ": the ", train_role), c.fit));
+  auto train = std::make_shared<TokenDataset>(
+      tokenize_documents(p.train_documents, tokenizer, text_len, str_cat(c.train_path, ": the ", train_role), c.fit));
   // A query is a document: packing would mix queries, so packed runs cut queries into chunks.
   const Fit query_fit = c.fit == Fit::kTruncate ? Fit::kTruncate : Fit::kChunk;
-  TokenDataset queries = tokenize_documents(p.query_documents, tokenizer, c.model.max_len,
+  TokenDataset queries = tokenize_documents(p.query_documents, tokenizer, text_len,
                                             str_cat(c.query_path, ": the ", query_role), query_fit);
+  if (c.encoder) {
+    if (c.fit == Fit::kPack)
+      throw InputError(c.where("data.fit") + ": a multimodal run's rows are documents; pack mixes them");
+    const PatchEncoderConfig& e = *c.encoder;
+    *train = with_patch_prefix(*train,
+                               load_patch_features(c.patches_path, p.train_documents, *train, e.patches, e.features));
+    queries = with_patch_prefix(queries,
+                                load_patch_features(c.patches_path, p.query_documents, queries, e.patches, e.features));
+  }
   // Queries are documents (LmQuery): each must give at least one example to be scored on.
   std::vector<bool> scored(p.query_documents.size(), false);
   for (const auto& ex : queries.examples) scored[ex.document] = true;
@@ -241,14 +268,16 @@ LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const Parallelism
   auto optimizer = make_optimizer(c.optimizer);
   p.optimizer = optimizer;
   p.step = std::make_shared<LmStep>(p.model, train, *p.stream, c.reduction, c.label_smoothing, optimizer,
-                                    c.optimizer.clip_norm, parallelism, precision, micro_batches);
-  p.query = std::make_shared<LmQuery>(p.model, std::move(queries), parallelism, precision);
+                                    c.optimizer.clip_norm, parallelism, precision, micro_batches, prefix);
+  p.query = std::make_shared<LmQuery>(p.model, std::move(queries), parallelism, precision, prefix);
+  p.prefix = prefix;
   // Parameters, optimizer state and data weights live in the master dtype.
   const TensorTree init = c.model_folder
                               ? load_model_folder(*c.model_folder, c.precision.master, p.model.max_len).params
                           : c.model_init ? load_gpt_init(*c.model_init, p.model, c.precision.master)
                                          : gpt_init(p.model, c.precision.master, c.seed);
-  p.initial = TrainState{parallelism->shard(init), {}, {}};
+  const TensorTree whole = c.encoder ? merge(init, patch_encoder_init(*c.encoder, c.precision.master, c.seed)) : init;
+  p.initial = TrainState{parallelism->shard(whole), {}, {}};
   p.initial.opt = optimizer->init(p.initial.params);
   p.weights = initial_weights(*train, c.weights, c.precision.master);
   return p;

@@ -10,7 +10,10 @@
 //    A query slice of the train file is held out of training (a train/query split).
 //    "training": {"steps", "batch_size", "shuffle", "reduction", "label_smoothing", "weights", "checkpoints",
 //                 "spill_dir"},
-//    "optimizer": {"name", "lr", ... , "schedule": {...}}}
+//    "optimizer": {"name", "lr", ... , "schedule": {...}},
+//    "encoder": {"patches", "features", "hidden"} (a multimodal run: patch_encoder.h), with
+//             "data.patches": a safetensors file of each document's patch features (patch_features.h);
+//             model.max_len counts the prefix's patches and the text's tokens}
 #pragma once
 
 #include <memory>
@@ -23,6 +26,7 @@
 #include "lib/data/data_stream.h"
 #include "lib/model/gpt.h"
 #include "lib/model/lm_loss.h"
+#include "lib/model/patch_encoder.h"
 #include "lib/optim/optimizer.h"
 #include "lib/train/checkpoint_schedule.h"
 #include "lib/train/lm_step.h"
@@ -39,6 +43,10 @@ struct RunConfig {
   GptConfig model;
   std::optional<std::string> model_init;    // initial parameters from this file instead of gpt_init
   std::optional<std::string> model_folder;  // architecture, weights and tokenizer from this folder
+  // A multimodal run: the encoder of each document's patch features (data.patches), whose outputs
+  // are the first encoder->patches columns of every sequence.
+  std::optional<PatchEncoderConfig> encoder;
+  std::string patches_path;
   std::string train_path, query_path;
   DocumentFields fields;
   Fit fit = Fit::kChunk;
@@ -91,6 +99,7 @@ struct LmProblem {
   std::shared_ptr<const Optimizer> optimizer;
   std::shared_ptr<const LmStep> step;
   std::shared_ptr<const LmQuery> query;
+  std::shared_ptr<const PrefixEncoder> prefix;  // a multimodal run's; null: text only
   TrainState initial;
   at::Tensor weights;
 };
@@ -100,10 +109,13 @@ struct LmProblem {
 // (initial.params and the optimizer state are this rank's shards).
 // `precision` applies config.precision (a planted variant of it in magic-check; null: the plain one).
 // `micro_batches` splits each rank's rows of a step for gradient accumulation (the topology's mb;
-// null: one micro-batch).
+// null: one micro-batch). `prefix`: how a multimodal run's ranks compute the prefix (a bridge:
+// lib/distributed/parallel/bridged_prefix.h); null: PatchPrefix, the encoder on every row held.
+// A multimodal run's parameters are the GPT's, then the encoder's ("encoder.*").
 LmProblem build_lm_problem(const RunConfig& config,
                            std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>(),
                            std::shared_ptr<const MixedPrecision> precision = nullptr,
-                           std::shared_ptr<const MicroBatches> micro_batches = nullptr);
+                           std::shared_ptr<const MicroBatches> micro_batches = nullptr,
+                           std::shared_ptr<const PrefixEncoder> prefix = nullptr);
 
 }  // namespace magic

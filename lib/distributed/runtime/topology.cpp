@@ -52,7 +52,13 @@ int64_t TopologySpec::world_size() const {
   return n_ci() + n_blocks() * n_per_block() + n_ppgd();
 }
 
+BridgeTopology TopologySpec::bridge() const {
+  if (!is_bridge()) throw std::logic_error("TopologySpec::bridge on " + str());
+  return BridgeTopology::parse(text);
+}
+
 std::string TopologySpec::str() const {
+  if (is_bridge()) return bridge().str();
   if (family() == TopologyFamily::kMesh) {
     return str_cat("dp=", dp(), cp() > 1 ? str_cat(",cp=", cp()) : "", tp() > 1 ? str_cat(",tp=", tp()) : "",
                    fsdp() > 1 ? str_cat(",fsdp=", fsdp()) : "", sp() ? ",sp" : "",
@@ -75,6 +81,17 @@ TopologySpec TopologySpec::parse(const std::string& text) {
   TopologySpec spec;
   spec.text = text;
   if (text.empty()) reject(text, "empty topology");
+  if (is_bridge_topology(text)) {
+    const BridgeTopology bridge = BridgeTopology::parse(text);
+    spec.values = {{"dp", bridge.lm.dp},
+                   {"cp", bridge.lm.cp},
+                   {"tp", bridge.lm.tp},
+                   {"fsdp", bridge.lm.fsdp},
+                   {"enc_tp", bridge.encoder.tp},
+                   {"enc_dp", bridge.encoder.dp},
+                   {"enc_fsdp", bridge.encoder.fsdp}};
+    return spec;
+  }
   for (const std::string& item : split(text, ',')) {
     if (item == "sp") {  // the one flag: sequence parallelism
       if (spec.values.count(item)) reject(text, "key 'sp' given twice");

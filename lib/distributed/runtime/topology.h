@@ -8,6 +8,10 @@
 //               parallelism, needs tp > 1) and mb (micro-batches per optimizer step, default 1).
 //   three-pool: n_ci, n_per_block (both required), n_blocks (default 2), n_ppgd (default 2);
 //               world = n_ci + n_blocks * n_per_block + n_ppgd.
+//   bridge:     "enc=tpA,dpB;lm=tpC,dpD,cpE" (bridge_topology.h), a colocated encoder and language
+//               model: a mesh whose sizes (dp, cp, tp, fsdp) are the language model's, the
+//               encoder's beside them (enc_tp, enc_dp, enc_fsdp). Everything that runs on a mesh
+//               runs the language model's side; the encoder's side and the bridge are built apart.
 // Unknown keys, non-integers, zero, duplicates, mixed families and sp without tp: InputError
 // naming the rule and listing the valid keys.
 #pragma once
@@ -17,6 +21,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "lib/distributed/runtime/bridge_topology.h"
 
 namespace magic::dist {
 
@@ -39,8 +45,11 @@ struct TopologySpec {
   int64_t n_blocks() const { return get("n_blocks", 2); }
   int64_t n_ppgd() const { return get("n_ppgd", 2); }
   int64_t world_size() const;
-  // Canonical form: "dp=4", "dp=2,cp=2,tp=2,fsdp=2,sp,mb=3" (each of cp, tp, fsdp, mb when > 1),
-  // "n_ci=4,n_per_block=2,n_blocks=2,n_ppgd=2" (three-pool defaults spelled out).
+  // A bridge layout (family kMesh: its language model's mesh), and its two sides.
+  bool is_bridge() const { return values.count("enc_dp") > 0; }
+  BridgeTopology bridge() const;
+  // Canonical form (a bridge's: BridgeTopology::str): "dp=4", "dp=2,cp=2,tp=2,fsdp=2,sp,mb=3" (each of cp, tp, fsdp, mb
+  // when > 1), "n_ci=4,n_per_block=2,n_blocks=2,n_ppgd=2" (three-pool defaults spelled out).
   std::string str() const;
   // The sizes a scale error can be a multiple of, by name, for the diagnosis ("dp", 4).
   std::vector<std::pair<std::string, int64_t>> named_sizes() const;

@@ -1,0 +1,114 @@
+// magic-check on bridge layouts (docs/magic-check.md, "Encoder and language model: the bridge"):
+// the multimodal workload (an encoder over patch features, its outputs the GPT's prefix) across
+// real rank processes, against the single process that runs both models with no bridge at all.
+// Exact at fp64 on every level, encoder parameters included, on fan-in, fan-out and equal layouts;
+// each bridge bug caught with its factor on a layout whose sizes differ; a layout or run the
+// bridge cannot take exits 2 before any rank starts.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "checks/mutations.h"
+#include "lib/core/strings.h"
+#include "tests/support.h"
+
+namespace magic {
+namespace {
+
+testing::CommandOutcome magic_check(const std::string& layout, const std::string& flags) {
+  // A bridge layout holds a ';': one word for the shell.
+  return testing::run_command(str_cat(MAGIC_CHECK_BINARY, " --topology '", layout, "' ", flags));
+}
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "/" + name;
+}
+
+nlohmann::json report_of(const std::string& layout, const std::string& flags, int expected_exit) {
+  const std::string json = temp_path("bridge.json");
+  const auto o = magic_check(layout, flags + " --json " + json);
+  EXPECT_EQ(o.exit_code, expected_exit) << layout << " " << flags << "\n" << o.output;
+  return nlohmann::json::parse(testing::read_file(json));
+}
+
+// The four layouts: fan-in with tp on both sides and cp, fan-out with cp, fan-in without
+// tp, and fan-out without cp (enc=dp2;lm=dp4 has worlds of 2 and 4: the encoder gets tp2).
+TEST(BridgeCheck, FanInFanOutAndEqualLayoutsAreExactAtFp64OnEveryLevelEncoderIncluded) {
+  for (const std::string layout :
+       {"enc=tp2,dp4;lm=tp2,dp2,cp2", "enc=tp4,dp2;lm=tp1,dp4,cp2", "enc=dp4;lm=dp2,cp2", "enc=tp2,dp2;lm=dp4"}) {
+    const auto report = report_of(layout, "", 0);
+    std::set<std::string> levels, encoder_levels;
+    for (const auto& row : report["checks"]) {
+      const std::string level = row["level"], tensor = row["tensor"];
+      levels.insert(level);
+      if (tensor.rfind("encoder.", 0) == 0) encoder_levels.insert(level);
+      EXPECT_LE(row["worst_rel_err"].get<double>(), 1e-9) << layout << " " << row.dump();
+    }
+    const std::set<std::string> all{"grad", "optimizer", "query_grad", "hvp", "replay", "final_params", "scores"};
+    EXPECT_EQ(levels, all) << layout;
+    // Every per-parameter level has the encoder's rows (hvp and scores are whole-model rows).
+    EXPECT_EQ(encoder_levels, (std::set<std::string>{"grad", "optimizer", "query_grad", "replay", "final_params"}))
+        << layout;
+  }
+}
+
+// The bridge's bugs and the loss normalized over dp only, each where its factor is its own: lm dp
+// 2 and cp 4 (fan-in), lm dp 4 and cp 2 (fan-out). The failing rows are the encoder's, at grad.
+TEST(BridgeCheck, EachBridgeBugIsCaughtAtGradOnTheEncodersRowsWithItsFactor) {
+  struct Case {
+    std::string mutation, layout, diagnosis;
+  };
+  for (const Case& c : {Case{"bridge-no-intra-cp-sum", "enc=tp2,dp4;lm=dp2,cp4", "terms missing or extra"},
+                        Case{"bridge-fan-in-wrong-offset", "enc=tp2,dp4;lm=dp2,cp4", "terms missing or extra"},
+                        Case{"bridge-fan-out-pooled-over-cp", "enc=tp4,dp2;lm=dp4,cp2", "x cp (scale 2.000000)"},
+                        Case{"cp-dp-only-normalizer", "enc=tp2,dp4;lm=dp2,cp4", "x cp"}}) {
+    const auto report = report_of(c.layout, "--steps 2 --checks grad --mutate " + c.mutation, 1);
+    bool encoder_failed = false;
+    for (const auto& row : report["checks"]) {
+      const std::string tensor = row["tensor"];
+      if (tensor.rfind("encoder.", 0) != 0 || row["verdict"] == "pass") continue;
+      encoder_failed = true;
+      EXPECT_NE(row["diagnosis"].get<std::string>().find(c.diagnosis), std::string::npos)
+          << c.mutation << " " << row.dump();
+    }
+    EXPECT_TRUE(encoder_failed) << c.mutation << " on " << c.layout;
+  }
+}
+
+// The default suite's bite on a bridge: the fan-in layout of distinct sizes, every applicable
+// mutation (the lm side's mesh bugs and the bridge's) caught with its level and factor.
+TEST(BridgeCheck, BiteOnAFanInLayoutCatchesEveryApplicableMutation) {
+  const std::string layout = "enc=tp2,dp4;lm=dp2,cp4";
+  const auto report = report_of(layout, "--steps 2 --bite", 0);
+  const auto plan = checks::plan_bite(dist::TopologySpec::parse(layout), checks::all_levels());
+  ASSERT_EQ(report["bite"].size(), plan.run.size());
+  std::set<std::string> ran;
+  for (const auto& b : report["bite"]) {
+    ran.insert(b["mutation"].get<std::string>());
+    EXPECT_TRUE(b["caught"].get<bool>()) << b.dump();
+  }
+  EXPECT_EQ(ran.count("bridge-no-intra-cp-sum"), 1u);
+  EXPECT_EQ(ran.count("bridge-fan-in-wrong-offset"), 1u);
+}
+
+// Each refusal names the input and exits 2 before any rank starts, leaving no report behind.
+TEST(BridgeCheck, WhatABridgeCannotTakeExitsTwoNamingTheInput) {
+  struct Case {
+    std::string layout, flags, message;
+  };
+  for (const Case& c : {Case{"enc=tp2,dp4;lm=tp2,dp2,cp2", "--batch 6", "6 rows cannot be split by both sides"},
+                        Case{"enc=tp2,dp4;lm=tp2,dp2,cp2", "--convention avg", "--convention avg: a bridge layout"},
+                        Case{"enc=tp2,dp2,fsdp2;lm=dp4", "", "fsdp on a bridge layout is not supported yet"},
+                        Case{"enc=tp2,dp4;lm=tp2,dp2", "", "one world"},
+                        Case{"enc=tp2,dp3;lm=tp3,dp2", "", "neither dp divides the other"}}) {
+    const std::string json = temp_path("refused.json");
+    const auto o = magic_check(c.layout, c.flags + " --json " + json);
+    EXPECT_EQ(o.exit_code, 2) << c.layout << " " << c.flags << "\n" << o.output;
+    EXPECT_NE(o.output.find(c.message), std::string::npos) << o.output;
+    EXPECT_FALSE(std::filesystem::exists(json)) << c.layout;
+  }
+}
+
+}  // namespace
+}  // namespace magic
