@@ -10,6 +10,7 @@
 #include <set>
 
 #include "checks/mutations.h"
+#include "checks/planted_bridge.h"
 #include "lib/core/strings.h"
 #include "tests/support.h"
 
@@ -109,6 +110,42 @@ TEST(BridgeCheck, WhatABridgeCannotTakeExitsTwoNamingTheInput) {
     EXPECT_FALSE(std::filesystem::exists(json)) << c.layout;
   }
 }
+
+// The bite on the two seed layouts and on the fan-out layout whose sizes differ, in fp64
+// and bf16: every applicable mutation caught with its level and factor, the bridge's among them.
+// Label `long` (ctest --preset long runs it with MAGIC_LONG_TESTS=1, about a minute a case).
+using LayoutAndDtype = std::pair<std::string, std::string>;
+class BridgeBiteLong : public ::testing::TestWithParam<LayoutAndDtype> {};
+
+TEST_P(BridgeBiteLong, EveryApplicableMutationIsCaughtWithItsLevelAndFactor) {
+  if (std::getenv("MAGIC_LONG_TESTS") == nullptr) GTEST_SKIP() << "long: ctest --preset long";
+  const auto& [layout, dtype] = GetParam();
+  const auto report = report_of(layout, "--bite --dtype " + dtype, 0);
+  std::set<std::string> ran;
+  for (const auto& b : report["bite"]) {
+    ran.insert(b["mutation"].get<std::string>());
+    EXPECT_TRUE(b["caught"].get<bool>()) << b.dump();
+  }
+  const auto topology = dist::TopologySpec::parse(layout);
+  for (const auto& m : checks::bridge_mutations()) {
+    if (m.unmet(topology.bridge()).empty()) {
+      EXPECT_EQ(ran.count(m.name), 1u) << m.name << " on " << layout;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SeedLayouts, BridgeBiteLong,
+                         ::testing::Values(LayoutAndDtype{"enc=tp2,dp4;lm=tp2,dp2,cp2", "fp64"},
+                                           LayoutAndDtype{"enc=tp2,dp4;lm=tp2,dp2,cp2", "bf16"},
+                                           LayoutAndDtype{"enc=tp4,dp2;lm=tp1,dp4,cp2", "fp64"},
+                                           LayoutAndDtype{"enc=tp4,dp2;lm=tp1,dp4,cp2", "bf16"},
+                                           LayoutAndDtype{"enc=tp4,dp2;lm=dp4,cp2", "fp64"},
+                                           LayoutAndDtype{"enc=tp4,dp2;lm=dp4,cp2", "bf16"}),
+                         [](const auto& info) {
+                           std::string name = info.param.first + "_" + info.param.second;
+                           for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace magic
