@@ -385,10 +385,12 @@ const std::vector<Mutation>& mutation_catalog() {
         {"bridge-no-intra-cp-sum", {{"bridge", 1}, {"cp", 2}}},
         {"bridge-fan-out-pooled-over-cp", {{"fan_out", 2}, {"cp", 2}}},
         {"bridge-fan-in-wrong-offset", {{"fan_in", 2}}},
+        {"bridge-fan-out-cp0-slice", {{"fan_out", 2}, {"cp", 2}}},
     };
     std::vector<Mutation> out = catalog;
     for (const BridgeMutation& b : bridge_mutations()) {
       out.push_back({b.name, b.description, "grad", b.factor, dist::TopologyFamily::kMesh, needs.at(b.name)});
+      out.back().ends_the_run = b.ends_the_run;
     }
     return out;
   }();
@@ -530,6 +532,10 @@ BitePlan plan_bite(const dist::TopologySpec& topology, const std::vector<Level>&
     if (m.family && m.family != topology.family()) continue;
     if (const std::string unmet = unmet_requirement(m, topology, precision, run); !unmet.empty()) {
       plan.skipped.push_back({m.name, unmet});
+    } else if (m.ends_the_run) {
+      plan.skipped.push_back({m.name,
+                              "it ends the run with a named rank failure, which --bite cannot go on from: "
+                              "check it with --mutate (exit 1)"});
     } else if (!checks_level(levels, m.expected_level)) {
       plan.skipped.push_back({m.name, level_unchecked(m, levels)});
     } else {

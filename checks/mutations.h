@@ -49,6 +49,9 @@ struct Mutation {
   bool needs_later_checkpoint = false;
   // A label-smoothing bug shows only where the training loss is smoothed.
   bool needs_label_smoothing = false;
+  // The bug ends the run with a named rank failure (exit 1), not with rows: --mutate checks it,
+  // --bite skips it (a failed run leaves no group to go on with).
+  bool ends_the_run = false;
 };
 
 // What a mutation may need of the checked run beyond its layout and precision.

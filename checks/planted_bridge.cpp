@@ -46,6 +46,22 @@ class FanOutPooledOverCp : public dist::Bridge {
   int64_t slice_, slices_;
 };
 
+// The slice every cp level takes, computed where cp = 0 holds it: cp > 0 ranks take the whole shard.
+class FanOutCp0Slice : public dist::Bridge {
+ public:
+  FanOutCp0Slice(dist::BridgeKind kind, std::shared_ptr<const dist::Group> bridge,
+                 std::shared_ptr<const dist::Group> cp, bool cp0)
+      : dist::Bridge(kind, std::move(bridge), std::move(cp)), cp0_(cp0) {}
+
+ protected:
+  at::Tensor fan(const at::Tensor& encoder_out) const override {
+    return cp0_ ? dist::Bridge::fan(encoder_out) : encoder_out;
+  }
+
+ private:
+  bool cp0_;
+};
+
 // gather_from_group whose backward takes the next member's rows.
 struct GatherWrongOffset : Function<GatherWrongOffset> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
@@ -92,6 +108,10 @@ const std::vector<BridgeMutation>& bridge_mutations() {
        needs_fan_out_with_cp},
       {"bridge-fan-in-wrong-offset", "fan-in's backward takes the next encoder shard's rows, not its own", "",
        needs_fan_in},
+      {"bridge-fan-out-cp0-slice",
+       "fan-out's slice computed from the cp = 0 view: cp > 0 ranks take the whole shard (a shape mismatch that "
+       "hangs a real bridge; here a named rank failure)",
+       "", needs_fan_out_with_cp, /*ends_the_run=*/true},
   };
   return catalog;
 }
@@ -115,6 +135,10 @@ std::unique_ptr<dist::Bridge> planted_bridge(const std::string& mutation, const 
   if (mutation == "bridge-no-intra-cp-sum") return std::make_unique<NoIntraCpSum>(kind, groups.bridge, groups.lm.cp);
   if (mutation == "bridge-fan-in-wrong-offset")
     return std::make_unique<FanInWrongOffset>(kind, groups.bridge, groups.lm.cp);
+  if (mutation == "bridge-fan-out-cp0-slice") {
+    return std::make_unique<FanOutCp0Slice>(kind, groups.bridge, groups.lm.cp,
+                                            layout.lm().cp_index(runtime.rank()) == 0);
+  }
   // The encoder block's ranks of this rank's lm tp index, every cp level: the pooled group.
   const dist::MeshLayout& enc = layout.encoder();
   const dist::MeshLayout& lm = layout.lm();

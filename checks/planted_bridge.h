@@ -8,6 +8,10 @@
 //                                  after the intra-cp sum each slice arrives cp times (x cp)
 //   bridge-fan-in-wrong-offset     fan-in's adjoint takes the next member's rows, not its own (the
 //                                  shards' gradients trade places)
+//   bridge-fan-out-cp0-slice       fan-out's slice computed from the cp = 0 view: cp > 0 ranks keep
+//                                  the whole shard, rows their language model does not have. A run
+//                                  that would hang in a real stack; here it ends with the rank, its
+//                                  phase and both shapes named (gpt_forward refuses the prefix)
 // An empty name gives the correct bridge. Collective: every rank calls it, in the same order.
 #pragma once
 
@@ -26,6 +30,9 @@ struct BridgeMutation {
   std::string factor;  // the factor the shard's gradient shows, or "" (terms missing or misplaced)
   // Where it applies: "" where it does, else why not.
   std::string (*unmet)(const dist::BridgeTopology& topology);
+  // The run ends with a named rank failure rather than wrong values (exit 1): --mutate checks it,
+  // --bite cannot go on from it.
+  bool ends_the_run = false;
 };
 const std::vector<BridgeMutation>& bridge_mutations();
 // Whether `name` is one of bridge_mutations() (planted in the bridge, not in a mesh).

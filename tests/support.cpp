@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -177,6 +178,11 @@ std::string write_tiny_run_config(const std::string& name, const TinyRun& run,
   const std::string path = ::testing::TempDir() + "/" + name + ".json";
   std::ofstream(path) << j.dump(2);
   return path;
+}
+
+std::string test_name(std::string text) {
+  for (char& c : text) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return text;
 }
 
 std::string fresh_dir(const std::string& name) {

@@ -59,6 +59,9 @@ std::string read_file(const std::string& path);
 // The lines a doc (relative to the source tree) shows under the line `command` of a fenced block,
 // up to the fence; "" when the doc has no such line.
 std::string documented_output(const std::string& doc, const std::string& command);
+
+// `text` as a GoogleTest parameter name: every character but letters and digits becomes '_'.
+std::string test_name(std::string text);
 // A JSON Lines file's values, one per line (a trace file's records).
 std::vector<nlohmann::json> read_jsonl(const std::string& path);
 

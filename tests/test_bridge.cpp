@@ -20,6 +20,7 @@
 #include "lib/distributed/parallel/bridge_layout.h"
 #include "lib/distributed/parallel/context_parallel.h"
 #include "lib/distributed/runtime/runtime.h"
+#include "tests/support.h"
 
 namespace magic {
 namespace {
@@ -118,13 +119,7 @@ TEST_P(BridgeLayouts, EveryShardGetsOneProcesssGradientAndHessianVectorProduct) 
 INSTANTIATE_TEST_SUITE_P(FanInFanOutEqual, BridgeLayouts,
                          ::testing::Values("enc=tp2,dp4;lm=tp2,dp2,cp2", "enc=tp4,dp2;lm=tp1,dp4,cp2",
                                            "enc=dp4;lm=dp2,cp2", "enc=tp2,dp2;lm=dp4", "enc=tp2,dp2;lm=dp2,cp2"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& ch : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           }
-                           return name;
-                         });
+                         [](const auto& info) { return magic::testing::test_name(info.param); });
 
 // Each planted bridge bug on a layout whose sizes differ (the factor it shows is then its own):
 // without the intra-cp sum a shard keeps its own cp rank's columns; fan-out's adjoint pooled over

@@ -6,6 +6,7 @@
 // bridge cannot take exits 2 before any rank starts.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <set>
 
@@ -78,11 +79,12 @@ TEST(BridgeCheck, EachBridgeBugIsCaughtAtGradOnTheEncodersRowsWithItsFactor) {
 }
 
 // The default suite's bite on a bridge: the fan-in layout of distinct sizes, every applicable
-// mutation (the lm side's mesh bugs and the bridge's) caught with its level and factor.
+// mutation that shows at grad (the lm side's mesh bugs and the bridge's) caught with its level and
+// factor. The whole bite, every level, is long (BridgeBiteLong).
 TEST(BridgeCheck, BiteOnAFanInLayoutCatchesEveryApplicableMutation) {
   const std::string layout = "enc=tp2,dp4;lm=dp2,cp4";
-  const auto report = report_of(layout, "--steps 2 --bite", 0);
-  const auto plan = checks::plan_bite(dist::TopologySpec::parse(layout), checks::all_levels());
+  const auto report = report_of(layout, "--steps 2 --checks grad --bite", 0);
+  const auto plan = checks::plan_bite(dist::TopologySpec::parse(layout), {checks::Level::kGrad});
   ASSERT_EQ(report["bite"].size(), plan.run.size());
   std::set<std::string> ran;
   for (const auto& b : report["bite"]) {
@@ -91,6 +93,29 @@ TEST(BridgeCheck, BiteOnAFanInLayoutCatchesEveryApplicableMutation) {
   }
   EXPECT_EQ(ran.count("bridge-no-intra-cp-sum"), 1u);
   EXPECT_EQ(ran.count("bridge-fan-in-wrong-offset"), 1u);
+}
+
+// The fan-out slice taken from the cp = 0 view hands cp > 0 ranks the whole shard: where a real
+// bridge hangs in its next collective, the rank fails at once, naming its phase and both shapes,
+// and the run ends with exit 1 well within the collective timeout (20 s here). --bite cannot go
+// on from a failed run, so it lists the mutation as skipped, pointing at --mutate.
+TEST(BridgeCheck, AFanOutSliceFromTheCpZeroViewEndsAsANamedRankFailureWithinTheTimeout) {
+  const std::string layout = "enc=tp4,dp2;lm=dp4,cp2";
+  const auto started = std::chrono::steady_clock::now();
+  const auto o = magic_check(layout, "--timeout 20 --mutate bridge-fan-out-cp0-slice");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_LT(seconds, 25.0) << o.output;
+  EXPECT_NE(o.output.find("in phase 'step gradients at step 0'"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("gpt_forward: a prefix shaped [6, 0, 16] does not fit the input ids [3, 10]"),
+            std::string::npos)
+      << o.output;
+  const auto plan = checks::plan_bite(dist::TopologySpec::parse(layout), checks::all_levels());
+  bool skipped = false;
+  for (const auto& skip : plan.skipped) {
+    if (skip.mutation == "bridge-fan-out-cp0-slice") skipped = skip.reason.find("--mutate") != std::string::npos;
+  }
+  EXPECT_TRUE(skipped);
 }
 
 // Each refusal names the input and exits 2 before any rank starts, leaving no report behind.
@@ -142,9 +167,7 @@ INSTANTIATE_TEST_SUITE_P(SeedLayouts, BridgeBiteLong,
                                            LayoutAndDtype{"enc=tp4,dp2;lm=dp4,cp2", "fp64"},
                                            LayoutAndDtype{"enc=tp4,dp2;lm=dp4,cp2", "bf16"}),
                          [](const auto& info) {
-                           std::string name = info.param.first + "_" + info.param.second;
-                           for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-                           return name;
+                           return testing::test_name(info.param.first + "_" + info.param.second);
                          });
 
 }  // namespace

@@ -644,11 +644,7 @@ INSTANTIATE_TEST_SUITE_P(
                       LayoutAndDtype{"dp=3,tp=2,sp,mb=4", "fp16"},
                       LayoutAndDtype{"n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3", "bf16"},
                       LayoutAndDtype{"n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3", "fp16"}),
-    [](const auto& info) {
-      std::string name = info.param.first + "_" + info.param.second;
-      for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-      return name;
-    });
+    [](const auto& info) { return testing::test_name(info.param.first + "_" + info.param.second); });
 
 }  // namespace
 }  // namespace magic

@@ -1,8 +1,7 @@
 // The multimodal workload's data and model seams (docs/magic-run.md, "Multimodal runs"): each
 // example gets its document's patch features and P prefix columns that carry no label; a patch
 // file that lacks a document, or holds a wrong shape or a non-finite value, is refused naming the
-// file and the document; the config's rules; the prefix columns lead every cp layout; magic-run
-// refuses the layouts it cannot run a multimodal config on.
+// file and the document; the config's rules; the prefix columns lead every cp layout.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -116,20 +115,6 @@ TEST(PrefixColumns, TheColumnsBelowThePrefixLeadEveryZigzagChunkPair) {
   }
   EXPECT_GE(layouts, 200);
   EXPECT_THROW(prefix_columns(at::tensor({5, 1, 2}, at::kLong), 3), std::logic_error);
-}
-
-TEST(PatchFeatures, MagicRunRefusesAMultimodalRunOnLayoutsItCannotRunItOn) {
-  const std::string config = testing::source_path("fixtures/runs/multimodal.json");
-  const std::string out = ::testing::TempDir() + "/mm-refused";
-  auto mesh = testing::run_command(str_cat(MAGIC_RUN_BINARY, " --config ", config, " --topology dp=2 --out ", out));
-  EXPECT_EQ(mesh.exit_code, 2) << mesh.output;
-  EXPECT_NE(mesh.output.find("a multimodal run (its \"encoder\" section) runs in one process"), std::string::npos)
-      << mesh.output;
-  auto bridge = testing::run_command(
-      str_cat(MAGIC_RUN_BINARY, " --config ", config, " --topology 'enc=tp2,dp2;lm=dp4' --out ", out));
-  EXPECT_EQ(bridge.exit_code, 2) << bridge.output;
-  EXPECT_NE(bridge.output.find("magic-run does not run bridge layouts yet"), std::string::npos) << bridge.output;
-  EXPECT_FALSE(std::filesystem::exists(out));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <typeinfo>
 
 #include "checks/mutations.h"
+#include "checks/planted_bridge.h"
 #include "checks/planted_micro_batches.h"
 #include "checks/planted_pipeline.h"
 #include "checks/planted_precision.h"
@@ -53,6 +54,11 @@ TEST(PlantedVariants, EachMutationPlantsAVariantOfItsFamilysObject) {
       EXPECT_TRUE(wrapped) << m.name;
       const auto dp = checks::planted_data_parallel(m.name, dist::MeshParts{}, dist::Convention::kSum);
       EXPECT_EQ(typeid(*dp), typeid(dist::DataParallel)) << m.name;
+      continue;
+    }
+    if (checks::is_bridge_mutation(m.name)) {  // a variant of the bridge (planted_bridge.h), not of a mesh
+      EXPECT_THROW(checks::planted_data_parallel(m.name, dist::MeshParts{}, dist::Convention::kSum), std::logic_error)
+          << m.name;
       continue;
     }
     if (m.family == dist::TopologyFamily::kMesh) {

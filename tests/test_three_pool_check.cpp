@@ -44,11 +44,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ThreePoolLayouts,
                                                               "n_ci=2,n_per_block=4,n_blocks=1,n_ppgd=2"),
                                             ::testing::Bool()),
                          [](const auto& info) {
-                           std::string name = std::get<0>(info.param);
-                           for (char& c : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return name + (std::get<1>(info.param) ? "_tags_zero" : "_tagged");
+                           return testing::test_name(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_tags_zero" : "_tagged");
                          });
 
 TEST(ThreePoolCheck, SgdAndAdamToo) {

@@ -30,6 +30,7 @@
 #include "lib/train/attribution.h"
 #include "lib/train/attribution_html.h"
 #include "lib/train/attribution_text.h"
+#include "lib/train/bridged_lm.h"
 #include "lib/train/distributed_lm.h"
 #include "lib/train/finite_guard.h"
 #include "lib/train/lds.h"
@@ -212,11 +213,6 @@ Flags parse(int argc, char** argv, int& early_exit) {
   if (!topology.empty()) {
     program.topology = dist::TopologySpec::parse(topology);
     require_mesh_topology(program.topology, "magic-run");
-    if (program.topology.is_bridge()) {
-      throw InputError(str_cat("--topology ", program.topology.str(),
-                               ": magic-run does not run bridge layouts yet (magic-check checks the multimodal "
-                               "workload on them); run a multimodal config in one process"));
-    }
     program.backend = dist::parse_backend(backend);
     if (!(timeout_s > 0)) throw InputError("--timeout: expected seconds > 0");
     program.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
@@ -234,6 +230,10 @@ Flags parse(int argc, char** argv, int& early_exit) {
   }
   if (app.count("--export-plan") > 0) check_plan_flags(f);
   f.trace = checked_trace_flags(app, trace, f.program ? std::optional<double>(timeout_s) : std::nullopt);
+  if (f.program && f.program->topology.is_bridge() && (!f.dump_dir.empty() || f.trace)) {
+    throw InputError(str_cat(!f.dump_dir.empty() ? "--dump" : "--trace", " on a bridge layout (",
+                             f.program->topology.str(), "): the dump format has no placements for the encoder yet"));
+  }
   if (f.explain_layout && !f.program)
     throw InputError("--explain-layout: needs --topology (one process has no layout)");
   return f;
@@ -460,6 +460,25 @@ int attribute_with(const Flags& f, const RunConfig& config, const dist::Runtime*
   return kExitOk;
 }
 
+// Whether `config` can run on `topology`, before any rank starts (and again on each rank, for ranks
+// torchrun or srun started): a bridge layout needs a multimodal config that fits it; a multimodal
+// config on more than one rank needs a bridge layout.
+void require_layout_fits(const dist::TopologySpec& topology, const RunConfig& config, const std::string& config_path) {
+  if (topology.is_bridge()) {
+    require_bridge_fits(topology, config.model, config.encoder ? &*config.encoder : nullptr, config.batch_size,
+                        "training.batch_size");
+    return;
+  }
+  if (config.encoder && topology.world_size() > 1) {
+    throw InputError(str_cat(config_path, ": a multimodal run (its \"encoder\" section) on ", topology.world_size(),
+                             " ranks runs its encoder and language model on a bridge layout: --topology "
+                             "'enc=tpA,dpB;lm=tpC,dpD,cpE', not ",
+                             topology.str()));
+  }
+  require_micro_batches_fit(topology, config.batch_size, "training.batch_size");
+  require_tensor_parallel_fits(topology, config.model);
+}
+
 // The whole run on one process or one rank (`runtime` set).
 int attribute(const Flags& f, const dist::Runtime* runtime) {
   const RunConfig config = RunConfig::load(f.config_path, f.overrides);
@@ -473,11 +492,18 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
   // Ranks our launcher spawned were checked together before they started.
   if (runtime == nullptr || f.program->launch == "env") require_memory(config, memory, available_memory_bytes());
   std::shared_ptr<const Parallelism> parallelism = std::make_shared<SingleProcess>();
+  std::shared_ptr<const PrefixEncoder> prefix;  // a multimodal run's on a bridge layout
   if (runtime) {
     // Checked by the launcher before its ranks started; again here for ranks torchrun or srun started.
-    require_micro_batches_fit(f.program->topology, config.batch_size, "training.batch_size");
-    require_tensor_parallel_fits(f.program->topology, config.model);
-    parallelism = lm_data_parallel(*runtime, f.program->topology, config.model);
+    require_layout_fits(f.program->topology, config, f.config_path);
+    if (f.program->topology.is_bridge()) {
+      const BridgedLm bridged = bridged_lm(
+          *runtime, bridged_lm_parts(*runtime, f.program->topology, config.model, *config.encoder), *config.encoder);
+      parallelism = bridged.parallelism;
+      prefix = bridged.prefix;
+    } else {
+      parallelism = lm_data_parallel(*runtime, f.program->topology, config.model);
+    }
   }
   AttributionOptions options;
   options.per_query = f.per_query;
@@ -494,8 +520,9 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
     tracer.emplace(*f.trace, trace_origin(f, runtime, *parallelism), viewer_assets(), trace_relay(runtime),
                    speaks ? &std::cout : nullptr);
   }
-  LmProblem problem = build_lm_problem(config, parallelism, nullptr,
-                                       runtime ? std::make_shared<MicroBatches>(f.program->topology.mb()) : nullptr);
+  LmProblem problem =
+      build_lm_problem(config, parallelism, nullptr,
+                       runtime ? std::make_shared<MicroBatches>(f.program->topology.mb()) : nullptr, prefix);
   if (tracer) {
     std::vector<std::string> ids;
     for (const Example& ex : problem.train->examples) ids.push_back(ex.id);
@@ -565,9 +592,9 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
 // each other (docs/magic-check.md, "Explaining a layout"); nothing is run.
 int explain_layout(const Flags& f) {
   const RunConfig config = RunConfig::load(f.config_path, f.overrides);
-  require_micro_batches_fit(f.program->topology, config.batch_size, "training.batch_size");
-  require_tensor_parallel_fits(f.program->topology, config.model);
-  std::cout << dist::explain_mesh_layout(f.program->topology);
+  require_layout_fits(f.program->topology, config, f.config_path);
+  std::cout << (f.program->topology.is_bridge() ? dist::explain_bridge_layout(f.program->topology.bridge())
+                                                : dist::explain_mesh_layout(f.program->topology));
   return kExitOk;
 }
 
@@ -583,15 +610,7 @@ int run(int argc, char** argv) {
   if (!dist::running_as_rank()) {
     // Load the config here too, so a bad one is reported once, before any rank starts.
     const RunConfig config = RunConfig::load(flags.config_path, flags.overrides);
-    if (config.encoder && flags.program->topology.world_size() > 1) {
-      throw InputError(str_cat(flags.config_path,
-                               ": a multimodal run (its \"encoder\" section) runs in one process "
-                               "for now: its encoder and language model need a bridge layout, which magic-run does "
-                               "not run yet (--topology ",
-                               flags.program->topology.str(), ")"));
-    }
-    require_micro_batches_fit(flags.program->topology, config.batch_size, "training.batch_size");
-    require_tensor_parallel_fits(flags.program->topology, config.model);
+    require_layout_fits(flags.program->topology, config, flags.config_path);
     require_memory(config, estimate_run_memory(config), available_memory_bytes(), flags.program->topology.world_size());
     std::optional<RunFolderLease> lease = acquire_run_folder(flags, config);
     if (lease) setenv("MAGIC_RUN_FOLDER", lease->path().c_str(), 1);

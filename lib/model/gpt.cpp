@@ -188,9 +188,13 @@ at::Tensor gpt_forward(const GptConfig& c, const TensorTree& p, const at::Tensor
   const TensorParallel& tensor = *layout.tensor;
   at::Tensor x = embed_tokens(c, p.at("tok_emb"), input_ids, tensor);
   if (prefix.defined()) {
-    if (layout.residual_position_ids.defined() || prefix.size(1) > x.size(1)) {
-      throw std::logic_error(str_cat("gpt_forward: a prefix of ", prefix.size(1), " columns over ", x.size(1),
-                                     " local columns", layout.residual_position_ids.defined() ? " under sp" : ""));
+    // A bridge that hands this rank another rank's rows must fail here, naming both shapes, rather
+    // than reach the next collective with a batch its peers do not share.
+    if (layout.residual_position_ids.defined() || prefix.dim() != 3 || prefix.size(0) != x.size(0) ||
+        prefix.size(1) > x.size(1) || prefix.size(2) != x.size(2)) {
+      throw std::logic_error(str_cat("gpt_forward: a prefix shaped ", prefix.sizes(), " does not fit the input ids ",
+                                     input_ids.sizes(), " (expected [", x.size(0), ", <= ", x.size(1), ", ", x.size(2),
+                                     "])", layout.residual_position_ids.defined() ? " under sp" : ""));
     }
     // cat, not an in-place write: differentiable to any order, as REPLAY needs.
     const int64_t k = prefix.size(1);
