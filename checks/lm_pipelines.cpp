@@ -35,10 +35,10 @@ nlohmann::json workload_json(const CheckSettings& s, const nlohmann::json& optim
   // The built-in model has lcm(2, tp) heads (2 up to tp = 2), 4 dimensions or more each, so that
   // every tp splits it; its vocabulary of 257 bytes is one no tp > 1 divides (padding always runs).
   const int64_t heads = std::lcm<int64_t>(2, s.topology.tp());
-  // On a bridge layout, a multimodal workload: 4 patches of 8 features before each row's text
+  // On a bridge layout, a multimodal workload: 8 patches of 8 features before each row's text
   // (fixtures/multimodal), through an encoder whose hidden width every encoder tp divides.
   const bool multimodal = s.topology.is_bridge();
-  const int64_t patches = 4;
+  const int64_t patches = 8;
   const nlohmann::json model =
       s.model_folder.empty()
           ? nlohmann::json{{"vocab", 257},

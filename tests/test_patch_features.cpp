@@ -31,10 +31,10 @@ TEST(PatchFeatures, EveryExampleGetsItsDocumentsPatchesAndThePrefixColumnsCarryN
   const SafetensorsFile file = load_safetensors(testing::source_path("fixtures/multimodal/patches.safetensors"));
   for (const TokenDataset* data : {p.train.get(), &p.query->queries()}) {
     ASSERT_TRUE(data->patches.defined());
-    EXPECT_EQ(data->patches.sizes(), (std::vector<int64_t>{data->size(), 4, 8}));
-    EXPECT_EQ(data->max_len(), 36);  // model.max_len: 4 patches, then 32 tokens of text
-    EXPECT_TRUE(data->input_ids.narrow(1, 0, 4).eq(data->pad_id).all().item<bool>());
-    EXPECT_TRUE(data->labels.narrow(1, 0, 4).eq(kIgnoreLabel).all().item<bool>());
+    EXPECT_EQ(data->patches.sizes(), (std::vector<int64_t>{data->size(), 8, 8}));
+    EXPECT_EQ(data->max_len(), 40);  // model.max_len: 8 patches, then 32 tokens of text
+    EXPECT_TRUE(data->input_ids.narrow(1, 0, 8).eq(data->pad_id).all().item<bool>());
+    EXPECT_TRUE(data->labels.narrow(1, 0, 8).eq(kIgnoreLabel).all().item<bool>());
     const auto& documents = data == p.train.get() ? p.train_documents : p.query_documents;
     for (int64_t i = 0; i < data->size(); ++i) {
       const std::string& id = documents.at(data->examples[i].document).id;
@@ -47,7 +47,7 @@ TEST(PatchFeatures, EveryExampleGetsItsDocumentsPatchesAndThePrefixColumnsCarryN
   text_only["data"].erase("patches");
   text_only["model"]["max_len"] = 32;
   const LmProblem t = build_lm_problem(multimodal_config(text_only));
-  EXPECT_TRUE(at::equal(p.train->input_ids.narrow(1, 4, 32), t.train->input_ids));
+  EXPECT_TRUE(at::equal(p.train->input_ids.narrow(1, 8, 32), t.train->input_ids));
   // The parameters: the GPT's, then the encoder's.
   EXPECT_EQ(p.initial.params.size(), t.initial.params.size() + 6);
   EXPECT_EQ((std::prev(p.initial.params.end()))->name, "encoder.proj.bias");
@@ -89,7 +89,7 @@ TEST(PatchFeatures, TheConfigNeedsAnEncoderForPatchesAndRoomForThePrefix) {
   short_model["model"]["max_len"] = 5;
   EXPECT_NE(testing::input_error_of([&] {
               multimodal_config(short_model);
-            }).find("model.max_len: expected >= encoder.patches + 2 = 6"),
+            }).find("model.max_len: expected >= encoder.patches + 2 = 10"),
             std::string::npos);
   nlohmann::json zero = multimodal_json();
   zero["encoder"]["hidden"] = 0;
