@@ -93,7 +93,9 @@ TEST(PlanExport, IncompatibleFlagsAndRunsAreRefused) {
             "--export-plan /proc/magic-plan: cannot create it"},
            {"--config " + config_with("bf16", {}, [](nlohmann::json& j) { j["dtype"] = "bf16"; }) + " --export-plan " +
                 plan,
-            "runs the mixed-precision policy 'bf16', which a plan cannot state"}}) {
+            "runs the mixed-precision policy 'bf16', which a plan cannot state"},
+           {"--config " + testing::source_path("fixtures/runs/multimodal.json") + " --export-plan " + plan,
+            "is a multimodal run (its \"encoder\" section), which the plan format cannot state yet"}}) {
     const Outcome o = run_magic_run(args);
     EXPECT_EQ(o.exit_code, 2) << args << "\n" << o.output;
     EXPECT_NE(o.output.find(fragment), std::string::npos) << args << "\n" << o.output;

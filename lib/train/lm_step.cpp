@@ -38,7 +38,7 @@ LmStep::LmStep(GptConfig model, std::shared_ptr<const TokenDataset> data, const 
     step_rows_.push_back(stream.rows(t));
     if (prefix_ && step_rows_.back().size() % prefix_->row_multiple() != 0) {
       throw InputError(str_cat("a batch of ", step_rows_.back().size(),
-                               " rows: the encoder and language model split it ", "evenly only in multiples of ",
+                               " rows: the encoder and language model split it evenly only in multiples of ",
                                prefix_->row_multiple()));
     }
     const std::vector<int64_t> rows = parallelism_->local_share(step_rows_.back());

@@ -209,6 +209,11 @@ void require_plan_expressible(const RunConfig& config, const std::string& flag) 
                              "', which a plan cannot state (casts between compute and master, loss scaling and "
                              "the CPU's fp32 fallbacks); export a plan of a run with dtype fp64 or fp32"));
   }
+  if (config.encoder) {
+    throw InputError(str_cat(flag, ": ", config.source, " is a multimodal run (its \"encoder\" section), which the "
+                             "plan format cannot state yet (it has no patch features or encoder); export a text-only "
+                             "run"));
+  }
 }
 
 void export_plan(const std::string& dir, const RunConfig& c, const LmProblem& p, const PlanOptions& options) {
