@@ -27,8 +27,6 @@ class PrefixEncoder {
   // `columns` (the positions < P this rank's columns hold, in its order). `patches` [rows, P, F]:
   // the patch features of the whole batch (every rank's rows), in the batch's order.
   virtual at::Tensor embed(const TensorTree& params, const at::Tensor& patches, const at::Tensor& columns) const = 0;
-  // The encoder's parameter names' and shapes' init (full shapes).
-  virtual const PatchEncoderConfig& config() const = 0;
 };
 
 // One process: the encoder on every row, no bridge.
@@ -39,7 +37,6 @@ class PatchPrefix : public PrefixEncoder {
   at::Tensor embed(const TensorTree& params, const at::Tensor& patches, const at::Tensor& columns) const override {
     return patch_encoder_forward(config_, params, patches).index_select(1, columns);
   }
-  const PatchEncoderConfig& config() const override { return config_; }
 
  private:
   PatchEncoderConfig config_;

@@ -24,7 +24,6 @@ class BridgedPrefix : public PrefixEncoder {
   int64_t length() const override { return config_.patches; }
   int64_t row_multiple() const override { return multiple_; }
   at::Tensor embed(const TensorTree& params, const at::Tensor& patches, const at::Tensor& columns) const override;
-  const PatchEncoderConfig& config() const override { return config_; }
 
  private:
   PatchEncoderConfig config_;
