@@ -55,12 +55,11 @@ TEST(BridgeCheck, FanInFanOutAndEqualLayoutsAreExactAtFp64OnEveryLevelEncoderInc
   }
 }
 
-// In bf16 against the fp64 golden run, no false alarm on the fan-in and the fan-out seed layout.
+// In bf16 against the fp64 golden run, no false alarm on a 4-rank fan-in with encoder tp and lm
+// cp (the seed layouts' bf16 runs are the long bite's clean runs).
 TEST(BridgeCheck, Bf16RunsPassAgainstTheFp64GoldenRun) {
-  for (const std::string layout : {"enc=tp2,dp4;lm=tp2,dp2,cp2", "enc=tp4,dp2;lm=tp1,dp4,cp2"}) {
-    const auto o = magic_check(layout, "--dtype bf16 --steps 2");
-    EXPECT_EQ(o.exit_code, 0) << layout << "\n" << o.output;
-  }
+  const auto o = magic_check("enc=tp2,dp2;lm=dp2,cp2", "--dtype bf16 --steps 2");
+  EXPECT_EQ(o.exit_code, 0) << o.output;
 }
 
 // The bridge's bugs and the loss normalized over dp only, each where its factor is its own: lm dp

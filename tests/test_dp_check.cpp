@@ -25,7 +25,7 @@ checks::CheckSettings distinct_settings_for(const checks::Mutation& m) {
   for (c10::ScalarType dtype : {c10::kDouble, c10::kHalf}) {
     for (const char* text :
          {"dp=3", "dp=2,cp=3", "dp=4,fsdp=2", "dp=3,mb=2", "dp=3,tp=2", "dp=3,tp=2,sp",
-          "n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3", "enc=tp2,dp4;lm=dp2,cp4", "enc=tp4,dp2;lm=dp4,cp2"}) {
+          "n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3", "enc=dp4;lm=dp2,cp2", "enc=tp4,dp2;lm=dp4,cp2"}) {
       checks::CheckSettings s;
       s.topology = dist::TopologySpec::parse(text);
       s.precision = PrecisionPolicy::for_compute(dtype);
