@@ -65,7 +65,13 @@ TEST(PatchFeatures, AMissingMisshapenOrNonFiniteEntryIsRefusedNamingTheFileAndTh
   good.insert("a", at::ones({2, 3}));
   good.insert("b", at::ones({2, 3}));
   save_safetensors(path, good);
-  EXPECT_EQ(load_patch_features(path, documents, data, 2, 3).sizes(), (std::vector<int64_t>{2, 2, 3}));
+  const at::Tensor loaded = load_patch_features(path, documents, data, 2, 3);
+  EXPECT_EQ(loaded.sizes(), (std::vector<int64_t>{2, 2, 3}));
+  // A batch's rows, the padding row (index N) all zeros.
+  const at::Tensor rows = patches_of_rows(loaded * at::arange(1, 3, at::kDouble).view({2, 1, 1}), {1, 2, 0});
+  EXPECT_TRUE(at::equal(rows[0], at::full({2, 3}, 2.0, at::kDouble)));
+  EXPECT_TRUE(at::equal(rows[1], at::zeros({2, 3}, at::kDouble)));
+  EXPECT_TRUE(at::equal(rows[2], at::ones({2, 3}, at::kDouble)));
   TensorTree missing;
   missing.insert("a", at::ones({2, 3}));
   EXPECT_NE(refusal(missing).find(path + ": no patch features for document 'b'"), std::string::npos);

@@ -40,8 +40,12 @@ TokenDataset with_patch_prefix(TokenDataset data, at::Tensor patches) {
 }
 
 at::Tensor patches_of_rows(const at::Tensor& patches, const std::vector<int64_t>& rows) {
-  const at::Tensor padded = at::cat({patches, at::zeros({1, patches.size(1), patches.size(2)}, patches.options())});
-  return padded.index_select(0, at::tensor(rows, at::kLong));
+  // Gathers the rows asked for only (a step's batch), not a padded copy of the whole table.
+  const int64_t N = patches.size(0);
+  const at::Tensor index = at::tensor(rows, at::kLong);
+  if (N == 0) return at::zeros({index.size(0), patches.size(1), patches.size(2)}, patches.options());
+  const at::Tensor picked = patches.index_select(0, index.clamp_max(N - 1));
+  return picked.masked_fill(index.ge(N).view({-1, 1, 1}), 0.0);
 }
 
 }  // namespace magic
