@@ -23,7 +23,7 @@ class ForwardingParallelism : public Parallelism {
   TensorTree shard(const TensorTree& full) const override { return inner_->shard(full); }
   TensorTree unshard(const TensorTree& local) const override { return inner_->unshard(local); }
   TensorTree enter(const TensorTree& params) const override { return inner_->enter(params); }
-  at::Tensor global_norm(const TensorTree& grads) const override { return inner_->global_norm(grads); }
+  at::Tensor global_squares(const TensorTree& grads) const override { return inner_->global_squares(grads); }
   TensorTree apply_clip(const TensorTree& grads, const at::Tensor& coefficient) const override {
     return inner_->apply_clip(grads, coefficient);
   }

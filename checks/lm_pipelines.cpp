@@ -257,7 +257,11 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
     const BridgedLmParts bridged = bridged_lm_parts(runtime, settings.topology, config.model, *config.encoder);
     std::shared_ptr<const dist::Bridge> bridge =
         checks::planted_bridge(bridge_mutation ? mutation : "", runtime, bridged.layout, bridged.groups);
-    const BridgedLm lm = bridged_lm(runtime, bridged, *config.encoder, parallel, bridge);
+    // A mutation of the clip's joint norm is planted on both sides.
+    const std::shared_ptr<const Parallelism> encoder_side =
+        planted_on_both_bridge_sides(mutation) ? planted_data_parallel(mutation, bridged.encoder, settings.convention)
+                                               : nullptr;
+    const BridgedLm lm = bridged_lm(runtime, bridged, *config.encoder, encoder_side, parallel, bridge);
     parallel = lm.parallelism;
     prefix = lm.prefix;
   }

@@ -311,6 +311,17 @@ const std::vector<Mutation>& mutation_catalog() {
        {},
        PrecisionNeed::kNone,
        /*needs_clipping=*/true},
+      {"bridge-clip-squares-all-reduced",
+       "each side of a bridge all-reduces its shards' ||g||^2 with an all-reduce backward and scales its shards by c "
+       "as they are (right for one mesh): in the joint norm each side's backward sums the other side's share of "
+       "dc/dtheta over its own shard group",
+       "replay",
+       "",
+       kMesh,
+       {{"bridge", 1}, {"enc_fsdp", 2}},
+       {},
+       PrecisionNeed::kNone,
+       /*needs_clipping=*/true},
       {"clip-norm-every-replica",
        "every rank of a pool adds its pool's ||g||^2 to the clip's global norm (a pool counted n_ci or n_per_block "
        "times)",
@@ -401,6 +412,7 @@ namespace {
 
 int64_t size_of(const std::string& name, const dist::TopologySpec& topology) {
   if (name == "bridge") return topology.is_bridge() ? 1 : 0;
+  if (name == "enc_fsdp") return topology.is_bridge() ? topology.bridge().encoder.fsdp : 0;
   if (name == "fan_in" || name == "fan_out") {
     if (!topology.is_bridge()) return 1;
     const int64_t enc = topology.bridge().encoder.dp, lm = topology.dp();
@@ -433,6 +445,7 @@ std::string describe(const std::string& name) {
   if (name == "bridge") return "a bridge layout (enc=...;lm=...): bridge";
   if (name == "fan_in") return "a fan-in bridge (enc dp / lm dp)";
   if (name == "fan_out") return "a fan-out bridge (lm dp / enc dp)";
+  if (name == "enc_fsdp") return "a bridge whose encoder shards its parameters (enc=...,fsdpF): enc_fsdp";
   return name == "replicas" ? "replicas (dp/fsdp)" : name == "holders" ? "holders (dp/fsdp*cp)" : name;
 }
 

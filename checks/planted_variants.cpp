@@ -108,11 +108,11 @@ class LocalClipNorm : public DataParallel {
       return p.is_floating_point() ? StashCotangent::apply(p, reinterpret_cast<int64_t>(this), name) : p;
     });
   }
-  at::Tensor global_norm(const TensorTree& grads) const override {
+  at::Tensor global_squares(const TensorTree& grads) const override {
     std::lock_guard<std::mutex> lock(mutex_);
     at::Tensor squares = at::zeros({}, grads.begin()->tensor.options());
     for (const auto& [name, local] : local_) squares = squares + (local * local).sum();
-    return squares.sqrt();
+    return squares;
   }
   void keep(const std::string& name, const at::Tensor& local) const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -135,7 +135,7 @@ torch::autograd::variable_list StashCotangent::backward(torch::autograd::Autogra
 class ShardNormNotReduced : public DataParallel {
  public:
   using DataParallel::DataParallel;
-  at::Tensor global_norm(const TensorTree& grads) const override { return norm(grads); }
+  at::Tensor global_squares(const TensorTree& grads) const override { return dot(grads, grads); }
 };
 
 // The clip norm taken as a constant (as under no_grad, or .item()): the same training values, but
@@ -143,7 +143,9 @@ class ShardNormNotReduced : public DataParallel {
 class DetachedClipNorm : public DataParallel {
  public:
   using DataParallel::DataParallel;
-  at::Tensor global_norm(const TensorTree& grads) const override { return DataParallel::global_norm(grads).detach(); }
+  at::Tensor global_squares(const TensorTree& grads) const override {
+    return DataParallel::global_squares(grads).detach();
+  }
 };
 
 // The embeddings' gradient summed once more over the dp replicas after clipping: x dp.
@@ -180,6 +182,18 @@ class WithPart : public DataParallel {
     }
     return parts;
   }
+};
+
+// The shards' squares all-reduced with an all-reduce backward, c scaling each shard as it is: right
+// for one mesh, where the backward's sum over the shard group is c's whole derivative. Beside a
+// bridge's other side it sums that side's share of c's derivative too, over this side's shard group.
+class ShardSquaresAllReduced : public ShardedParameters {
+ public:
+  explicit ShardSquaresAllReduced(const MeshGroups& g) : ShardedParameters(g.shard, g.replica) {}
+  at::Tensor sum_squares(const at::Tensor& squares) const override {
+    return shards() == 1 ? squares : dist::all_reduce_sum(squares, shard_group());
+  }
+  at::Tensor enter_coefficient(const at::Tensor& coefficient) const override { return coefficient; }
 };
 
 // No sum across the ranks holding a shard: the gradient is never reduced there.
@@ -393,8 +407,8 @@ class SpReplicatedGradientNotSummed : public DataParallel {
 class NormReplicatedPerTpRank : public DataParallel {
  public:
   using DataParallel::DataParallel;
-  at::Tensor global_norm(const TensorTree& grads) const override {
-    return parts().parameters->norm_from_squares(dist::reduce_from_group(dot(grads, grads), *parts().groups.tp));
+  at::Tensor global_squares(const TensorTree& grads) const override {
+    return parts().parameters->sum_squares(dist::reduce_from_group(dot(grads, grads), *parts().groups.tp));
   }
 };
 
@@ -402,8 +416,8 @@ class NormReplicatedPerTpRank : public DataParallel {
 class NormOneTpRank : public DataParallel {
  public:
   using DataParallel::DataParallel;
-  at::Tensor global_norm(const TensorTree& grads) const override {
-    return parts().parameters->norm_from_squares(dot(grads, grads));
+  at::Tensor global_squares(const TensorTree& grads) const override {
+    return parts().parameters->sum_squares(dot(grads, grads));
   }
 };
 
@@ -506,6 +520,7 @@ std::shared_ptr<const Parallelism> planted_data_parallel(const std::string& muta
       {"clip-local-norm", make<LocalClipNorm>()},
       {"clip-shard-norm-not-reduced", make<ShardNormNotReduced>()},
       {"clip-norm-detached", make<DetachedClipNorm>()},
+      {"bridge-clip-squares-all-reduced", make<WithPart<ShardSquaresAllReduced>>()},
       {"optimizer-input-scaled", make<EmbeddingResync>()},
       {"tp-row-bias-per-rank", make<WithPart<RowBiasPerRank>>()},
       {"tp-column-backward-not-summed", make<WithPart<ColumnBackwardNotSummed>>()},
@@ -523,6 +538,10 @@ std::shared_ptr<const Parallelism> planted_data_parallel(const std::string& muta
   const auto it = variants.find(elsewhere ? "" : mutation);
   if (it == variants.end()) throw std::logic_error("no data-parallel variant for mutation '" + mutation + "'");
   return it->second(std::move(parts), convention);
+}
+
+bool planted_on_both_bridge_sides(const std::string& mutation) {
+  return mutation == "bridge-clip-squares-all-reduced";
 }
 
 std::shared_ptr<const ThreePoolConventions> planted_three_pool_conventions(const std::string& mutation) {

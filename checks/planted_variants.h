@@ -20,6 +20,10 @@ namespace magic::checks {
 std::shared_ptr<const Parallelism> planted_data_parallel(const std::string& mutation, dist::MeshParts parts,
                                                          dist::Convention convention);
 
+// Whether `mutation` is planted on a bridge layout's two meshes alike (the encoder's too), not on
+// the language model's alone.
+bool planted_on_both_bridge_sides(const std::string& mutation);
+
 // std::logic_error for a name that is not a three-pool mutation of the catalog.
 std::shared_ptr<const dist::ThreePoolConventions> planted_three_pool_conventions(const std::string& mutation);
 

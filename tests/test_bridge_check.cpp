@@ -35,10 +35,12 @@ nlohmann::json report_of(const std::string& layout, const std::string& flags, in
 }
 
 // The four layouts: fan-in with tp on both sides and cp, fan-out with cp, fan-in without
-// tp, and fan-out without cp (enc=dp2;lm=dp4 has worlds of 2 and 4: the encoder gets tp2).
+// tp, and fan-out without cp (enc=dp2;lm=dp4 has worlds of 2 and 4: the encoder gets tp2); then
+// parameters sharded on both sides, fan-in and fan-out (the clip's joint norm over two shard groups).
 TEST(BridgeCheck, FanInFanOutAndEqualLayoutsAreExactAtFp64OnEveryLevelEncoderIncluded) {
   for (const std::string layout :
-       {"enc=tp2,dp4;lm=tp2,dp2,cp2", "enc=tp4,dp2;lm=tp1,dp4,cp2", "enc=dp4;lm=dp2,cp2", "enc=tp2,dp2;lm=dp4"}) {
+       {"enc=tp2,dp4;lm=tp2,dp2,cp2", "enc=tp4,dp2;lm=tp1,dp4,cp2", "enc=dp4;lm=dp2,cp2", "enc=tp2,dp2;lm=dp4",
+        "enc=tp2,dp4,fsdp4;lm=tp2,dp2,cp2,fsdp2", "enc=tp2,dp2,fsdp2;lm=dp4,fsdp4"}) {
     const auto report = report_of(layout, "", 0);
     std::set<std::string> levels, encoder_levels;
     for (const auto& row : report["checks"]) {
@@ -132,7 +134,6 @@ TEST(BridgeCheck, WhatABridgeCannotTakeExitsTwoNamingTheInput) {
   };
   for (const Case& c : {Case{"enc=tp2,dp4;lm=tp2,dp2,cp2", "--batch 6", "6 rows cannot be split by both sides"},
                         Case{"enc=tp2,dp4;lm=tp2,dp2,cp2", "--convention avg", "--convention avg: a bridge layout"},
-                        Case{"enc=tp2,dp2,fsdp2;lm=dp4", "", "fsdp on a bridge layout is not supported yet"},
                         Case{"enc=tp2,dp4;lm=tp2,dp2", "", "one world"},
                         Case{"enc=tp2,dp3;lm=tp3,dp2", "", "neither dp divides the other"}}) {
     const std::string json = temp_path("refused.json");
@@ -143,8 +144,9 @@ TEST(BridgeCheck, WhatABridgeCannotTakeExitsTwoNamingTheInput) {
   }
 }
 
-// The bite on the two seed layouts and on the fan-out layout whose sizes differ, in fp64
-// and bf16: every applicable mutation caught with its level and factor, the bridge's among them.
+// The bite on the two seed layouts, on the fan-out layout whose sizes differ, and on the
+// seed layouts with parameters sharded on both sides, in fp64 and bf16: every applicable mutation
+// caught with its level and factor, the bridge's among them.
 // Label `long` (ctest --preset long runs it with MAGIC_LONG_TESTS=1, about a minute a case).
 using LayoutAndDtype = std::pair<std::string, std::string>;
 class BridgeBiteLong : public ::testing::TestWithParam<LayoutAndDtype> {};
@@ -167,6 +169,10 @@ TEST_P(BridgeBiteLong, EveryApplicableMutationIsCaughtWithItsLevelAndFactor) {
       EXPECT_EQ(ran.count(m.name), 1u) << m.name << " on " << layout;
     }
   }
+  // And the clip's joint norm, planted on both meshes, where the encoder shards its parameters.
+  if (topology.bridge().encoder.fsdp > 1) {
+    EXPECT_EQ(ran.count("bridge-clip-squares-all-reduced"), 1u) << layout;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(SeedLayouts, BridgeBiteLong,
@@ -175,7 +181,11 @@ INSTANTIATE_TEST_SUITE_P(SeedLayouts, BridgeBiteLong,
                                            LayoutAndDtype{"enc=tp4,dp2;lm=tp1,dp4,cp2", "fp64"},
                                            LayoutAndDtype{"enc=tp4,dp2;lm=tp1,dp4,cp2", "bf16"},
                                            LayoutAndDtype{"enc=tp4,dp2;lm=dp4,cp2", "fp64"},
-                                           LayoutAndDtype{"enc=tp4,dp2;lm=dp4,cp2", "bf16"}),
+                                           LayoutAndDtype{"enc=tp4,dp2;lm=dp4,cp2", "bf16"},
+                                           LayoutAndDtype{"enc=tp2,dp4,fsdp4;lm=tp2,dp2,cp2,fsdp2", "fp64"},
+                                           LayoutAndDtype{"enc=tp2,dp4,fsdp4;lm=tp2,dp2,cp2,fsdp2", "bf16"},
+                                           LayoutAndDtype{"enc=tp4,dp2,fsdp2;lm=tp1,dp4,cp2,fsdp4", "fp64"},
+                                           LayoutAndDtype{"enc=tp4,dp2,fsdp2;lm=tp1,dp4,cp2,fsdp4", "bf16"}),
                          [](const auto& info) {
                            return testing::test_name(info.param.first + "_" + info.param.second);
                          });

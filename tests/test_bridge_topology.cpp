@@ -121,6 +121,35 @@ TEST(BridgeTopology, ExplainLayoutPrintsTheDocumentedExampleWhoseBridgeGroupsFol
   }
 }
 
+// With fsdp on a side, two more columns: each side's shard group, the ranks of the same tp (and
+// cp) index whose dp indices share a block of fsdp (shard index = dp index % fsdp).
+TEST(BridgeTopology, ExplainLayoutOfAShardedBridgeNamesEachSidesShardGroup) {
+  const testing::CommandOutcome o = magic_check("--topology 'enc=tp2,dp4,fsdp2;lm=tp2,dp2,cp2,fsdp2' --explain-layout");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  std::map<int, std::vector<int64_t>> coordinates;
+  std::map<int, std::pair<std::string, std::string>> shard;
+  std::istringstream lines(o.output);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream cells(line);
+    std::vector<std::string> cell;
+    for (std::string c; cells >> c;) cell.push_back(c);
+    if (cell.size() != 14 || !std::isdigit(static_cast<unsigned char>(cell[0][0]))) continue;
+    const int rank = std::stoi(cell[0]);
+    for (int i = 1; i <= 5; ++i) coordinates[rank].push_back(std::stoll(cell[i]));
+    shard[rank] = {cell[12], cell[13]};
+  }
+  ASSERT_EQ(coordinates.size(), 8u) << o.output;
+  for (const auto& [rank, x] : coordinates) {
+    std::vector<std::string> enc, lm;
+    for (const auto& [other, y] : coordinates) {
+      if (y[1] == x[1] && y[0] / 2 == x[0] / 2) enc.push_back(std::to_string(other));
+      if (y[4] == x[4] && y[3] == x[3] && y[2] / 2 == x[2] / 2) lm.push_back(std::to_string(other));
+    }
+    EXPECT_EQ(shard[rank].first, join(enc, ",")) << "rank " << rank;
+    EXPECT_EQ(shard[rank].second, join(lm, ",")) << "rank " << rank;
+  }
+}
+
 TEST(BridgeTopology, TheCliRefusesABadBridgeWithExitCode2) {
   for (const char* flags : {" --explain-layout", ""}) {
     const testing::CommandOutcome bad = magic_check(std::string("--topology 'enc=dp2,cp2;lm=dp4'") + flags);

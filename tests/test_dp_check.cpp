@@ -23,9 +23,9 @@ class EachMutation : public ::testing::TestWithParam<checks::Mutation> {};
 // The first (layout, precision) among the distinct layouts and fp64, fp16 the mutation applies to.
 checks::CheckSettings distinct_settings_for(const checks::Mutation& m) {
   for (c10::ScalarType dtype : {c10::kDouble, c10::kHalf}) {
-    for (const char* text :
-         {"dp=3", "dp=2,cp=3", "dp=4,fsdp=2", "dp=3,mb=2", "dp=3,tp=2", "dp=3,tp=2,sp",
-          "n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3", "enc=dp4;lm=dp2,cp2", "enc=tp4,dp2;lm=dp4,cp2"}) {
+    for (const char* text : {"dp=3", "dp=2,cp=3", "dp=4,fsdp=2", "dp=3,mb=2", "dp=3,tp=2", "dp=3,tp=2,sp",
+                             "n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3", "enc=dp4;lm=dp2,cp2", "enc=tp4,dp2;lm=dp4,cp2",
+                             "enc=dp4,fsdp2;lm=dp2,cp2"}) {
       checks::CheckSettings s;
       s.topology = dist::TopologySpec::parse(text);
       s.precision = PrecisionPolicy::for_compute(dtype);

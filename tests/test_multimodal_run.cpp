@@ -26,7 +26,8 @@ TEST(MultimodalRun, ScoresOnFanInAndFanOutLayoutsEqualTheSingleProcess) {
   const auto one = magic_run("--config " + config() + " --out " + single);
   ASSERT_EQ(one.exit_code, 0) << one.output;
   const at::Tensor expected = load_safetensors(single + "/scores.safetensors").tensors.at("scores");
-  for (const std::string layout : {"enc=tp2,dp4;lm=tp2,dp2,cp2", "enc=tp4,dp2;lm=tp1,dp4,cp2"}) {
+  for (const std::string layout :
+       {"enc=tp2,dp4;lm=tp2,dp2,cp2", "enc=tp4,dp2;lm=tp1,dp4,cp2", "enc=tp2,dp4,fsdp4;lm=tp2,dp2,cp2,fsdp2"}) {
     const std::string out = fresh_dir("mm-bridge");
     const auto o = magic_run("--config " + config() + " --topology '" + layout + "' --out " + out);
     ASSERT_EQ(o.exit_code, 0) << layout << "\n" << o.output;

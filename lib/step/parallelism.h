@@ -53,11 +53,14 @@ class Parallelism {
   // stored piece. Differentiating a local loss with respect to the stored piece through enter()
   // yields the reduced gradient of that piece.
   virtual TensorTree enter(const TensorTree& params) const = 0;
-  // ||g|| of the whole gradient, differentiable, from this rank's piece of it (for clipping); every
-  // parameter counted once, whichever ranks hold copies of it.
-  virtual at::Tensor global_norm(const TensorTree& /*grads*/) const { unimplemented("global_norm"); }
+  // ||g||² of the whole gradient, differentiable, from this rank's piece of it (for clipping);
+  // every parameter counted once, whichever ranks hold copies of it. The value is the same on
+  // every rank, and its derivative stays on this rank's piece (reduce_from_group): apply_clip
+  // does the summing, so that two meshes' squares can be added (bridged_parallelism.h).
+  virtual at::Tensor global_squares(const TensorTree& /*grads*/) const { unimplemented("global_squares"); }
+  at::Tensor global_norm(const TensorTree& grads) const { return global_squares(grads).sqrt(); }
   // g·c for this rank's piece g of the gradient and the clip coefficient c (replicated), in the
-  // way that makes c's own derivative sum over the ranks whose pieces differ.
+  // way that makes c's own derivative sum over the ranks whose pieces differ (copy_to_group).
   virtual TensorTree apply_clip(const TensorTree& /*grads*/, const at::Tensor& /*coefficient*/) const {
     unimplemented("apply_clip");
   }
@@ -101,7 +104,7 @@ class SingleProcess : public Parallelism {
   TensorTree shard(const TensorTree& full) const override { return full; }
   TensorTree unshard(const TensorTree& local) const override { return local; }
   TensorTree enter(const TensorTree& params) const override { return params; }
-  at::Tensor global_norm(const TensorTree& grads) const override { return norm(grads); }
+  at::Tensor global_squares(const TensorTree& grads) const override { return dot(grads, grads); }
   TensorTree apply_clip(const TensorTree& grads, const at::Tensor& coefficient) const override {
     return scale_by(grads, coefficient);
   }

@@ -16,11 +16,6 @@ void require_bridge_fits(const dist::TopologySpec& topology, const GptConfig& mo
                      ": a bridge layout joins an encoder and a language model; the run has no encoder "
                      "(a multimodal run's config has an \"encoder\" section and data.patches)");
   }
-  if (bridge.encoder.fsdp > 1 || bridge.lm.fsdp > 1) {
-    throw InputError(what +
-                     ": fsdp on a bridge layout is not supported yet (the clip's global norm joins two "
-                     "meshes; a sharded side needs its own reduction of the coefficient's derivative)");
-  }
   validate_tensor_parallel(model, bridge.lm.tp, what + " (lm)");
   validate_encoder_tensor_parallel(*encoder, bridge.encoder.tp, what);
   bridge.check_batch(batch, batch_name);
@@ -38,10 +33,11 @@ BridgedLmParts bridged_lm_parts(const dist::Runtime& runtime, const dist::Topolo
 }
 
 BridgedLm bridged_lm(const dist::Runtime& runtime, const BridgedLmParts& parts, const PatchEncoderConfig& encoder,
-                     std::shared_ptr<const Parallelism> lm, std::shared_ptr<const dist::Bridge> bridge) {
+                     std::shared_ptr<const Parallelism> encoder_side, std::shared_ptr<const Parallelism> lm,
+                     std::shared_ptr<const dist::Bridge> bridge) {
   if (!lm) lm = std::make_shared<dist::DataParallel>(parts.lm, dist::Convention::kSum);
   if (!bridge) bridge = std::make_shared<dist::Bridge>(parts.layout.kind(), parts.groups.bridge, parts.groups.lm.cp);
-  auto encoder_side = std::make_shared<dist::DataParallel>(parts.encoder, dist::Convention::kSum);
+  if (!encoder_side) encoder_side = std::make_shared<dist::DataParallel>(parts.encoder, dist::Convention::kSum);
   return {std::make_shared<dist::BridgedParallelism>(encoder_side, std::move(lm)),
           std::make_shared<dist::BridgedPrefix>(encoder, parts.layout, runtime.rank(), parts.encoder.tensor,
                                                 std::move(bridge))};

@@ -18,7 +18,7 @@ namespace magic {
 
 // InputError naming the topology, before any rank starts, unless a multimodal run with `encoder`
 // (null: a text-only run, which a bridge layout cannot run) fits it: tp of each side splits its
-// model, neither side shards its parameters (fsdp: not yet), the SUM convention, and both sides
+// model, the SUM convention, and both sides
 // split `batch` rows (`batch_name`: where it came from) evenly.
 void require_bridge_fits(const dist::TopologySpec& topology, const GptConfig& model, const PatchEncoderConfig* encoder,
                          int64_t batch, const std::string& batch_name);
@@ -33,13 +33,14 @@ BridgedLmParts bridged_lm_parts(const dist::Runtime& runtime, const dist::Topolo
                                 const GptConfig& model, const PatchEncoderConfig& encoder);
 
 // The step's Parallelism (dist::BridgedParallelism) and prefix (dist::BridgedPrefix) from the
-// parts, the language model's side `lm` and the `bridge` (planted variants of them in magic-check;
-// null: the correct ones).
+// parts, the encoder's side `encoder_side`, the language model's side `lm` and the `bridge`
+// (planted variants of them in magic-check; null: the correct ones).
 struct BridgedLm {
   std::shared_ptr<const Parallelism> parallelism;
   std::shared_ptr<const PrefixEncoder> prefix;
 };
 BridgedLm bridged_lm(const dist::Runtime& runtime, const BridgedLmParts& parts, const PatchEncoderConfig& encoder,
+                     std::shared_ptr<const Parallelism> encoder_side = nullptr,
                      std::shared_ptr<const Parallelism> lm = nullptr,
                      std::shared_ptr<const dist::Bridge> bridge = nullptr);
 

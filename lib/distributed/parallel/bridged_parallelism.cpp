@@ -39,9 +39,10 @@ TensorTree BridgedParallelism::enter(const TensorTree& params) const {
   return each_side(params, [](const Parallelism& p, const TensorTree& t) { return p.enter(t); });
 }
 
-at::Tensor BridgedParallelism::global_norm(const TensorTree& grads) const {
-  const at::Tensor encoder = encoder_->global_norm(part(grads, true)), lm = lm_->global_norm(part(grads, false));
-  return (encoder * encoder + lm * lm).sqrt();
+at::Tensor BridgedParallelism::global_squares(const TensorTree& grads) const {
+  // Each side's squares keep their derivative on this rank; each side's apply_clip sums c's over
+  // its own groups, so c's derivative is the same total on every rank.
+  return encoder_->global_squares(part(grads, true)) + lm_->global_squares(part(grads, false));
 }
 
 TensorTree BridgedParallelism::apply_clip(const TensorTree& grads, const at::Tensor& coefficient) const {

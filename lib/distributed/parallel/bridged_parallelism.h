@@ -6,8 +6,9 @@
 // reduced and clipped by its own side:
 //   encoder parameters   the encoder's mesh: reduced over its dp (and fsdp) ranks
 //   the rest             the language model's mesh: reduced over its dp x cp (and fsdp) ranks
-// Both sides are DataParallel meshes (or planted variants of one). The global norm joins both sides' norms: ||g||² =
-// ||g_enc||² + ||g_lm||².
+// Both sides are DataParallel meshes (or planted variants of one). The clip's global norm adds
+// the sides' squares, ||g||² = ||g_enc||² + ||g_lm||², and c enters each side's pieces by that
+// side's apply_clip, so that c's derivative sums each side over its own groups.
 #pragma once
 
 #include <memory>
@@ -30,7 +31,7 @@ class BridgedParallelism : public Parallelism {
   TensorTree shard(const TensorTree& full) const override;
   TensorTree unshard(const TensorTree& local) const override;
   TensorTree enter(const TensorTree& params) const override;
-  at::Tensor global_norm(const TensorTree& grads) const override;
+  at::Tensor global_squares(const TensorTree& grads) const override;
   TensorTree apply_clip(const TensorTree& grads, const at::Tensor& coefficient) const override;
   TensorTree reduce_gradient(const TensorTree& grads) const override;
   TensorTree apply_convention(const TensorTree& grads) const override;

@@ -197,24 +197,27 @@ TensorTree DataParallel::enter(const TensorTree& params) const {
   return entered;
 }
 
-at::Tensor DataParallel::global_norm(const TensorTree& grads) const {
-  if (layout().tp() == 1) return parts_.parameters->global_norm(grads);
+at::Tensor DataParallel::global_squares(const TensorTree& grads) const {
+  const ShardedParameters& shards = *parts_.parameters;
+  if (layout().tp() == 1) return shards.sum_squares(dot(grads, grads));
   // ||g||² = Σ_fsdp (Σ_replicated g² + Σ_tp Σ_pieces g²): a replicated parameter counts once, as
-  // every tp rank holds all of it; the pieces' sum is consumed alike on every rank (Σ / id).
+  // every tp rank holds all of it.
   TensorTree pieces, replicated;
   for (const auto& [name, g] : grads) (split_over_tp(name) ? pieces : replicated).insert(name, g);
   at::Tensor squares = reduce_from_group(dot(pieces, pieces), *parts_.groups.tp);
   if (!replicated.empty()) squares = squares + dot(replicated, replicated);
-  return parts_.parameters->norm_from_squares(squares);
+  return shards.sum_squares(squares);
 }
 
 TensorTree DataParallel::apply_clip(const TensorTree& grads, const at::Tensor& coefficient) const {
-  if (layout().tp() == 1) return scale_by(grads, coefficient);
-  // c scales different pieces on each tp rank: it enters them through copy_to_group, so that its
-  // derivative sums the ranks' pieces (the replicated parameters' share counts once).
-  const at::Tensor entered = copy_to_group(coefficient, *parts_.groups.tp);
+  // c scales different shards on each rank of the shard group, and different pieces on each tp
+  // rank: it enters them through copy_to_group, so that its derivative sums the ranks' terms
+  // (the replicated parameters' share counted once over tp).
+  const at::Tensor sharded = parts_.parameters->enter_coefficient(coefficient);
+  if (layout().tp() == 1) return scale_by(grads, sharded);
+  const at::Tensor pieces = copy_to_group(sharded, *parts_.groups.tp);
   return grads.map_named(
-      [&](const std::string& name, const at::Tensor& g) { return g * (split_over_tp(name) ? entered : coefficient); });
+      [&](const std::string& name, const at::Tensor& g) { return g * (split_over_tp(name) ? pieces : sharded); });
 }
 
 TensorTree DataParallel::reduce_gradient(const TensorTree& grads) const {

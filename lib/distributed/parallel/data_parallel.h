@@ -81,7 +81,7 @@ class DataParallel : public Parallelism {
   TensorTree shard(const TensorTree& full) const override;
   TensorTree unshard(const TensorTree& local) const override;
   TensorTree enter(const TensorTree& params) const override;
-  at::Tensor global_norm(const TensorTree& grads) const override;
+  at::Tensor global_squares(const TensorTree& grads) const override;
   TensorTree apply_clip(const TensorTree& grads, const at::Tensor& coefficient) const override;
   TensorTree reduce_gradient(const TensorTree& grads) const override;
   TensorTree apply_convention(const TensorTree& grads) const override;

@@ -89,6 +89,11 @@ std::string explain_bridge_layout(const BridgeTopology& topology) {
       << (enc.fsdp() > 1 ? "  enc dp      same encoder tp and shard index: the encoder's gradient sum over replicas\n"
                          : "  enc dp      same encoder tp index: the encoder's gradient sum\n")
       << "  lm tp, lm cp, lm batch  as in a mesh layout (--explain-layout of dp=D,cp=E,tp=C)\n";
+  const bool sharded = enc.fsdp() > 1 || lm.fsdp() > 1;
+  if (sharded) {
+    out << "  enc shard, lm shard  each side's all-gather of parameter shards (fsdp " << enc.fsdp() << " and "
+        << lm.fsdp() << "); the clip's squares are summed over each, and c enters each side's shards there\n";
+  }
   if (layout.kind() == BridgeKind::kFanIn)
     out << "  bridge      same lm dp index and encoder tp index: one rank per encoder shard; forward all-gather, "
            "backward this shard's rows\n";
@@ -102,11 +107,13 @@ std::string explain_bridge_layout(const BridgeTopology& topology) {
   std::vector<std::vector<std::string>> rows = {{"rank", "enc dp", "enc tp", "lm dp", "cp", "lm tp", "bridge group",
                                                  "enc tp group", "enc dp group", "lm tp group", "lm cp group",
                                                  "lm batch group"}};
+  if (sharded) rows.front().insert(rows.front().end(), {"enc shard group", "lm shard group"});
   for (int r = 0; r < layout.world_size(); ++r) {
     rows.push_back({std::to_string(r), std::to_string(enc.dp_index(r)), std::to_string(enc.tp_index(r)),
                     std::to_string(lm.dp_index(r)), std::to_string(lm.cp_index(r)), std::to_string(lm.tp_index(r)),
                     members(layout.bridge_group(r)), members(enc.tp_group(r)), members(enc.replica_group(r)),
                     members(lm.tp_group(r)), members(lm.cp_group(r)), members(lm.batch_group(r))});
+    if (sharded) rows.back().insert(rows.back().end(), {members(enc.shard_group(r)), members(lm.shard_group(r))});
   }
   print_table(out, rows, 6);
   return out.str();

@@ -85,12 +85,12 @@ TensorTree ShardedParameters::gathered_bucket(
   return full;
 }
 
-at::Tensor ShardedParameters::global_norm(const TensorTree& local_grads) const {
-  return norm_from_squares(dot(local_grads, local_grads));
+at::Tensor ShardedParameters::sum_squares(const at::Tensor& squares) const {
+  return shards() == 1 ? squares : reduce_from_group(squares, *shard_);
 }
 
-at::Tensor ShardedParameters::norm_from_squares(const at::Tensor& squares) const {
-  return (shards() == 1 ? squares : all_reduce_sum(squares, *shard_)).sqrt();
+at::Tensor ShardedParameters::enter_coefficient(const at::Tensor& coefficient) const {
+  return shards() == 1 ? coefficient : copy_to_group(coefficient, *shard_);
 }
 
 at::Tensor ShardedParameters::enter_replicas(const at::Tensor& shard) const {

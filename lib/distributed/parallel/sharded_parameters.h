@@ -42,10 +42,12 @@ class ShardedParameters {
   TensorTree unshard(const TensorTree& local, const std::map<std::string, int64_t>& full_rows) const;
   // Differentiable: the full parameters for computation, as in the header comment.
   TensorTree gather(const TensorTree& local, const std::map<std::string, int64_t>& full_rows) const;
-  // ||g|| over the full gradient from this rank's shard of it: sqrt(all_reduce_sum(Σ g_shard²)).
-  at::Tensor global_norm(const TensorTree& local_grads) const;
-  // sqrt(all_reduce_sum(squares)) over the shard group: the norm from this shard's Σ g².
-  at::Tensor norm_from_squares(const at::Tensor& squares) const;
+  // Σ over the shard group of each shard's `squares` (its Σ g²), the same on every rank; the
+  // derivative stays on this rank (reduce_from_group), and enter_coefficient sums it instead.
+  virtual at::Tensor sum_squares(const at::Tensor& squares) const;
+  // A clip coefficient c as it scales this rank's shard: c's derivative sums the shards' terms
+  // over the shard group (copy_to_group), the pair of sum_squares.
+  virtual at::Tensor enter_coefficient(const at::Tensor& coefficient) const;
 
  protected:
   // Sums the cotangent over the ranks holding this shard (identity forward).
