@@ -152,8 +152,8 @@ TEST(MagicCompareCli, EachDamagedDumpExitsTwoWithOneLineNamingTheProblem) {
            m["records"][0]["placements"][0] = {{"type", "zigzag"}, {"dim", 1}};
          });
        }},
-      {"unknown version", "version: unknown version 3 (this reader reads versions 1 and 2)",
-       [](const fs::path& d) { edit_manifest(d, [](nlohmann::json& m) { m["version"] = 3; }); }},
+      {"unknown version", "version: unknown version 4 (this reader reads versions 1 to 3)",
+       [](const fs::path& d) { edit_manifest(d, [](nlohmann::json& m) { m["version"] = 4; }); }},
   };
   const std::string ref = folder("ref2.dump"), unused = folder("unused.dump");
   write_pair(ref, unused, 1.0);

@@ -34,7 +34,7 @@ bool is_score_input(const std::string& path) {
 
 std::string layout_of(const LoadedDump& d) {
   if (d.manifest.mesh.empty()) return "single process";
-  return str_cat(mesh_text(d.manifest.mesh), ", ", d.manifest.ranks.size(), " ranks");
+  return str_cat(grids_text(d.manifest), ", ", d.manifest.ranks.size(), " ranks");
 }
 
 void compare(const Flags& flags, CompareReport& report) {

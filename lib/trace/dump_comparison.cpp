@@ -44,7 +44,12 @@ std::vector<NamedFactor> factors_of(const LoadedDump& a, const LoadedDump& b) {
   std::vector<std::pair<std::string, int64_t>> sizes;
   std::set<std::string> names;
   for (const auto* dump : {&a, &b}) {
-    for (const auto& d : dump->manifest.mesh) {
+    std::vector<MeshDim> dims = dump->manifest.mesh;
+    for (const auto& [name, grid] : dump->manifest.meshes) {
+      const std::vector<MeshDim> labelled = dump->manifest.grid(name);
+      dims.insert(dims.end(), labelled.begin(), labelled.end());
+    }
+    for (const auto& d : dims) {
       if (d.size > 1 && names.insert(d.name).second) sizes.emplace_back(d.name, d.size);
     }
   }
@@ -178,6 +183,9 @@ DumpComparison compare_dumps(const LoadedDump& candidate, const LoadedDump& refe
     } else {
       matched.insert(id);
       const DumpTensor& cand = *it->second;
+      // The grid the candidate's pieces are placed on, and each rank's coordinates there.
+      const auto grid =
+          std::make_pair(candidate.manifest.grid(cand.record.mesh), candidate.manifest.coords(cand.record.mesh));
       if (!cand.whole.sizes().equals(ref.whole.sizes())) {
         row.row =
             make_unmatched_row(ref.record.record.phase, ref.record.record.name, tolerance,
@@ -186,12 +194,12 @@ DumpComparison compare_dumps(const LoadedDump& candidate, const LoadedDump& refe
         row.row = make_check_row(ref.record.record.phase, ref.record.record.name, cand.whole.to(at::kDouble),
                                  ref.whole.to(at::kDouble), tolerance, factors);
         if (!row.row.passed) {
-          row.where = off_pieces(cand, candidate.manifest.mesh, candidate.coords(), ref.whole, tolerance);
+          row.where = off_pieces(cand, grid.first, grid.second, ref.whole, tolerance);
         }
         if (!cand.replicas_differ.empty() && cand.replica_spread > tolerance) {
           row.row.passed = false;
           const std::string unreduced =
-              unreduced_over(cand, candidate.manifest.mesh, candidate.coords(), ref.whole.to(at::kDouble), tolerance);
+              unreduced_over(cand, grid.first, grid.second, ref.whole.to(at::kDouble), tolerance);
           row.row.diagnosis.text = replicas_diagnosis(row.row.diagnosis.text, unreduced, cand.replicas_differ);
         }
       }

@@ -86,6 +86,45 @@ nlohmann::ordered_json placement_json(const Placement& p) {
   return {};
 }
 
+// A grid's dimensions from `array` (parent's field `key`): names unique and non-empty, sizes >= 1,
+// at most 2^20 ranks; returns the dimensions and their product.
+std::pair<std::vector<MeshDim>, int64_t> parse_grid(const std::string& path, const JsonFields& parent,
+                                                    const std::string& key, const json& array) {
+  std::vector<MeshDim> grid;
+  int64_t world = 1;
+  std::set<std::string> names;
+  for (size_t i = 0; i < array.size(); ++i) {
+    const JsonFields f = element(path, parent, key, array, i);
+    MeshDim d{f.string("name"), integer_in(f, "size", 1, 1 << 20)};
+    if (d.name.empty() || !names.insert(d.name).second) {
+      f.fail("name", str_cat("expected a unique non-empty name, got '", d.name, "'"));
+    }
+    world *= d.size;
+    if (world > (1 << 20)) parent.fail(key, "more than 2^20 ranks");
+    f.finish();
+    grid.push_back(d);
+  }
+  return {grid, world};
+}
+
+// A rank's coordinates on `grid` from `coords` (f's field `key`): one per dimension, each within
+// its size.
+std::vector<int64_t> parse_coords(const JsonFields& f, const std::string& key, const json& coords,
+                                  const std::vector<MeshDim>& grid) {
+  if (!coords.is_array() || coords.size() != grid.size()) {
+    f.fail(key, str_cat("expected ", grid.size(), " coordinates, got ", coords.dump()));
+  }
+  std::vector<int64_t> out;
+  for (size_t k = 0; k < coords.size(); ++k) {
+    if (!coords[k].is_number_integer() || coords[k].get<int64_t>() < 0 || coords[k].get<int64_t>() >= grid[k].size) {
+      f.fail(key, str_cat("coordinate ", k, " (", grid[k].name, ") must be 0 to ", grid[k].size - 1, ", got ",
+                          coords.dump()));
+    }
+    out.push_back(coords[k].get<int64_t>());
+  }
+  return out;
+}
+
 bool plain_file_name(const std::string& name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
          name.find('\\') == std::string::npos && name.find('\0') == std::string::npos;
@@ -98,6 +137,25 @@ std::string mesh_text(const std::vector<MeshDim>& mesh) {
   std::vector<std::string> parts;
   for (const auto& d : mesh) parts.push_back(str_cat(d.name, "=", d.size));
   return join(parts, ",");
+}
+
+std::string grids_text(const DumpManifest& manifest) {
+  std::string out = mesh_text(manifest.mesh);
+  for (const auto& [name, grid] : manifest.meshes) out += str_cat("; ", name, ": ", mesh_text(grid));
+  return out;
+}
+
+std::vector<MeshDim> DumpManifest::grid(const std::string& name) const {
+  if (name.empty()) return mesh;
+  std::vector<MeshDim> out = meshes.at(name);
+  for (auto& d : out) d.name = str_cat(name, " ", d.name);
+  return out;
+}
+
+std::vector<std::vector<int64_t>> DumpManifest::coords(const std::string& name) const {
+  std::vector<std::vector<int64_t>> out;
+  for (const auto& r : ranks) out.push_back(name.empty() ? r.coords : r.mesh_coords.at(name));
+  return out;
 }
 
 DumpManifest parse_dump_manifest(const std::string& text, const std::string& path) {
@@ -116,24 +174,34 @@ DumpManifest parse_dump_manifest(const std::string& text, const std::string& pat
   if (!document.contains("version") || !document["version"].is_number_integer() ||
       document["version"].get<int64_t>() < 1 || document["version"].get<int64_t>() > kDumpFormatVersion) {
     root.fail("version", str_cat("unknown version ", document.value("version", json()).dump(),
-                                 " (this reader reads versions 1 and ", kDumpFormatVersion, ")"));
+                                 " (this reader reads versions 1 to ", kDumpFormatVersion, ")"));
   }
   m.version = root.integer("version");
   m.run = root.string("run");
 
-  const json& mesh = array_of(root, "mesh");
-  int64_t world = 1;
-  std::set<std::string> names;
-  for (size_t i = 0; i < mesh.size(); ++i) {
-    const JsonFields f = element(path, root, "mesh", mesh, i);
-    MeshDim d{f.string("name"), integer_in(f, "size", 1, 1 << 20)};
-    if (d.name.empty() || !names.insert(d.name).second) {
-      f.fail("name", str_cat("expected a unique non-empty name, got '", d.name, "'"));
+  const auto [mesh, world] = parse_grid(path, root, "mesh", array_of(root, "mesh"));
+  m.mesh = mesh;
+  // Version 3: further grids over the same ranks, by name.
+  if (m.version < 3 && document.contains("meshes")) {
+    root.fail("meshes", str_cat("named grids are version 3; this manifest says version ", m.version));
+  }
+  if (m.version >= 3) {
+    const json absent;
+    const json& meshes = root.raw("meshes", absent);
+    if (!meshes.is_object()) root.fail("meshes", str_cat("expected an object of named grids, got ", meshes.dump()));
+    const JsonFields named = root.object("meshes");
+    for (const auto& [name, dims] : meshes.items()) {
+      if (name.empty()) root.fail("meshes", "a grid with an empty name (the main grid is \"mesh\")");
+      if (!dims.is_array()) named.fail(name, str_cat("expected an array of dimensions, got ", dims.dump()));
+      const auto [grid, size] = parse_grid(path, named, name, dims);
+      if (size != world) {
+        named.fail(name, str_cat("the grid ", mesh_text(grid), " has ", size, " ranks, the mesh ", mesh_text(m.mesh),
+                                 " has ", world));
+      }
+      m.meshes[name] = grid;
+      named.raw(name, absent);  // read
     }
-    world *= d.size;
-    if (world > (1 << 20)) root.fail("mesh", "more than 2^20 ranks");
-    f.finish();
-    m.mesh.push_back(d);
+    named.finish();
   }
 
   const json& ranks = array_of(root, "ranks");
@@ -144,31 +212,39 @@ DumpManifest parse_dump_manifest(const std::string& text, const std::string& pat
   m.ranks.resize(world);
   std::vector<bool> seen(world, false);
   std::set<std::vector<int64_t>> coords_seen;
+  std::map<std::string, std::set<std::vector<int64_t>>> named_coords_seen;
   std::set<std::string> files;
   for (size_t i = 0; i < ranks.size(); ++i) {
     const JsonFields f = element(path, root, "ranks", ranks, i);
     const int64_t r = integer_in(f, "rank", 0, world - 1);
     if (seen[r]) f.fail("rank", str_cat("rank ", r, " is listed twice"));
     seen[r] = true;
-    DumpRank entry{r, {}, f.string("file")};
+    DumpRank entry{r, {}, f.string("file"), {}};
     if (!plain_file_name(entry.file)) {
       f.fail("file", str_cat("expected a file name inside the dump folder, got '", entry.file, "'"));
     }
     if (!files.insert(entry.file).second) f.fail("file", str_cat("'", entry.file, "' is listed twice"));
     const json& coords = array_of(f, "coords");
-    if (coords.size() != m.mesh.size()) {
-      f.fail("coords", str_cat("expected ", m.mesh.size(), " coordinates, got ", coords.dump()));
-    }
-    for (size_t k = 0; k < coords.size(); ++k) {
-      if (!coords[k].is_number_integer() || coords[k].get<int64_t>() < 0 ||
-          coords[k].get<int64_t>() >= m.mesh[k].size) {
-        f.fail("coords", str_cat("coordinate ", k, " (", m.mesh[k].name, ") must be 0 to ", m.mesh[k].size - 1,
-                                 ", got ", coords.dump()));
-      }
-      entry.coords.push_back(coords[k].get<int64_t>());
-    }
+    entry.coords = parse_coords(f, "coords", coords, m.mesh);
     if (!coords_seen.insert(entry.coords).second) {
       f.fail("coords", str_cat("coordinates ", coords.dump(), " belong to two ranks"));
+    }
+    if (m.version >= 3) {
+      const json absent;
+      const json& named = f.raw("mesh_coords", absent);
+      if (!named.is_object() || named.size() != m.meshes.size()) {
+        f.fail("mesh_coords",
+               str_cat("expected the coordinates on each named grid (", m.meshes.size(), "), got ", named.dump()));
+      }
+      const JsonFields on = f.object("mesh_coords");
+      for (const auto& [name, grid] : m.meshes) {
+        if (!named.contains(name)) f.fail("mesh_coords", str_cat("no coordinates on the grid '", name, "'"));
+        entry.mesh_coords[name] = parse_coords(on, name, on.raw(name, absent), grid);
+        if (!named_coords_seen[name].insert(entry.mesh_coords[name]).second) {
+          on.fail(name, str_cat("coordinates ", named[name].dump(), " belong to two ranks"));
+        }
+      }
+      on.finish();
     }
     f.finish();
     m.ranks[r] = entry;
@@ -212,9 +288,17 @@ DumpManifest parse_dump_manifest(const std::string& text, const std::string& pat
       numel = numel > kMaxSize / size ? kMaxSize + 1 : numel * size;
     }
     if (numel > kMaxSize) f.fail("shape", str_cat("more than 2^40 elements: ", shape.dump()));
+    if (m.version >= 3) {
+      d.mesh = f.string("mesh");
+      if (!d.mesh.empty() && !m.meshes.count(d.mesh)) {
+        f.fail("mesh", str_cat("no grid named '", d.mesh, "' (expected \"\" for the main grid or a name in meshes)"));
+      }
+    }
+    const size_t dims = d.mesh.empty() ? m.mesh.size() : m.meshes.at(d.mesh).size();
     const json& placements = array_of(f, "placements");
-    if (placements.size() != m.mesh.size()) {
-      f.fail("placements", str_cat("expected one per mesh dimension (", m.mesh.size(), "), got ", placements.size()));
+    if (placements.size() != dims) {
+      f.fail("placements", str_cat("expected one per dimension of its grid", d.mesh.empty() ? "" : " '" + d.mesh + "'",
+                                   " (", dims, "), got ", placements.size()));
     }
     for (size_t k = 0; k < placements.size(); ++k) {
       const JsonFields pf = element(path, f, "placements", placements, k);
@@ -235,12 +319,27 @@ DumpManifest parse_dump_manifest(const std::string& text, const std::string& pat
 std::string dump_manifest_json(const DumpManifest& m) {
   nlohmann::ordered_json root;
   root["format"] = "magic-dump";
-  root["version"] = kDumpFormatVersion;  // what is written is always the current version
+  // Version 3 only where it is needed: a dump without named grids reads as version 2 anywhere.
+  const bool named = !m.meshes.empty();
+  root["version"] = named ? 3 : 2;
   root["run"] = m.run;
-  root["mesh"] = nlohmann::ordered_json::array();
-  for (const auto& d : m.mesh) root["mesh"].push_back({{"name", d.name}, {"size", d.size}});
+  const auto grid_json = [](const std::vector<MeshDim>& grid) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const auto& d : grid) out.push_back({{"name", d.name}, {"size", d.size}});
+    return out;
+  };
+  root["mesh"] = grid_json(m.mesh);
+  if (named) {
+    root["meshes"] = nlohmann::ordered_json::object();
+    for (const auto& [name, grid] : m.meshes) root["meshes"][name] = grid_json(grid);
+  }
   root["ranks"] = nlohmann::ordered_json::array();
-  for (const auto& r : m.ranks) root["ranks"].push_back({{"rank", r.rank}, {"coords", r.coords}, {"file", r.file}});
+  for (const auto& r : m.ranks) {
+    nlohmann::ordered_json rank = {{"rank", r.rank}, {"coords", r.coords}};
+    if (named) rank["mesh_coords"] = r.mesh_coords;
+    rank["file"] = r.file;
+    root["ranks"].push_back(rank);
+  }
   root["records"] = nlohmann::ordered_json::array();
   for (const auto& d : m.records) {
     nlohmann::ordered_json placements = nlohmann::ordered_json::array();
@@ -256,6 +355,7 @@ std::string dump_manifest_json(const DumpManifest& m) {
                                {"dtype", safetensors_dtype_code(d.dtype)},
                                {"shape", d.shape},
                                {"placements", placements}});
+    if (named) root["records"].back()["mesh"] = d.mesh;
   }
   return root.dump(1) + "\n";
 }

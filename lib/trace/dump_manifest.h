@@ -1,11 +1,13 @@
-// A dump's manifest.json (docs/dump-format.md): the ranks' mesh, each rank's coordinates and file,
-// and every record in the order the run made them. Parsing checks every field: a manifest is
+// A dump's manifest.json (docs/dump-format.md): the ranks' mesh (and, from version 3, further named
+// grids over the same ranks), each rank's coordinates and file, and every record in the order the
+// run made them, each placed on one grid. Parsing checks every field: a manifest is
 // untrusted input, and an error names the file and the field.
 #pragma once
 
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -13,29 +15,38 @@
 
 namespace magic {
 
-// The version written. Version 1 (no micro_batch field, no fused or padded shards) is still read,
-// its records taking micro-batch -1.
-constexpr int64_t kDumpFormatVersion = 2;
+// The newest version read. Writers write 2, or 3 where the dump has named grids; version 1 (no
+// micro_batch field, no fused or padded shards) is still read, its records taking micro-batch -1.
+constexpr int64_t kDumpFormatVersion = 3;
 
 struct DumpRecord {
   std::string key;  // its tensor's name in every rank's safetensors file
   TraceRecord record;
   c10::ScalarType dtype = c10::kDouble;
   std::vector<int64_t> shape;  // the whole tensor's
+  std::string mesh;            // the grid its placements are on: "" the main one, or a named one
 };
 
 struct DumpRank {
   int64_t rank = 0;
-  std::vector<int64_t> coords;  // one per mesh dimension
-  std::string file;             // a plain file name inside the dump folder
+  std::vector<int64_t> coords;                              // one per mesh dimension
+  std::string file;                                         // a plain file name inside the dump folder
+  std::map<std::string, std::vector<int64_t>> mesh_coords;  // on each named grid
 };
 
 struct DumpManifest {
   int64_t version = kDumpFormatVersion;
   std::string run;
   std::vector<MeshDim> mesh;
-  std::vector<DumpRank> ranks;  // ordered by rank
+  std::map<std::string, std::vector<MeshDim>> meshes;  // named grids over the same ranks (version 3)
+  std::vector<DumpRank> ranks;                         // ordered by rank
   std::vector<DumpRecord> records;
+
+  // Grid `name` ("" the main one), its dimensions named as messages name them: a named grid's
+  // prefixed with its name ("encoder dp"), so that a diagnosis says which grid a rank is on.
+  std::vector<MeshDim> grid(const std::string& name) const;
+  // Every rank's coordinates on grid `name`, by rank.
+  std::vector<std::vector<int64_t>> coords(const std::string& name) const;
 };
 
 // Throws InputError "<path>: <field>: <what was expected>".
@@ -44,5 +55,7 @@ std::string dump_manifest_json(const DumpManifest& manifest);
 
 // "dp=2,cp=3", or "single process".
 std::string mesh_text(const std::vector<MeshDim>& mesh);
+// mesh_text of the main grid, then each named one: "dp=2,cp=2; encoder: dp=4".
+std::string grids_text(const DumpManifest& manifest);
 
 }  // namespace magic

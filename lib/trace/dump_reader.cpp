@@ -27,9 +27,7 @@ std::string read_text(const fs::path& path) {
 }  // namespace
 
 std::vector<std::vector<int64_t>> LoadedDump::coords() const {
-  std::vector<std::vector<int64_t>> out;
-  for (const auto& r : manifest.ranks) out.push_back(r.coords);
-  return out;
+  return manifest.coords("");
 }
 
 LoadedDump read_dump(const std::string& folder) {
@@ -56,7 +54,6 @@ LoadedDump read_dump(const std::string& folder) {
       }
     }
   }
-  const auto coords = dump.coords();
   for (const auto& d : m.records) {
     const std::string where = str_cat("record '", d.key, "' (", record_place(d.record), ")");
     DumpTensor t;
@@ -75,7 +72,7 @@ LoadedDump read_dump(const std::string& folder) {
       t.pieces.push_back(piece);
     }
     try {
-      Reassembled whole = reassemble(m.mesh, coords, t.pieces, d.record.placements);
+      Reassembled whole = reassemble(m.grid(d.mesh), m.coords(d.mesh), t.pieces, d.record.placements);
       t.whole = whole.whole;
       t.replicas_differ = whole.replicas_differ;
       t.replica_spread = whole.replica_spread;
@@ -95,10 +92,10 @@ LoadedDump dump_in_memory(const std::vector<DumpSink::Entry>& entries, const std
   LoadedDump dump;
   dump.path = label;
   dump.manifest.run = label;
-  dump.manifest.ranks.push_back({0, {}, ""});
+  dump.manifest.ranks.push_back({0, {}, "", {}});
   for (const auto& e : entries) {
     DumpTensor t;
-    t.record = {"", e.record, e.tensor.scalar_type(), e.tensor.sizes().vec()};
+    t.record = {"", e.record, e.tensor.scalar_type(), e.tensor.sizes().vec(), ""};
     t.whole = e.tensor;
     t.pieces = {e.tensor};
     dump.tensors.push_back(std::move(t));

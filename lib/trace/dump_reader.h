@@ -27,7 +27,7 @@ struct LoadedDump {
   DumpManifest manifest;
   std::vector<DumpTensor> tensors;  // in record order
 
-  std::vector<std::vector<int64_t>> coords() const;  // by rank
+  std::vector<std::vector<int64_t>> coords() const;  // by rank, on the main grid
 };
 
 LoadedDump read_dump(const std::string& folder);

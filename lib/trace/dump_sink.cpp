@@ -54,7 +54,7 @@ void write_dump_manifest(const std::string& folder, const std::string& run, cons
   m.mesh = mesh;
   std::vector<SafetensorsFile> files;
   for (size_t r = 0; r < coords_by_rank.size(); ++r) {
-    m.ranks.push_back({static_cast<int64_t>(r), coords_by_rank[r], dump_rank_file_name(static_cast<int64_t>(r))});
+    m.ranks.push_back({static_cast<int64_t>(r), coords_by_rank[r], dump_rank_file_name(static_cast<int64_t>(r)), {}});
     // Shapes only: the whole's shape is all the manifest needs, and the data would double the
     // memory a dump takes at its end (every rank's pieces on the rank that writes the manifest).
     files.push_back(
@@ -74,7 +74,7 @@ void write_dump_manifest(const std::string& folder, const std::string& run, cons
     std::vector<at::Tensor> stand_ins;
     for (const auto& p : pieces) stand_ins.push_back(at::zeros(p.sizes(), at::kByte));
     const at::Tensor whole = reassemble(mesh, coords_by_rank, stand_ins, records[i].placements).whole;
-    m.records.push_back({key, records[i], pieces.front().scalar_type(), whole.sizes().vec()});
+    m.records.push_back({key, records[i], pieces.front().scalar_type(), whole.sizes().vec(), ""});
   }
   write_file_atomically((std::filesystem::path(folder) / "manifest.json").string(), dump_manifest_json(m));
 }

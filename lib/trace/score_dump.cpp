@@ -61,7 +61,7 @@ ScoreDump read_score_dump(const std::string& path) {
   LoadedDump& dump = out.dump;
   dump.path = file.string();
   dump.manifest.run = "scores";
-  dump.manifest.ranks.push_back({0, {}, file.filename().string()});
+  dump.manifest.ranks.push_back({0, {}, file.filename().string(), {}});
   DumpTensor t;
   t.record.key = "scores";
   t.record.record = {"scores", "score", "replay", "metagradient", -1, "", {}};
