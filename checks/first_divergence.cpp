@@ -25,7 +25,6 @@ std::string first_divergence_unavailable(const CheckSettings& s) {
     return str_cat("below fp32 (", s.precision.str(), ") one record cannot tell a bug from rounding");
   }
   if (s.resolved_workload() != "lm") return "";
-  if (s.topology.is_bridge()) return "the dump format has no placements for a bridge's encoder yet";
   if (const int64_t bytes = trace_record_bytes(s); bytes > kMaxTraceBytes) {
     return str_cat("its records would take ", format_bytes(static_cast<double>(bytes)), ", more than ",
                    format_bytes(static_cast<double>(kMaxTraceBytes)));
@@ -60,10 +59,9 @@ void record_hvp(const TensorTree& hvp, int64_t step, const TraceLayout& layout) 
   trace_parameter_tree(hvp, {"", "gradient", "backward", "hvp", step, "", {}}, layout);
 }
 
-void write_rank_trace(const std::string& folder, const DumpSink& sink, const dist::MeshGroups& groups) {
-  const int rank = groups.world->global_rank();
-  const std::string failure = dist::write_mesh_dump(folder, "magic-check", sink.entries(), *groups.world,
-                                                    dist::trace_mesh(groups.layout, rank));
+void write_rank_trace(const std::string& folder, const DumpSink& sink, const dist::Group& world,
+                      const TraceLayout& layout) {
+  const std::string failure = dist::write_mesh_dump(folder, "magic-check", sink.entries(), world, layout);
   if (!failure.empty()) dist::note_in_rank_log("first divergence: " + failure);
 }
 

@@ -49,9 +49,10 @@ class TraceRecorder {
 };
 
 // Every rank of one distributed run: its records into `folder` (its rank file; once every rank's
-// is written, rank 0 writes the manifest). A failure is reported, never thrown: the first
-// divergence explains a check, it does not decide one.
-void write_rank_trace(const std::string& folder, const DumpSink& sink, const dist::MeshGroups& groups);
+// is written, rank 0 writes the manifest), placed by `layout`, the run's (a bridge's two grids). A failure is reported,
+// never thrown: the first divergence explains a check, it does not decide one.
+void write_rank_trace(const std::string& folder, const DumpSink& sink, const dist::Group& world,
+                      const TraceLayout& layout);
 
 // Rank 0: the first divergence of the dump in `folder` from the reference's records: the line, or
 // "" when every record both sides made agrees. Records only one side made are left out (a --bite

@@ -366,7 +366,7 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
                            parallel->unshard(result.final_state.params), result.scores);
   }
   if (probe) append_reduction_outputs(out, step_grads, step_sums);
-  if (recorder) write_rank_trace(trace_folder, recorder->sink(), parts.groups);
+  if (recorder) write_rank_trace(trace_folder, recorder->sink(), *parts.groups.world, step->trace_layout());
   return out;
 }
 

@@ -65,7 +65,10 @@ TEST(BridgeCheck, Bf16RunsPassAgainstTheFp64GoldenRun) {
 }
 
 // The bridge's bugs and the loss normalized over dp only, each where its factor is its own: lm dp
-// 2 and cp 4 (fan-in), lm dp 4 and cp 2 (fan-out). The failing rows are the encoder's, at grad.
+// 2 and cp 4 (fan-in), lm dp 4 and cp 2 (fan-out). The failing rows are the encoder's, at grad;
+// the first divergence is an encoder parameter's gradient in step 0's backward (the dump places
+// the encoder's records on its own grid). The loss over dp only changes every gradient, the
+// language model's first in backward order.
 TEST(BridgeCheck, EachBridgeBugIsCaughtAtGradOnTheEncodersRowsWithItsFactor) {
   struct Case {
     std::string mutation, layout, diagnosis;
@@ -84,6 +87,10 @@ TEST(BridgeCheck, EachBridgeBugIsCaughtAtGradOnTheEncodersRowsWithItsFactor) {
           << c.mutation << " " << row.dump();
     }
     EXPECT_TRUE(encoder_failed) << c.mutation << " on " << c.layout;
+    const std::string first = report["first_divergence"];
+    const bool in_the_bridge = c.mutation.rfind("bridge-", 0) == 0;
+    EXPECT_EQ(first.find("first divergence: step 0, backward, encoder.") == 0, in_the_bridge)
+        << c.mutation << ": " << first;
   }
 }
 

@@ -119,13 +119,13 @@ TEST(DumpNamedGrids, TheManifestWriterKeepsTheGridsAndWritesVersion3OnlyForThem)
   EXPECT_EQ(again.coords("encoder"), (std::vector<std::vector<int64_t>>{{0}, {1}, {2}, {3}}));
   EXPECT_EQ(again.coords(""), (std::vector<std::vector<int64_t>>{{0, 0}, {0, 1}, {1, 0}, {1, 1}}));
   ASSERT_EQ(again.records.size(), 3u);
-  EXPECT_EQ(again.records[0].mesh, "encoder");
-  EXPECT_EQ(again.records[1].mesh, "");
+  EXPECT_EQ(again.records[0].record.mesh, "encoder");
+  EXPECT_EQ(again.records[1].record.mesh, "");
 
   DumpManifest plain = m;
   plain.meshes.clear();
   for (auto& r : plain.ranks) r.mesh_coords.clear();
-  for (auto& d : plain.records) d.mesh.clear();
+  for (auto& d : plain.records) d.record.mesh.clear();
   plain.records.erase(plain.records.begin());  // its placements are the encoder grid's
   plain.records.pop_back();
   const std::string text = dump_manifest_json(plain);

@@ -230,9 +230,13 @@ Flags parse(int argc, char** argv, int& early_exit) {
   }
   if (app.count("--export-plan") > 0) check_plan_flags(f);
   f.trace = checked_trace_flags(app, trace, f.program ? std::optional<double>(timeout_s) : std::nullopt);
-  if (f.program && f.program->topology.is_bridge() && (!f.dump_dir.empty() || f.trace)) {
-    throw InputError(str_cat(!f.dump_dir.empty() ? "--dump" : "--trace", " on a bridge layout (",
-                             f.program->topology.str(), "): the dump format has no placements for the encoder yet"));
+  // A dump places the encoder's records on a grid of their own (format version 3); the live
+  // tracer's reassembly knows one mesh.
+  if (f.program && f.program->topology.is_bridge() && f.trace) {
+    throw InputError(str_cat("the live tracer (--trace-port, --trace-file) on a bridge layout (",
+                             f.program->topology.str(),
+                             "): the tracer places records on one mesh, and a bridge's encoder has its own (--dump "
+                             "writes both)"));
   }
   if (f.explain_layout && !f.program)
     throw InputError("--explain-layout: needs --topology (one process has no layout)");

@@ -184,8 +184,8 @@ DumpComparison compare_dumps(const LoadedDump& candidate, const LoadedDump& refe
       matched.insert(id);
       const DumpTensor& cand = *it->second;
       // The grid the candidate's pieces are placed on, and each rank's coordinates there.
-      const auto grid =
-          std::make_pair(candidate.manifest.grid(cand.record.mesh), candidate.manifest.coords(cand.record.mesh));
+      const auto grid = std::make_pair(candidate.manifest.grid(cand.record.record.mesh),
+                                       candidate.manifest.coords(cand.record.record.mesh));
       if (!cand.whole.sizes().equals(ref.whole.sizes())) {
         row.row =
             make_unmatched_row(ref.record.record.phase, ref.record.record.name, tolerance,

@@ -289,15 +289,15 @@ DumpManifest parse_dump_manifest(const std::string& text, const std::string& pat
     }
     if (numel > kMaxSize) f.fail("shape", str_cat("more than 2^40 elements: ", shape.dump()));
     if (m.version >= 3) {
-      d.mesh = f.string("mesh");
-      if (!d.mesh.empty() && !m.meshes.count(d.mesh)) {
-        f.fail("mesh", str_cat("no grid named '", d.mesh, "' (expected \"\" for the main grid or a name in meshes)"));
+      r.mesh = f.string("mesh");
+      if (!r.mesh.empty() && !m.meshes.count(r.mesh)) {
+        f.fail("mesh", str_cat("no grid named '", r.mesh, "' (expected \"\" for the main grid or a name in meshes)"));
       }
     }
-    const size_t dims = d.mesh.empty() ? m.mesh.size() : m.meshes.at(d.mesh).size();
+    const size_t dims = r.mesh.empty() ? m.mesh.size() : m.meshes.at(r.mesh).size();
     const json& placements = array_of(f, "placements");
     if (placements.size() != dims) {
-      f.fail("placements", str_cat("expected one per dimension of its grid", d.mesh.empty() ? "" : " '" + d.mesh + "'",
+      f.fail("placements", str_cat("expected one per dimension of its grid", r.mesh.empty() ? "" : " '" + r.mesh + "'",
                                    " (", dims, "), got ", placements.size()));
     }
     for (size_t k = 0; k < placements.size(); ++k) {
@@ -355,7 +355,7 @@ std::string dump_manifest_json(const DumpManifest& m) {
                                {"dtype", safetensors_dtype_code(d.dtype)},
                                {"shape", d.shape},
                                {"placements", placements}});
-    if (named) root["records"].back()["mesh"] = d.mesh;
+    if (named) root["records"].back()["mesh"] = d.record.mesh;
   }
   return root.dump(1) + "\n";
 }

@@ -24,7 +24,6 @@ struct DumpRecord {
   TraceRecord record;
   c10::ScalarType dtype = c10::kDouble;
   std::vector<int64_t> shape;  // the whole tensor's
-  std::string mesh;            // the grid its placements are on: "" the main one, or a named one
 };
 
 struct DumpRank {

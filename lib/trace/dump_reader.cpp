@@ -72,7 +72,7 @@ LoadedDump read_dump(const std::string& folder) {
       t.pieces.push_back(piece);
     }
     try {
-      Reassembled whole = reassemble(m.grid(d.mesh), m.coords(d.mesh), t.pieces, d.record.placements);
+      Reassembled whole = reassemble(m.grid(d.record.mesh), m.coords(d.record.mesh), t.pieces, d.record.placements);
       t.whole = whole.whole;
       t.replicas_differ = whole.replicas_differ;
       t.replica_spread = whole.replica_spread;
@@ -95,7 +95,7 @@ LoadedDump dump_in_memory(const std::vector<DumpSink::Entry>& entries, const std
   dump.manifest.ranks.push_back({0, {}, "", {}});
   for (const auto& e : entries) {
     DumpTensor t;
-    t.record = {"", e.record, e.tensor.scalar_type(), e.tensor.sizes().vec(), ""};
+    t.record = {"", e.record, e.tensor.scalar_type(), e.tensor.sizes().vec()};
     t.whole = e.tensor;
     t.pieces = {e.tensor};
     dump.tensors.push_back(std::move(t));

@@ -48,13 +48,15 @@ void write_dump_rank_file(const std::string& folder, int64_t rank, const std::ve
 
 void write_dump_manifest(const std::string& folder, const std::string& run, const std::vector<MeshDim>& mesh,
                          const std::vector<std::vector<int64_t>>& coords_by_rank,
-                         const std::vector<TraceRecord>& records) {
+                         const std::vector<TraceRecord>& records, const std::map<std::string, GridCoords>& grids) {
   DumpManifest m;
   m.run = run;
   m.mesh = mesh;
+  for (const auto& [name, grid] : grids) m.meshes[name] = grid.mesh;
   std::vector<SafetensorsFile> files;
   for (size_t r = 0; r < coords_by_rank.size(); ++r) {
     m.ranks.push_back({static_cast<int64_t>(r), coords_by_rank[r], dump_rank_file_name(static_cast<int64_t>(r)), {}});
+    for (const auto& [name, grid] : grids) m.ranks.back().mesh_coords[name] = grid.coords_by_rank.at(r);
     // Shapes only: the whole's shape is all the manifest needs, and the data would double the
     // memory a dump takes at its end (every rank's pieces on the rank that writes the manifest).
     files.push_back(
@@ -73,8 +75,9 @@ void write_dump_manifest(const std::string& folder, const std::string& run, cons
     // Zero bytes stand in for the data while the pieces are put together, one record at a time.
     std::vector<at::Tensor> stand_ins;
     for (const auto& p : pieces) stand_ins.push_back(at::zeros(p.sizes(), at::kByte));
-    const at::Tensor whole = reassemble(mesh, coords_by_rank, stand_ins, records[i].placements).whole;
-    m.records.push_back({key, records[i], pieces.front().scalar_type(), whole.sizes().vec(), ""});
+    const at::Tensor whole =
+        reassemble(m.grid(records[i].mesh), m.coords(records[i].mesh), stand_ins, records[i].placements).whole;
+    m.records.push_back({key, records[i], pieces.front().scalar_type(), whole.sizes().vec()});
   }
   write_file_atomically((std::filesystem::path(folder) / "manifest.json").string(), dump_manifest_json(m));
 }

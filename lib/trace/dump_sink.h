@@ -3,6 +3,7 @@
 // writes manifest.json, last, so a folder with a manifest is a finished dump.
 #pragma once
 
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -38,11 +39,18 @@ std::string dump_rank_file_name(int64_t rank);
 // in record order.
 void write_dump_rank_file(const std::string& folder, int64_t rank, const std::vector<DumpSink::Entry>& entries);
 
+// A named grid's dimensions and every rank's coordinates on it (docs/dump-format.md, "Named meshes").
+struct GridCoords {
+  std::vector<MeshDim> mesh;
+  std::vector<std::vector<int64_t>> coords_by_rank;
+};
+
 // Once every rank's file is written: reads their headers back, reassembles each record's shape
-// from its pieces', and writes manifest.json atomically. `records` are the ranks' common record list.
+// from its pieces' on the record's grid, and writes manifest.json atomically. `records` are the
+// ranks' common record list; `grids` the named grids besides `mesh` (version 3 where there are any).
 void write_dump_manifest(const std::string& folder, const std::string& run, const std::vector<MeshDim>& mesh,
                          const std::vector<std::vector<int64_t>>& coords_by_rank,
-                         const std::vector<TraceRecord>& records);
+                         const std::vector<TraceRecord>& records, const std::map<std::string, GridCoords>& grids = {});
 
 // Removes what a dump of `ranks` ranks wrote into `folder` (rank files, manifest), and the folder
 // once it is empty: a dump that could not be finished is not left half-written.

@@ -25,8 +25,17 @@ std::vector<Placement> TraceLayout::logits(int64_t length) const {
 }
 
 const std::vector<Placement>& TraceLayout::parameter(const std::string& name) const {
-  const auto it = parameters_by_name.find(name);
-  return it == parameters_by_name.end() ? parameters : it->second;
+  const std::string grid = parameter_grid(name);
+  const auto& by_name = grid.empty() ? parameters_by_name : grids.at(grid).parameters_by_name;
+  const auto it = by_name.find(name);
+  return it != by_name.end() ? it->second : grid.empty() ? parameters : grids.at(grid).parameters;
+}
+
+std::string TraceLayout::parameter_grid(const std::string& name) const {
+  for (const auto& [grid, g] : grids) {
+    if (name.rfind(g.prefix, 0) == 0) return grid;
+  }
+  return "";
 }
 
 std::vector<Placement> TraceLayout::replicated() const {

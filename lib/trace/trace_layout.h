@@ -12,9 +12,20 @@
 
 namespace magic {
 
+// A further grid over the same ranks (docs/dump-format.md, "Named meshes"): the parameters whose
+// names start with `prefix` are placed on it rather than on the main mesh (a bridge's encoder).
+struct TraceGrid {
+  std::vector<MeshDim> mesh;
+  std::vector<int64_t> coords;  // this rank's
+  std::string prefix;
+  std::vector<Placement> parameters;
+  std::map<std::string, std::vector<Placement>> parameters_by_name;
+};
+
 struct TraceLayout {
   std::vector<MeshDim> mesh;
-  std::vector<int64_t> coords;  // this rank's, one per mesh dimension
+  std::vector<int64_t> coords;             // this rank's, one per mesh dimension
+  std::map<std::string, TraceGrid> grids;  // by name; empty but for a bridge
 
   // Activations [rows, columns, ...]; a zig-zag placement's length is filled in per sequence.
   std::vector<Placement> rows_and_columns;
@@ -41,8 +52,10 @@ struct TraceLayout {
   std::vector<Placement> residual(int64_t length) const;
   // The placements of logits of a `length`-position sequence.
   std::vector<Placement> logits(int64_t length) const;
-  // The placements of parameter `name` and of everything shaped like it.
+  // The placements of parameter `name` and of everything shaped like it, on parameter_grid(name).
   const std::vector<Placement>& parameter(const std::string& name) const;
+  // The grid parameter `name` is placed on: "" the main mesh, or a name in `grids`.
+  std::string parameter_grid(const std::string& name) const;
   // Every rank holds the whole (a clip coefficient).
   std::vector<Placement> replicated() const;
 };

@@ -52,6 +52,7 @@ struct TraceRecord {
   std::string layer;                  // "blocks.1", or ""
   std::vector<Placement> placements;  // one per mesh dimension; empty in a single process
   int64_t micro_batch = -1;           // the micro-batch of a step it belongs to; -1: the whole step
+  std::string mesh = "";              // the grid `placements` are on: "" the main one, or a named one
 };
 
 const std::vector<std::string>& trace_kinds();

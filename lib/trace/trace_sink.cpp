@@ -39,6 +39,7 @@ void trace_parameter_tree(const TensorTree& tree, const TraceRecord& like, const
   for (const auto& name : record_order(tree, like)) {
     record.name = name;
     record.placements = layout.parameter(name);
+    record.mesh = layout.parameter_grid(name);
     sink->write(record, tree.at(name));
   }
 }

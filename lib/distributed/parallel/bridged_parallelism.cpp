@@ -61,6 +61,13 @@ TensorTree BridgedParallelism::optimizer_input(const TensorTree& clipped) const 
   return each_side(clipped, [](const Parallelism& p, const TensorTree& t) { return p.optimizer_input(t); });
 }
 
+TraceLayout BridgedParallelism::trace_layout() const {
+  TraceLayout out = lm_->trace_layout();
+  const TraceLayout encoder = encoder_->trace_layout();
+  out.grids["encoder"] = {encoder.mesh, encoder.coords, kEncoderPrefix, encoder.parameters, encoder.parameters_by_name};
+  return out;
+}
+
 ReductionGroupSums BridgedParallelism::sum_over_reduction_groups(const TensorTree& local) const {
   ReductionGroupSums encoder = encoder_->sum_over_reduction_groups(part(local, true));
   const ReductionGroupSums lm = lm_->sum_over_reduction_groups(part(local, false));

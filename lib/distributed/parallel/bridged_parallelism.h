@@ -42,8 +42,9 @@ class BridgedParallelism : public Parallelism {
     return lm_->assemble_weight_gradient(local);
   }
   bool runs_collectives() const override { return true; }
-  // The language model's: the encoder's parameters are not placed in it (no dump on a bridge yet).
-  TraceLayout trace_layout() const override { return lm_->trace_layout(); }
+  // The language model's mesh, with the encoder's as the grid "encoder" that its parameters are
+  // placed on (docs/dump-format.md, "Named meshes").
+  TraceLayout trace_layout() const override;
 
   const Parallelism& encoder() const { return *encoder_; }
   const Parallelism& lm() const { return *lm_; }

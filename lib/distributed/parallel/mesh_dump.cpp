@@ -17,7 +17,9 @@ std::string write_mesh_dump(const std::string& folder, const std::string& run,
     failure = str_cat("rank ", rank, " could not write its records to ", folder, ": ", e.what());
     mine[0] = 0;
   }
+  // Then its coordinates on the main mesh and on each named grid, in the map's order.
   mine.insert(mine.end(), layout.coords.begin(), layout.coords.end());
+  for (const auto& [name, grid] : layout.grids) mine.insert(mine.end(), grid.coords.begin(), grid.coords.end());
   const at::Tensor row = at::tensor(mine, at::kLong).unsqueeze(0);
   const at::Tensor rows = world.all_gather(row, 0);
   std::vector<int> unwritten;
@@ -30,14 +32,25 @@ std::string write_mesh_dump(const std::string& folder, const std::string& run,
   }
   if (rank != 0) return "";
   try {
+    const auto coords_at = [&](int r, int64_t begin, size_t count) {
+      const at::Tensor c = rows[r].slice(0, begin, begin + static_cast<int64_t>(count)).contiguous();
+      return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+    };
     std::vector<std::vector<int64_t>> coords;
+    std::map<std::string, GridCoords> grids;
     for (int r = 0; r < world.size(); ++r) {
-      const at::Tensor c = rows[r].slice(0, 1).contiguous();
-      coords.emplace_back(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+      int64_t begin = 1;
+      coords.push_back(coords_at(r, begin, layout.mesh.size()));
+      begin += static_cast<int64_t>(layout.mesh.size());
+      for (const auto& [name, grid] : layout.grids) {
+        grids[name].mesh = grid.mesh;
+        grids[name].coords_by_rank.push_back(coords_at(r, begin, grid.mesh.size()));
+        begin += static_cast<int64_t>(grid.mesh.size());
+      }
     }
     std::vector<TraceRecord> records;
     for (const auto& e : entries) records.push_back(e.record);
-    write_dump_manifest(folder, run, layout.mesh, coords, records);
+    write_dump_manifest(folder, run, layout.mesh, coords, records, grids);
   } catch (const std::exception& e) {
     remove_dump_files(folder, world.size());
     return str_cat("the manifest of ", folder, " was not written: ", e.what());
