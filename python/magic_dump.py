@@ -1,9 +1,10 @@
 """magic_dump: write what a PyTorch run computed as a magic-dump folder that magic-compare reads.
 
-The format is docs/dump-format.md, version 2: a folder with one safetensors file per rank
-(rank0.safetensors, ...) holding each rank's piece of every recorded tensor, and manifest.json,
-written last, that lists the ranks' mesh coordinates and every record (name, kind, phase, order,
-step, micro-batch, layer, dtype, full shape and placements) in the order the run made them.
+The format is docs/dump-format.md, version 2 (version 3 when named meshes are declared): a folder
+with one safetensors file per rank (rank0.safetensors, ...) holding each rank's piece of every
+recorded tensor, and manifest.json, written last, that lists the ranks' mesh coordinates and every
+record (name, kind, phase, order, step, micro-batch, layer, dtype, full shape and placements) in the
+order the run made them.
 
 Use it in a single process or on every rank of torch.distributed:
 
@@ -29,6 +30,10 @@ torch.distributed the mesh is [] and records take no placements; with it the
 mesh defaults to one dimension [{"name": "dp", "size": world}] with coordinates [rank], or the
 caller declares its own mesh (outermost dimension first) and this rank's coordinates.
 
+Two layouts over one world (a colocated encoder and language model): `meshes` names each further
+grid, {"encoder": [("dp", 4)]}, and a record placed on it says so, mesh="encoder", its placements
+one per dimension of that grid. The main mesh stays the language model's; such a dump is version 3.
+
 What is inferred and what must be said: for a DistributedDataParallel model on the default dp mesh,
 gradients after backward are the reduced gradient, replicated, and module outputs are batch
 shards, shard(0); in a single process gradients are the reduced gradient (there is nothing to
@@ -49,6 +54,7 @@ import sys
 import torch
 
 FORMAT, VERSION = "magic-dump", 2
+NAMED_MESHES_VERSION = 3  # written only when named meshes are declared; otherwise version 2 exactly
 
 KINDS = ("input", "activation", "logits", "loss", "gradient", "reduced_gradient", "update", "parameter",
          "cotangent", "score", "other")
@@ -146,7 +152,7 @@ def _checked_placement(placement, tensor_dims, field):
         return shard(resolved, parts=placement.get("parts"), length=placement.get("length"))
     if kind == "partial" and set(placement) == {"type", "reduce"}:
         return partial(placement["reduce"])
-    raise ValueError(f"{field}: {placement!r} is not a placement of format version {VERSION} "
+    raise ValueError(f"{field}: {placement!r} is not a placement of the dump format "
                      f"(replicate, shard with dim and parts or length, zigzag with dim and length, "
                      f"partial with reduce)")
 
@@ -154,15 +160,15 @@ def _checked_placement(placement, tensor_dims, field):
 # ---- the dump ----------------------------------------------------------------------------------
 
 class _Record:
-    __slots__ = ("name", "kind", "phase", "order", "step", "micro_batch", "layer", "placements", "concat_dim",
-                 "tensor")
+    __slots__ = ("name", "kind", "phase", "order", "step", "micro_batch", "layer", "mesh", "placements",
+                 "concat_dim", "tensor")
 
     def __init__(self, **fields):
         for k, v in fields.items():
             setattr(self, k, v)
 
     def identity(self):
-        # What makes two records the same tensor (docs/dump-format.md); layer and key do not.
+        # What makes two records the same tensor (docs/dump-format.md); layer, key and mesh do not.
         return (self.name, self.kind, self.phase, self.order, self.step, self.micro_batch)
 
 
@@ -172,10 +178,14 @@ class Dump:
     `run` is a free label shown in reports. `mesh` (list of (name, size) pairs or of
     {"name", "size"} dicts, outermost first) and `coords` (this rank's coordinates) declare a mesh
     other than the default; `coords` defaults to the rank's row-major position in `mesh`.
+    `meshes` ({name: dimensions as for `mesh`}) names further grids over the same ranks (an
+    encoder's layout beside the language model's main mesh) and `mesh_coords` ({name: coordinates})
+    this rank's place on each, by default its row-major position; records say which grid they are
+    placed on with mesh=name. With named meshes the dump is version 3, without them version 2.
     `step` is the training step given to records that do not name one; set it as training goes.
     """
 
-    def __init__(self, folder, run="", mesh=None, coords=None, step=0):
+    def __init__(self, folder, run="", mesh=None, coords=None, step=0, meshes=None, mesh_coords=None):
         if not isinstance(run, str):
             raise ValueError(f"run: {run!r} is not a string")
         self.folder = os.fspath(folder)
@@ -186,6 +196,7 @@ class Dump:
         self.world = torch.distributed.get_world_size() if self._distributed else 1
         self.mesh, self.coords = self._checked_mesh(mesh, coords)
         self._default_mesh = mesh is None
+        self.meshes, self.mesh_coords = self._checked_meshes(meshes, mesh_coords)
         self._records = []
         self._by_identity = {}
         self._closed = False
@@ -203,43 +214,96 @@ class Dump:
             if coords is not None:
                 raise ValueError("coords: given without a mesh")
             return ([{"name": "dp", "size": self.world}], [self.rank]) if self._distributed else ([], [])
+        dims = self._checked_grid(mesh, "mesh")
+        return dims, self._checked_coords(coords, dims, "coords", "mesh")
+
+    def _checked_meshes(self, meshes, mesh_coords):
+        if meshes is None:
+            meshes = {}
+        if not isinstance(meshes, dict):
+            raise ValueError(f"meshes: {meshes!r} is not a dict of grid name -> dimensions")
+        if mesh_coords is None:
+            mesh_coords = {}
+        if not isinstance(mesh_coords, dict):
+            raise ValueError(f"mesh_coords: {mesh_coords!r} is not a dict of grid name -> this rank's coordinates")
+        unknown = [n for n in mesh_coords if n not in meshes]
+        if unknown:
+            raise ValueError(f"mesh_coords: {unknown[0]!r} is not a grid named in meshes "
+                             f"({', '.join(map(repr, meshes)) or 'none'})")
+        grids, coords = {}, {}
+        for name, dims in meshes.items():
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"meshes: grid name {name!r} is not a non-empty string ('' is the main mesh)")
+            grids[name] = self._checked_grid(dims, f"meshes {name!r}")
+            coords[name] = self._checked_coords(mesh_coords.get(name), grids[name], f"mesh_coords {name!r}",
+                                                f"meshes {name!r}")
+        return grids, coords
+
+    def _checked_grid(self, mesh, field):
+        """A grid's dimensions as {"name", "size"} dicts, or ValueError naming `field`."""
+        if isinstance(mesh, (str, dict)) or not isinstance(mesh, (list, tuple)):
+            raise ValueError(f"{field}: {mesh!r} is not a list of (name, size) dimensions")
         dims = []
         for entry in mesh:
-            name, size = (entry["name"], entry["size"]) if isinstance(entry, dict) else entry
+            try:
+                name, size = (entry["name"], entry["size"]) if isinstance(entry, dict) else entry
+            except (KeyError, TypeError, ValueError):
+                raise ValueError(f"{field}: dimension {entry!r} is not a (name, size) pair or a "
+                                 f"{{'name', 'size'}} dict") from None
             if not isinstance(name, str) or not name or name in [d["name"] for d in dims]:
-                raise ValueError(f"mesh: dimension name {name!r} is empty, not a string or repeated")
+                raise ValueError(f"{field}: dimension name {name!r} is empty, not a string or repeated")
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-                raise ValueError(f"mesh: size of {name!r} is {size!r}, not an integer >= 1")
+                raise ValueError(f"{field}: size of {name!r} is {size!r}, not an integer >= 1")
             dims.append({"name": name, "size": size})
         product = 1
         for d in dims:
             product *= d["size"]
         if product != self.world:
-            raise ValueError(f"mesh: sizes multiply to {product}, but there are {self.world} ranks")
+            raise ValueError(f"{field}: sizes multiply to {product}, but there are {self.world} ranks")
+        return dims
+
+    def _checked_coords(self, coords, dims, field, grid_field):
+        """This rank's coordinates on `dims`: `coords`, or by default its row-major position."""
         if coords is None:
             coords, rest = [], self.rank
             for d in reversed(dims):
                 coords.insert(0, rest % d["size"])
                 rest //= d["size"]
+        if isinstance(coords, (str, dict)) or not isinstance(coords, (list, tuple)):
+            raise ValueError(f"{field}: {coords!r} is not a list of coordinates")
         coords = list(coords)
         if len(coords) != len(dims) or any(isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < d["size"]
                                            for c, d in zip(coords, dims)):
-            raise ValueError(f"coords: {coords!r} is not one coordinate per mesh dimension within its size "
-                             f"(mesh {[(d['name'], d['size']) for d in dims]})")
-        return dims, coords
+            raise ValueError(f"{field}: {coords!r} is not one coordinate per {grid_field} dimension within its size "
+                             f"({[(d['name'], d['size']) for d in dims]})")
+        return coords
 
-    def _mesh_text(self):
-        return ",".join(f"{d['name']}={d['size']}" for d in self.mesh) or "[] (single process)"
+    def _grid(self, mesh, field):
+        """The dimensions of grid `mesh` ("" the main mesh), or ValueError naming `field`."""
+        if mesh == "":
+            return self.mesh
+        if isinstance(mesh, str) and mesh in self.meshes:
+            return self.meshes[mesh]
+        raise ValueError(f"{field}: {mesh!r} is not '' (the main mesh) or a grid named in meshes "
+                         f"({', '.join(map(repr, self.meshes)) or 'none declared'})")
+
+    def _mesh_text(self, mesh=""):
+        grid = ",".join(f"{d['name']}={d['size']}" for d in self._grid(mesh, "mesh"))
+        if mesh:
+            return f"{mesh!r} {grid or '[]'}"
+        return grid or "[] (single process)"
 
     # ---- recording -----------------------------------------------------------------------------
 
     def record(self, name, tensor, *, kind, phase=None, order=None, step=None, layer="", placements=None,
-               concat_dim=None, micro_batch=-1):
+               concat_dim=None, micro_batch=-1, mesh=""):
         """Record this rank's piece of tensor `name`.
 
         `kind`: one of KINDS; `phase` and `order` default from the kind where it says them (input,
         activation, logits, loss: forward; gradient: backward, first; reduced_gradient: reduction,
-        first). `placements`: one per mesh dimension; none on the single-process mesh [].
+        first). `placements`: one per dimension of the record's grid; none on the single-process mesh [].
+        `mesh`: the grid the record is placed on: "" (the default) the main mesh, or a name in the
+        dump's `meshes` (an encoder's tensors on the encoder's grid).
         `concat_dim`: for micro-batches, record each one with the same name; the pieces of one step
         are concatenated along this dimension into one record (without it, a second record of the
         same name, kind, phase, order, step and micro-batch is an error).
@@ -253,8 +317,8 @@ class Dump:
         if not isinstance(tensor, torch.Tensor):
             raise ValueError(f"tensor of {name!r}: a {type(tensor).__name__}, not a torch.Tensor")
         if tensor.dtype not in _SAFETENSORS_DTYPES:
-            raise ValueError(f"dtype of {name!r}: {tensor.dtype} has no safetensors code in format version "
-                             f"{VERSION} ({', '.join(_SAFETENSORS_DTYPES.values())})")
+            raise ValueError(f"dtype of {name!r}: {tensor.dtype} has no safetensors code in the dump format "
+                             f"({', '.join(_SAFETENSORS_DTYPES.values())})")
         if kind not in KINDS:
             raise ValueError(f"kind of {name!r}: {kind!r} is not one of {', '.join(KINDS)}")
         default_phase, default_order = _DEFAULT_PHASE_ORDER.get(kind, (None, None))
@@ -273,7 +337,8 @@ class Dump:
             raise ValueError(f"micro_batch of {name!r}: {micro_batch!r} is not an integer >= -1")
         if not isinstance(layer, str):
             raise ValueError(f"layer of {name!r}: {layer!r} is not a string")
-        placements = self._checked_placements(name, tensor, placements)
+        self._grid(mesh, f"mesh of {name!r}")
+        placements = self._checked_placements(name, tensor, placements, mesh)
         if concat_dim is not None:
             concat_dim = _checked_int(concat_dim, f"concat_dim of {name!r}")
             if not -tensor.dim() <= concat_dim < tensor.dim():
@@ -284,7 +349,7 @@ class Dump:
         # DDP's next reduction into .grad).
         piece = tensor.detach().to("cpu", copy=True).contiguous()
         record = _Record(name=name, kind=kind, phase=phase, order=order, step=step, micro_batch=micro_batch,
-                         layer=layer, placements=placements, concat_dim=concat_dim, tensor=piece)
+                         layer=layer, mesh=mesh, placements=placements, concat_dim=concat_dim, tensor=piece)
         earlier = self._by_identity.get(record.identity())
         if earlier is None:
             self._records.append(record)
@@ -295,20 +360,22 @@ class Dump:
                              f"{micro_batch}) on rank {self.rank}; give each micro-batch's record the same "
                              f"concat_dim to join them, or its micro_batch to keep them apart, or set dump.step "
                              f"for a new step")
-        if earlier.placements != placements or earlier.layer != layer or earlier.tensor.dtype != piece.dtype:
-            raise ValueError(f"name {name!r}: a micro-batch's placements, layer or dtype differ from the "
+        if (earlier.mesh != mesh or earlier.placements != placements or earlier.layer != layer
+                or earlier.tensor.dtype != piece.dtype):
+            raise ValueError(f"name {name!r}: a micro-batch's mesh, placements, layer or dtype differ from the "
                              f"record it joins")
         earlier.tensor = torch.cat([earlier.tensor, piece], dim=concat_dim)
 
-    def _checked_placements(self, name, tensor, placements):
+    def _checked_placements(self, name, tensor, placements, mesh=""):
+        grid = self._grid(mesh, f"mesh of {name!r}")
         if placements is None:
-            if self.mesh:
-                raise ValueError(f"placements of {name!r}: required on mesh {self._mesh_text()}, one per mesh "
+            if grid:
+                raise ValueError(f"placements of {name!r}: required on mesh {self._mesh_text(mesh)}, one per mesh "
                                  f"dimension (e.g. [shard(0)] for a batch shard, [replicate()])")
             return []
-        if not isinstance(placements, (list, tuple)) or len(placements) != len(self.mesh):
+        if not isinstance(placements, (list, tuple)) or len(placements) != len(grid):
             raise ValueError(f"placements of {name!r}: {placements!r} is not a list of one placement per mesh "
-                             f"dimension (mesh {self._mesh_text()})")
+                             f"dimension (mesh {self._mesh_text(mesh)})")
         checked = [_checked_placement(p, tensor.dim(), f"placements of {name!r}") for p in placements]
         for p in checked:
             if p["type"] == "zigzag" and tensor.shape[p["dim"]] % 2:
@@ -319,17 +386,17 @@ class Dump:
                                  f"shard of each part, but its dim {p['dim']} has size {tensor.shape[p['dim']]}")
         return checked
 
-    def watch_activations(self, model, names, *, placements=None, concat_dim=None, micro_batch=-1):
+    def watch_activations(self, model, names, *, placements=None, concat_dim=None, micro_batch=-1, mesh=""):
         """Forward hooks recording each named submodule's output as an `activation` (name and layer:
-        the module's name) at the dump's current step (and `micro_batch`); a tuple output records its
-        first element.
+        the module's name) at the dump's current step (and `micro_batch`, on grid `mesh`); a tuple
+        output records its first element.
         A DistributedDataParallel model is unwrapped and its outputs are batch shards, [shard(0)],
         on the default mesh. Returns a handle; `with` it, or call .remove(), to stop recording."""
         model, ddp = _unwrapped(model)
-        if placements is None and self.mesh:
-            if not (ddp and self._default_mesh):
+        if self._grid(mesh, "mesh of activations") and placements is None:
+            if not (ddp and self._default_mesh and mesh == ""):
                 raise ValueError(f"placements of activations: required for a model that is not "
-                                 f"DistributedDataParallel on the default dp mesh (mesh {self._mesh_text()})")
+                                 f"DistributedDataParallel on the default dp mesh (mesh {self._mesh_text(mesh)})")
             placements = [shard(0)]
         modules = dict(model.named_modules())
         if isinstance(names, str) or not names:
@@ -343,28 +410,31 @@ class Dump:
             def hook(_module, _inputs, output):
                 value = output[0] if isinstance(output, (tuple, list)) else output
                 self.record(module_name, value, kind="activation", layer=module_name, placements=placements,
-                            concat_dim=concat_dim, micro_batch=micro_batch)
+                            concat_dim=concat_dim, micro_batch=micro_batch, mesh=mesh)
             return hook
 
         return _Hooks([modules[n].register_forward_hook(hook_for(n)) for n in names])
 
-    def record_gradients(self, model, *, kind=None, phase=None, placements=None, step=None, micro_batch=-1):
+    def record_gradients(self, model, *, kind=None, phase=None, placements=None, step=None, micro_batch=-1,
+                         mesh=""):
         """Record every trainable parameter's .grad, named as the unwrapped model names it (no
         `module.` prefix), layer the module that owns it. `kind` defaults to `reduced_gradient` for a
         DistributedDataParallel model after backward (placements [replicate()] on the default mesh)
         and for a single process; a plain model on several ranks must say kind ('gradient' before a
         hand-written reduction, 'reduced_gradient' after it) and placements: a list, or a function
-        of the parameter's name returning one. `micro_batch`: as for record()."""
+        of the parameter's name returning one. `micro_batch`, `mesh`: as for record()."""
         model, ddp = _unwrapped(model)
+        grid = self._grid(mesh, "mesh of gradients")
         if kind is None:
             if not (ddp or not self._distributed):
                 raise ValueError("kind of gradients: required for a model that is not DistributedDataParallel "
                                  "on several ranks ('gradient' before your reduction, 'reduced_gradient' after)")
             kind = "reduced_gradient"
-        if placements is None and self.mesh:
-            if not (ddp and self._default_mesh and kind == "reduced_gradient"):
+        if placements is None and grid:
+            if not (ddp and self._default_mesh and mesh == "" and kind == "reduced_gradient"):
                 raise ValueError(f"placements of gradients: required unless the model is DistributedDataParallel "
-                                 f"on the default dp mesh and kind is 'reduced_gradient' (mesh {self._mesh_text()})")
+                                 f"on the default dp mesh and kind is 'reduced_gradient' "
+                                 f"(mesh {self._mesh_text(mesh)})")
             placements = [replicate()]
         # In the order backward makes them, the last layer's first (docs/dump-format.md, "records").
         for name, parameter in reversed(list(model.named_parameters())):
@@ -374,7 +444,7 @@ class Dump:
                 raise ValueError(f"gradient of {name!r}: .grad is None (call after backward; a parameter the "
                                  f"loss does not use has no gradient)")
             self.record(name, parameter.grad, kind=kind, phase=phase, order="first", step=step,
-                        micro_batch=micro_batch, layer=name.rpartition(".")[0],
+                        micro_batch=micro_batch, layer=name.rpartition(".")[0], mesh=mesh,
                         placements=placements(name) if callable(placements) else placements)
 
     # ---- writing -------------------------------------------------------------------------------
@@ -394,7 +464,8 @@ class Dump:
                               safetensors_bytes({k: r.tensor for k, r in zip(keys, self._records)}))
         except OSError as e:  # reported to every rank below, so that none waits for the manifest
             error = f"rank {self.rank} could not write {file_name}: {e}"
-        mine = {"rank": self.rank, "coords": self.coords, "file": file_name, "error": error,
+        mine = {"rank": self.rank, "coords": self.coords, "mesh_coords": self.mesh_coords, "file": file_name,
+                "error": error, "grids": {"mesh": self.mesh, "meshes": self.meshes},
                 "records": [_summary(r) for r in self._records]}
         if self._distributed:
             everyone = [None] * self.world
@@ -403,7 +474,7 @@ class Dump:
             everyone = [mine]
         # Every rank builds (and checks) the manifest from the same gathered lists, so every rank
         # raises the same error, or none does.
-        manifest = _manifest(self.run, self.mesh, keys, everyone)
+        manifest = _manifest(self.run, self.mesh, self.meshes, keys, everyone)
         if self.rank == 0:
             _write_atomically(os.path.join(self.folder, "manifest.json"),
                               (json.dumps(manifest, indent=1) + "\n").encode())
@@ -444,22 +515,33 @@ def _unwrapped(model):
 def _summary(record):
     return {"name": record.name, "kind": record.kind, "phase": record.phase, "order": record.order,
             "step": record.step, "micro_batch": record.micro_batch, "layer": record.layer,
-            "dtype": _SAFETENSORS_DTYPES[record.tensor.dtype],
+            "dtype": _SAFETENSORS_DTYPES[record.tensor.dtype], "mesh": record.mesh,
             "placements": record.placements, "piece_shape": list(record.tensor.shape)}
 
 
-def _manifest(run, mesh, keys, ranks):
+def _manifest(run, mesh, meshes, keys, ranks):
+    """The manifest: version 2 exactly as before named meshes when `meshes` is empty, else version 3
+    with `meshes`, each rank's `mesh_coords` and each record's `mesh`."""
     failed = [r["error"] for r in ranks if r["error"]]
     if failed:
         raise RuntimeError("; ".join(failed))
     ranks = sorted(ranks, key=lambda r: r["rank"])
-    seen = {}
-    for r in ranks:
-        if tuple(r["coords"]) in seen:
-            raise ValueError(f"coords: ranks {seen[tuple(r['coords'])]} and {r['rank']} both have {r['coords']}")
-        seen[tuple(r["coords"])] = r["rank"]
+    for r in ranks[1:]:
+        if r["grids"] != ranks[0]["grids"]:
+            raise ValueError(f"mesh, meshes: rank {r['rank']} declares {r['grids']}, rank 0 {ranks[0]['grids']}; "
+                             f"every rank must declare the same grids")
+    grids = {"": mesh, **meshes}
+    on_grid = {"": {r["rank"]: r["coords"] for r in ranks},
+               **{g: {r["rank"]: r["mesh_coords"][g] for r in ranks} for g in meshes}}
+    for g, coords_of in on_grid.items():
+        seen = {}
+        for rank, coords in coords_of.items():
+            if tuple(coords) in seen:
+                field = "coords" if g == "" else f"mesh_coords {g!r}"
+                raise ValueError(f"{field}: ranks {seen[tuple(coords)]} and {rank} both have {coords}")
+            seen[tuple(coords)] = rank
     first = ranks[0]["records"]
-    same = ("name", "kind", "phase", "order", "step", "micro_batch", "layer", "dtype", "placements")
+    same = ("name", "kind", "phase", "order", "step", "micro_batch", "layer", "dtype", "mesh", "placements")
     for r in ranks[1:]:
         if len(r["records"]) != len(first):
             raise ValueError(f"records: rank {r['rank']} made {len(r['records'])} records, rank 0 made "
@@ -471,18 +553,29 @@ def _manifest(run, mesh, keys, ranks):
                                  f"differs in {', '.join(differ)}")
     records = []
     for i, (key, s) in enumerate(zip(keys, first)):
-        pieces = {tuple(r["coords"]): r["records"][i]["piece_shape"] for r in ranks}
-        records.append({"key": key, "name": s["name"], "kind": s["kind"], "phase": s["phase"], "order": s["order"],
-                        "step": s["step"], "micro_batch": s["micro_batch"], "layer": s["layer"], "dtype": s["dtype"],
-                        "shape": _reassembled_shape(s, mesh, pieces), "placements": s["placements"]})
-    return {"format": FORMAT, "version": VERSION, "run": run, "mesh": mesh,
-            "ranks": [{"rank": r["rank"], "coords": r["coords"], "file": r["file"]} for r in ranks],
+        coords_of = on_grid[s["mesh"]]
+        pieces = {tuple(coords_of[r["rank"]]): r["records"][i]["piece_shape"] for r in ranks}
+        record = {"key": key, "name": s["name"], "kind": s["kind"], "phase": s["phase"], "order": s["order"],
+                  "step": s["step"], "micro_batch": s["micro_batch"], "layer": s["layer"], "dtype": s["dtype"],
+                  "shape": _reassembled_shape(s, grids[s["mesh"]], pieces)}
+        if meshes:
+            record["mesh"] = s["mesh"]
+        record["placements"] = s["placements"]
+        records.append(record)
+    if not meshes:
+        return {"format": FORMAT, "version": VERSION, "run": run, "mesh": mesh,
+                "ranks": [{"rank": r["rank"], "coords": r["coords"], "file": r["file"]} for r in ranks],
+                "records": records}
+    return {"format": FORMAT, "version": NAMED_MESHES_VERSION, "run": run, "mesh": mesh, "meshes": meshes,
+            "ranks": [{"rank": r["rank"], "coords": r["coords"], "mesh_coords": r["mesh_coords"], "file": r["file"]}
+                      for r in ranks],
             "records": records}
 
 
 def _reassembled_shape(summary, mesh, pieces):
-    """The full shape the pieces make, combining mesh dimensions innermost first as a reader does;
-    ValueError naming the record when they do not tile it."""
+    """The full shape the pieces make on the record's grid `mesh` ({coords on it: piece shape}),
+    combining its dimensions innermost first as a reader does; ValueError naming the record when
+    they do not tile it."""
     name = summary["name"]
     for d in reversed(range(len(mesh))):
         placement = summary["placements"][d]

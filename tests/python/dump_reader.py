@@ -1,7 +1,8 @@
-"""The tests' own reader of a magic-dump folder (docs/dump-format.md, versions 1 and 2), written from the
-document and independent of python/magic_dump.py: it parses the safetensors files byte by byte,
+"""The tests' own reader of a magic-dump folder (docs/dump-format.md, versions 1, 2 and 3), written from
+the document and independent of python/magic_dump.py: it parses the safetensors files byte by byte,
 checks what the format requires of them, and reassembles every record to its full tensor by its
-placements. It is the oracle for the writer; magic-compare is the reader under test elsewhere.
+placements on the record's grid (version 3's named meshes). It is the oracle for the writer;
+magic-compare is the reader under test elsewhere.
 """
 
 import json
@@ -54,27 +55,29 @@ def read_dump(folder):
     """(manifest, {identity: full tensor}) with identities in record order."""
     with open(os.path.join(folder, "manifest.json")) as f:
         manifest = json.load(f)
-    assert manifest["format"] == "magic-dump" and manifest["version"] in (1, 2), manifest.get("version")
+    version = manifest["version"]
+    assert manifest["format"] == "magic-dump" and version in (1, 2, 3), version
     for record in manifest["records"]:
-        # Version 2 states every record's micro-batch; a version 1 record is a whole step's.
-        assert ("micro_batch" in record) == (manifest["version"] == 2), f"{record['key']}: micro_batch"
+        # Version 2 on states every record's micro-batch; a version 1 record is a whole step's.
+        assert ("micro_batch" in record) == (version >= 2), f"{record['key']}: micro_batch"
         record.setdefault("micro_batch", -1)
-    mesh = manifest["mesh"]
-    files = {tuple(r["coords"]): read_safetensors(os.path.join(folder, r["file"])) for r in manifest["ranks"]}
-    world = 1
-    for d in mesh:
-        world *= d["size"]
-    assert len(files) == len(manifest["ranks"]) == world, "ranks and mesh disagree"
+    grids, coords_on = checked_grids(manifest)
+    files = [read_safetensors(os.path.join(folder, r["file"])) for r in manifest["ranks"]]
+    keys = {r["key"] for r in manifest["records"]}
+    for tensors in files:
+        assert set(tensors) == keys, "a file holds other keys"
     full = {}
     for record in manifest["records"]:
+        grid = record.get("mesh", "")
+        assert grid in grids, f"{record['key']}: mesh {grid!r} is not '' or a name in meshes"
+        assert len(record["placements"]) == len(grids[grid]), f"{record['key']}: one placement per {grid!r} dimension"
         pieces = {}
-        for coords, tensors in files.items():
-            assert set(tensors) == {r["key"] for r in manifest["records"]}, "a file holds other keys"
+        for rank, tensors in zip(manifest["ranks"], files):
             piece = tensors[record["key"]]
             assert piece.dtype == DTYPES[record["dtype"]], f"{record['name']}: piece dtype {piece.dtype}"
-            pieces[coords] = piece
+            pieces[coords_on[grid][rank["rank"]]] = piece
         try:
-            tensor = reassemble(pieces, mesh, record["placements"])
+            tensor = reassemble(pieces, grids[grid], record["placements"])
         except AssertionError as e:
             raise AssertionError(f"{folder}: record {record['key']} ({record['name']} {record['kind']}): {e}") from e
         assert list(tensor.shape) == record["shape"], f"{record['name']}: {list(tensor.shape)} != {record['shape']}"
@@ -82,6 +85,39 @@ def read_dump(folder):
         assert identity not in full, f"{identity} twice"
         full[identity] = tensor
     return manifest, full
+
+
+def checked_grids(manifest):
+    """({grid name: dimensions}, {grid name: {rank: coords tuple}}): the main mesh under "" and, in
+    version 3, every named mesh; each a grid of the world with every rank at distinct coordinates."""
+    version, ranks = manifest["version"], manifest["ranks"]
+    if version < 3:  # the fields of named meshes belong to version 3 alone
+        assert "meshes" not in manifest, f"version {version} has no meshes"
+        assert all("mesh_coords" not in r for r in ranks), f"version {version} has no mesh_coords"
+        assert all("mesh" not in r for r in manifest["records"]), f"version {version} records have no mesh"
+        meshes = {}
+    else:
+        meshes = manifest["meshes"]
+        assert isinstance(meshes, dict) and all(isinstance(n, str) and n for n in meshes), f"meshes {meshes}"
+        for r in ranks:
+            assert set(r["mesh_coords"]) == set(meshes), f"rank {r['rank']}: mesh_coords {r['mesh_coords']}"
+    world = len(ranks)
+    assert sorted(r["rank"] for r in ranks) == list(range(world)), "ranks are not 0..world-1 once each"
+    grids = {"": manifest["mesh"], **meshes}
+    coords_on = {}
+    for name, dims in grids.items():
+        names = [d["name"] for d in dims]
+        assert len(set(names)) == len(names) and all(d["size"] >= 1 for d in dims), f"mesh {name!r}: {dims}"
+        size = 1
+        for d in dims:
+            size *= d["size"]
+        assert size == world, f"mesh {name!r}: sizes multiply to {size}, {world} ranks"
+        coords_on[name] = {r["rank"]: tuple(r["coords"] if name == "" else r["mesh_coords"][name]) for r in ranks}
+        for coords in coords_on[name].values():
+            assert len(coords) == len(dims) and all(0 <= c < d["size"] for c, d in zip(coords, dims)), \
+                f"mesh {name!r}: coordinates {coords}"
+        assert len(set(coords_on[name].values())) == world, f"mesh {name!r}: two ranks at the same coordinates"
+    return grids, coords_on
 
 
 def reassemble(pieces, mesh, placements):

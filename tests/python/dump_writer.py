@@ -10,12 +10,20 @@ the tests' own reader (dump_reader.py), and refuses what it must with a ValueErr
   micro-batches    records with concat_dim join into one; records with micro_batch stay apart
   refusals         unknown kind, phase, order, placement; bad step, dims, dtype; duplicate records;
                    records after close; a mesh that is not the world
+  named meshes     version 3 only when named meshes are declared: meshes={} writes the same bytes
+                   as none (version 2); refusals of an unknown record mesh, placements that are not
+                   one per dimension of the record's grid, a named grid that is not the world, bad
+                   mesh_coords
   ranks (world 2)  a declared mesh dp=1 x cp=2 with zigzag, uneven, fused (3 parts) and padded
-                   shards reassembles exactly;
-                   ranks that record differently all raise, and no manifest is written
+                   shards reassembles exactly (version 2, no field of version 3);
+                   two grids (version 3): records on the main mesh and on a named grid "encoder"
+                   whose coordinates run opposite to the ranks reassemble exactly by each rank's
+                   coordinates on the record's grid;
+                   ranks that record differently, or share coordinates on a named grid, all raise,
+                   and no manifest is written
   magic-compare    (when given) reads what the writer writes: every dtype (exit 0), the declared
-                   mesh's dump against the same tensors written whole by one process (exit 0), and
-                   refuses a dump holding NaN, naming the record (exit 2)
+                   mesh's and the two grids' dumps against the same tensors written whole by one
+                   process (exit 0), and refuses a dump holding NaN, naming the record (exit 2)
 """
 
 import json
@@ -171,6 +179,82 @@ def refusals(tmp):
     ]
 
 
+def named_mesh_refusals(tmp):
+    """(what, a call that must raise ValueError, a word the message must contain): named meshes on
+    one process, where a grid of the world has sizes multiplying to 1."""
+    t = torch.zeros(4, 3)
+    folder = os.path.join(tmp, "named.dump")
+
+    def two_grids():
+        return Dump(folder, meshes={"encoder": [("dp", 1)]})
+
+    def joined_on_another_grid():
+        d = two_grids()
+        d.record("x", t, kind="activation", concat_dim=0)
+        d.record("x", t, kind="activation", concat_dim=0, mesh="encoder", placements=[replicate()])
+
+    return [
+        ("record on an unknown mesh", lambda: two_grids().record("x", t, kind="activation", mesh="vision"),
+         "mesh of 'x'"),
+        ("record on a mesh none declared", lambda: Dump(folder).record("x", t, kind="activation", mesh="encoder"),
+         "mesh of 'x'"),
+        ("placements missing on a named grid", lambda: two_grids().record("x", t, kind="activation", mesh="encoder"),
+         "placements of 'x'"),
+        ("placements of the main mesh on a named grid",
+         lambda: two_grids().record("x", t, kind="activation", mesh="encoder", placements=[]), "placements of 'x'"),
+        ("two placements on a grid of one dimension",
+         lambda: two_grids().record("x", t, kind="activation", mesh="encoder", placements=[shard(0), shard(0)]),
+         "placements of 'x'"),
+        ("a placement on the main mesh [] of a two-grid dump",
+         lambda: two_grids().record("x", t, kind="activation", placements=[shard(0)]), "placements of 'x'"),
+        ("gradients on an unknown mesh", lambda: two_grids().record_gradients(torch.nn.Linear(2, 2), mesh="vision"),
+         "mesh of gradients"),
+        ("activations on an unknown mesh",
+         lambda: two_grids().watch_activations(torch.nn.Sequential(torch.nn.Linear(2, 2)), ["0"], mesh="vision"),
+         "mesh of activations"),
+        ("micro-batches joined across grids", joined_on_another_grid, "mesh, placements"),
+        ("a named grid larger than the world", lambda: Dump(folder, meshes={"encoder": [("dp", 2)]}),
+         "meshes 'encoder'"),
+        ("a named grid of size 0", lambda: Dump(folder, meshes={"encoder": [("dp", 0)]}), "meshes 'encoder'"),
+        ("a named grid's names repeated", lambda: Dump(folder, meshes={"encoder": [("dp", 1), ("dp", 1)]}),
+         "meshes 'encoder'"),
+        ("a named grid that is not a list", lambda: Dump(folder, meshes={"encoder": ("dp", 1)}), "meshes 'encoder'"),
+        ("an empty grid name", lambda: Dump(folder, meshes={"": [("dp", 1)]}), "meshes"),
+        ("meshes not a dict", lambda: Dump(folder, meshes=[("dp", 1)]), "meshes"),
+        ("mesh_coords of a grid not declared", lambda: Dump(folder, mesh_coords={"encoder": [0]}), "mesh_coords"),
+        ("mesh_coords outside the grid",
+         lambda: Dump(folder, meshes={"encoder": [("dp", 1)]}, mesh_coords={"encoder": [1]}), "mesh_coords 'encoder'"),
+        ("mesh_coords of another length",
+         lambda: Dump(folder, meshes={"encoder": [("dp", 1)]}, mesh_coords={"encoder": [0, 0]}),
+         "mesh_coords 'encoder'"),
+    ]
+
+
+def check_version_2_unless_meshes_are_named(tmp):
+    """meshes={} (and mesh="" on every record) writes the very bytes a dump without meshes writes,
+    version 2; a named grid makes the same records version 3, the main grid's records mesh ""."""
+    written = {}
+    for label, options in (("none", {}), ("empty", {"meshes": {}, "mesh_coords": {}}),
+                           ("named", {"meshes": {"encoder": [{"name": "dp", "size": 1}]}})):
+        folder = os.path.join(tmp, f"version-{label}.dump")
+        dump = Dump(folder, run="v", **options)
+        dump.record("ids", torch.arange(6).view(2, 3), kind="input", mesh="")
+        dump.record("hidden", torch.ones(2, 3, dtype=torch.float32), kind="activation")
+        dump.close()
+        with open(os.path.join(folder, "manifest.json"), "rb") as f:
+            written[label] = f.read()
+    assert written["empty"] == written["none"], "meshes={} changed the version 2 manifest"
+    v2, v3 = json.loads(written["none"]), json.loads(written["named"])
+    assert v2["version"] == 2 and "meshes" not in v2 and "mesh" not in v2["records"][0], v2
+    assert list(v3) == ["format", "version", "run", "mesh", "meshes", "ranks", "records"], list(v3)
+    assert v3["version"] == 3 and v3["meshes"] == {"encoder": [{"name": "dp", "size": 1}]}, v3
+    assert v3["ranks"] == [{"rank": 0, "coords": [], "mesh_coords": {"encoder": [0]}, "file": "rank0.safetensors"}]
+    assert [list(r)[-2:] for r in v3["records"]] == [["mesh", "placements"]] * 2, v3["records"]
+    assert [r["mesh"] for r in v3["records"]] == ["", ""], v3["records"]
+    assert [{k: v for k, v in r.items() if k != "mesh"} for r in v3["records"]] == v2["records"]
+    read_dump(os.path.join(tmp, "version-named.dump"))
+
+
 def expect_refusal(what, call, field):
     """`call()` raises a ValueError whose message names `field`."""
     try:
@@ -182,7 +266,7 @@ def expect_refusal(what, call, field):
 
 
 def check_refusals(tmp):
-    for what, call, field in refusals(tmp):
+    for what, call, field in refusals(tmp) + named_mesh_refusals(tmp):
         expect_refusal(what, call, field)
 
 
@@ -238,7 +322,61 @@ def record_declared(dump, tensors, placements):
     dump.record("padded", tensors["padded"], kind="logits", placements=placements["padded"])
 
 
-def check_magic_compare_reads_the_writer(binary, tmp, folders, whole):
+def write_two_grids(rank, world, folder, whole):
+    """Main mesh dp=1 x cp=2 (rank r is cp r) and a named grid "encoder" dp=2 whose coordinates run
+    opposite to the ranks (rank r is encoder dp 1 - r): the encoder's records are reassembled by
+    those coordinates, so rank 1's piece comes first."""
+    encoder_dp = 1 - rank
+    dump = Dump(folder, run="two-grids", mesh=[("dp", 1), ("cp", 2)], meshes={"encoder": [("dp", 2)]},
+                mesh_coords={"encoder": [encoder_dp]})
+    assert (dump.coords, dump.mesh_coords) == ([0, rank], {"encoder": [encoder_dp]}), dump.mesh_coords
+    rows = [0, 2, 5][encoder_dp:encoder_dp + 2]  # uneven on the encoder's grid: 2 rows, then 3
+    dump.record("patches", whole["patches"][rows[0]:rows[1]], kind="input", mesh="encoder", placements=[shard(0)])
+    chunks = whole["sequence"].chunk(4, dim=1)
+    dump.record("sequence", torch.cat([chunks[rank], chunks[3 - rank]], dim=1), kind="activation",
+                placements=[replicate(), zigzag(1)])
+    dump.record("encoder.w", whole["encoder.w"], kind="reduced_gradient", mesh="encoder", placements=[replicate()])
+    dump.record("loss", whole["loss"] * (0.25 + 0.5 * encoder_dp), kind="loss", mesh="encoder",
+                placements=[partial("sum")])
+    dump.close()
+
+
+def record_two_grids_whole(folder, whole):
+    """The same records as write_two_grids, written whole by one process (version 2)."""
+    dump = Dump(folder)
+    dump.record("patches", whole["patches"], kind="input")
+    dump.record("sequence", whole["sequence"], kind="activation")
+    dump.record("encoder.w", whole["encoder.w"], kind="reduced_gradient")
+    dump.record("loss", whole["loss"], kind="loss")
+    dump.close()
+
+
+def check_two_grids(folder, whole):
+    manifest, full = read_dump(folder)
+    assert manifest["version"] == 3 and manifest["meshes"] == {"encoder": [{"name": "dp", "size": 2}]}, manifest
+    assert [(r["coords"], r["mesh_coords"]) for r in manifest["ranks"]] == \
+        [([0, 0], {"encoder": [1]}), ([0, 1], {"encoder": [0]})], manifest["ranks"]
+    assert [(r["name"], r["mesh"], r["shape"]) for r in manifest["records"]] == \
+        [("patches", "encoder", [5, 3]), ("sequence", "", [2, 8]), ("encoder.w", "encoder", [4]),
+         ("loss", "encoder", [])], manifest["records"]
+    for (name, *_), tensor in full.items():
+        assert torch.allclose(tensor, whole[name], rtol=1e-15, atol=0), name
+
+
+def share_named_coords(rank, world, folder):
+    """Both ranks at encoder coordinate [0]: every rank's close() raises naming the grid, no manifest."""
+    dump = Dump(folder, meshes={"encoder": [("dp", 2)]}, mesh_coords={"encoder": [0]})
+    dump.record("x", torch.zeros(2), kind="activation", mesh="encoder", placements=[replicate()])
+    try:
+        dump.close()
+    except ValueError as e:
+        assert "mesh_coords 'encoder'" in str(e) and "ranks 0 and 1" in str(e), e
+    else:
+        raise AssertionError(f"rank {rank}: close() accepted two ranks at one encoder coordinate")
+    assert not os.path.exists(os.path.join(folder, "manifest.json"))
+
+
+def check_magic_compare_reads_the_writer(binary, tmp, folders, whole, grids):
     every = os.path.join(tmp, "every-dtype.dump")
     dump = Dump(every)
     for name, tensor in every_dtype().items():
@@ -253,6 +391,12 @@ def check_magic_compare_reads_the_writer(binary, tmp, folders, whole):
     dump.close()
     code, report, output = run_magic_compare(binary, folders["mesh.dump"], single, tmp)
     assert code == 0 and len(report["records"]) == len(whole), output
+    print(output)
+
+    grids_whole = os.path.join(tmp, "two-grids-whole.dump")
+    record_two_grids_whole(grids_whole, grids)
+    code, report, output = run_magic_compare(binary, folders["grids.dump"], grids_whole, tmp)
+    assert code == 0 and len(report["records"]) == 4, output
     print(output)
 
     nan = os.path.join(tmp, "nan.dump")
@@ -285,6 +429,12 @@ def declared_tensors():
                                 ("fused", (6, 2)), ("padded", (3, 2)))}
 
 
+def two_grid_tensors():
+    generator = torch.Generator().manual_seed(13)
+    return {name: torch.randn(shape, generator=generator, dtype=torch.float64)
+            for name, shape in (("patches", (5, 3)), ("sequence", (2, 8)), ("encoder.w", (4,)), ("loss", ()))}
+
+
 def main():
     args = arguments(__doc__.splitlines()[0])
     with private_temporary_folder() as tmp:
@@ -292,20 +442,28 @@ def main():
         check_single_process_manifest(tmp)
         check_micro_batches(tmp)
         check_refusals(tmp)
-        whole = declared_tensors()
-        folders = {name: os.path.join(tmp, name) for name in ("placements.dump", "mesh.dump", "differ.dump")}
+        check_version_2_unless_meshes_are_named(tmp)
+        whole, grids = declared_tensors(), two_grid_tensors()
+        folders = {name: os.path.join(tmp, name)
+                   for name in ("placements.dump", "mesh.dump", "differ.dump", "grids.dump", "shared.dump")}
         run_on_ranks(2, [(check_placement_refusals_on_a_mesh, {"folder": folders["placements.dump"]}),
                          (write_declared_mesh, {"folder": folders["mesh.dump"], "whole": whole}),
-                         (record_differently, {"folder": folders["differ.dump"]})])
+                         (record_differently, {"folder": folders["differ.dump"]}),
+                         (write_two_grids, {"folder": folders["grids.dump"], "whole": grids}),
+                         (share_named_coords, {"folder": folders["shared.dump"]})])
         manifest, full = read_dump(folders["mesh.dump"])
+        assert manifest["version"] == 2 and "meshes" not in manifest, manifest
         assert manifest["mesh"] == [{"name": "dp", "size": 1}, {"name": "cp", "size": 2}], manifest["mesh"]
         assert [r["coords"] for r in manifest["ranks"]] == [[0, 0], [0, 1]], manifest["ranks"]
+        assert all(list(r) == ["rank", "coords", "file"] for r in manifest["ranks"]), manifest["ranks"]
+        assert all("mesh" not in r for r in manifest["records"]), manifest["records"]
         for (name, *_), tensor in full.items():
             assert torch.equal(tensor, whole[name]), name
+        check_two_grids(folders["grids.dump"], grids)
         _, uneven = read_dump(folders["placements.dump"])
         assert list(uneven.values())[0].shape == (3, 2)
         if args.magic_compare:
-            check_magic_compare_reads_the_writer(args.magic_compare, tmp, folders, whole)
+            check_magic_compare_reads_the_writer(args.magic_compare, tmp, folders, whole, grids)
     print("PASS: magic_dump writes the format and refuses what it must")
     return 0
 

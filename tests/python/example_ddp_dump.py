@@ -2,7 +2,8 @@
 """ctest python.example_ddp_dump: the example of docs/magic-dump-python.md runs as documented
 (python/examples/ddp_dump_example.py --out DIR), its DDP dump matches its single-process dump,
 judged by the Python oracle and, when given, by magic-compare (exit 0), and every python block of
-the document is a passage of the example file, so the document shows code that runs."""
+the document is a passage of the example file or of the bridge demonstration (tests/python/bridge_steps.py,
+run by python.bridge_dumps), so the document shows code that runs."""
 
 import os
 import re
@@ -13,20 +14,24 @@ from compare_dumps import arguments, oracle_differences, private_temporary_folde
 from paths import REPOSITORY
 
 EXAMPLE = os.path.join(REPOSITORY, "python", "examples", "ddp_dump_example.py")
+BRIDGE = os.path.join(REPOSITORY, "tests", "python", "bridge_steps.py")
 DOCUMENT = os.path.join(REPOSITORY, "docs", "magic-dump-python.md")
 
 
 def check_document_quotes_the_example():
-    """Each ```python block's lines (indentation aside) appear, consecutively, in the example."""
+    """Each ```python block's lines (indentation aside) appear, consecutively, in the example or
+    in the bridge demonstration."""
     with open(DOCUMENT) as f:
         blocks = re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
-    with open(EXAMPLE) as f:
-        example = [line.strip() for line in f]
+    sources = []
+    for path in (EXAMPLE, BRIDGE):
+        with open(path) as f:
+            sources.append([line.strip() for line in f])
     assert blocks, f"{DOCUMENT} has no python block"
     for block in blocks:
         lines = [line.strip() for line in block.splitlines()]
-        assert any(example[i:i + len(lines)] == lines for i in range(len(example))), \
-            f"{DOCUMENT}: this block is not a passage of {EXAMPLE}:\n{block}"
+        assert any(source[i:i + len(lines)] == lines for source in sources for i in range(len(source))), \
+            f"{DOCUMENT}: this block is not a passage of {EXAMPLE} or {BRIDGE}:\n{block}"
 
 
 def main():
