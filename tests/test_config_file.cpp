@@ -56,6 +56,21 @@ TEST(ConfigFile, ABrokenOrAmbiguousYamlFileIsRefusedWithItsLine) {
   EXPECT_NE(why.find("absent.yaml: cannot open"), std::string::npos) << why;
 }
 
+// A run config is one YAML document: a second one after `---` is refused naming its line, not
+// dropped unread; a `---` that opens the only document is fine.
+TEST(ConfigFile, ASecondYamlDocumentIsRefusedNotDropped) {
+  const std::string why =
+      testing::input_error_of([] { read_config_file(write_temp("two.yaml", "seed: 1\n---\nseed: 2\n")); });
+  EXPECT_NE(why.find("two.yaml: a second YAML document at line 3 (after '---'); a run config is one document"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(testing::input_error_of([] {
+              read_config_file(write_temp("trailing.yaml", "seed: 1\n---\n"));
+            }).find("a second YAML document"),
+            std::string::npos);
+  EXPECT_EQ(read_config_file(write_temp("opened.yaml", "---\nseed: 1\n"))["seed"], 1);
+}
+
 // A tab in YAML's indentation is named as a tab, with its line (yaml-cpp may say "illegal map value").
 TEST(ConfigFile, ATabInYamlIndentationIsNamedAsATab) {
   const std::string tabbed = write_temp("tabbed.yaml", "seed: 0\ntraining:\n\tsteps: 3\n");

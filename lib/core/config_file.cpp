@@ -83,9 +83,9 @@ std::pair<int, int> tab_in_indentation(const std::string& path, int at) {
 }
 
 json read_yaml(const std::string& path) {
-  YAML::Node root;
+  std::vector<YAML::Node> documents;
   try {
-    root = YAML::LoadFile(path);
+    documents = YAML::LoadAllFromFile(path);
   } catch (const YAML::BadFile&) {
     throw InputError(path + ": cannot open the config file");
   } catch (const YAML::ParserException& e) {
@@ -98,7 +98,13 @@ json read_yaml(const std::string& path) {
     throw InputError(
         str_cat(path, ": invalid YAML at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg));
   }
-  return to_json(root, path);
+  // A run config is one document: a second one (after `---`) would otherwise be dropped unread.
+  if (documents.size() > 1) {
+    const YAML::Mark at = documents[1].Mark();
+    throw InputError(str_cat(path, ": a second YAML document", at.line >= 0 ? str_cat(" at line ", at.line + 1) : "",
+                             " (after '---'); a run config is one document"));
+  }
+  return to_json(documents.empty() ? YAML::Node() : documents.front(), path);
 }
 
 // An override's text as YAML reads a scalar (a quoted one is text, without its quotes), or as JSON
