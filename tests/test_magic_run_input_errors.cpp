@@ -41,7 +41,11 @@ TEST(MagicRunInputErrors, ABadOverrideIsBlamedOnItsFlagNotTheConfigFile) {
             "magic-run: error: --training.step: unknown key 'step' in training (did you mean "
             "steps?)\n"},
            {"--training.steps '\"two\"'",
-            "magic-run: error: --training.steps=\"two\": expected an integer, got string \"two\"\n"}}) {
+            "magic-run: error: --training.steps=\"two\": expected an integer, got string \"two\"\n"},
+           // 2^63 - 1 steps overflowed the checkpoint schedule's arithmetic and never returned.
+           {"--training.steps 9223372036854775807",
+            "magic-run: error: --training.steps=9223372036854775807: expected an integer from 1 to 2^40 "
+            "(1099511627776), got 9223372036854775807\n"}}) {
     EXPECT_EQ(refusal("--config " + config + " " + flag, dir + "/out"), line) << flag;
   }
 }

@@ -121,7 +121,12 @@ RunConfig RunConfig::from_json(const nlohmann::json& json, std::shared_ptr<const
 
   JsonFields training = root.object("training");
   c.steps = training.integer("steps");
-  if (c.steps < 1) training.fail("steps", str_cat("expected an integer >= 1, got ", c.steps));
+  // Bounded so that the checkpoint schedules' arithmetic (squares of step counts) cannot overflow;
+  // far above any run, which the memory estimate refuses long before.
+  constexpr int64_t kMaxSteps = int64_t{1} << 40;
+  if (c.steps < 1 || c.steps > kMaxSteps) {
+    training.fail("steps", str_cat("expected an integer from 1 to 2^40 (", kMaxSteps, "), got ", c.steps));
+  }
   c.batch_size = training.integer("batch_size");
   if (c.batch_size < 1) training.fail("batch_size", str_cat("expected an integer >= 1, got ", c.batch_size));
   c.shuffle = training.boolean("shuffle", true);
