@@ -44,13 +44,10 @@ std::vector<NamedFactor> factors_of(const LoadedDump& a, const LoadedDump& b) {
   std::vector<std::pair<std::string, int64_t>> sizes;
   std::set<std::string> names;
   for (const auto* dump : {&a, &b}) {
-    std::vector<MeshDim> dims = dump->manifest.mesh;
-    for (const auto& [name, grid] : dump->manifest.meshes) {
-      const std::vector<MeshDim> labelled = dump->manifest.grid(name);
-      dims.insert(dims.end(), labelled.begin(), labelled.end());
-    }
-    for (const auto& d : dims) {
-      if (d.size > 1 && names.insert(d.name).second) sizes.emplace_back(d.name, d.size);
+    for (const auto& [name, grid] : dump->manifest.placed_grids()) {
+      for (const auto& d : grid.dims) {
+        if (d.size > 1 && names.insert(d.name).second) sizes.emplace_back(d.name, d.size);
+      }
     }
   }
   return candidate_factors(sizes);
@@ -168,6 +165,7 @@ DumpComparison compare_dumps(const LoadedDump& candidate, const LoadedDump& refe
       options.factor_sizes ? candidate_factors(*options.factor_sizes) : factors_of(candidate, reference);
   std::map<std::string, const DumpTensor*> by_identity;
   for (const auto& t : candidate.tensors) by_identity[record_identity(t.record.record)] = &t;
+  const auto grids = candidate.manifest.placed_grids();
   std::set<std::string> matched;
   DumpComparison out;
   for (const auto& ref : reference.tensors) {
@@ -184,8 +182,7 @@ DumpComparison compare_dumps(const LoadedDump& candidate, const LoadedDump& refe
       matched.insert(id);
       const DumpTensor& cand = *it->second;
       // The grid the candidate's pieces are placed on, and each rank's coordinates there.
-      const auto grid = std::make_pair(candidate.manifest.grid(cand.record.record.mesh),
-                                       candidate.manifest.coords(cand.record.record.mesh));
+      const PlacedGrid& grid = grids.at(cand.record.record.mesh);
       if (!cand.whole.sizes().equals(ref.whole.sizes())) {
         row.row =
             make_unmatched_row(ref.record.record.phase, ref.record.record.name, tolerance,
@@ -194,12 +191,12 @@ DumpComparison compare_dumps(const LoadedDump& candidate, const LoadedDump& refe
         row.row = make_check_row(ref.record.record.phase, ref.record.record.name, cand.whole.to(at::kDouble),
                                  ref.whole.to(at::kDouble), tolerance, factors);
         if (!row.row.passed) {
-          row.where = off_pieces(cand, grid.first, grid.second, ref.whole, tolerance);
+          row.where = off_pieces(cand, grid.dims, grid.coords, ref.whole, tolerance);
         }
         if (!cand.replicas_differ.empty() && cand.replica_spread > tolerance) {
           row.row.passed = false;
           const std::string unreduced =
-              unreduced_over(cand, grid.first, grid.second, ref.whole.to(at::kDouble), tolerance);
+              unreduced_over(cand, grid.dims, grid.coords, ref.whole.to(at::kDouble), tolerance);
           row.row.diagnosis.text = replicas_diagnosis(row.row.diagnosis.text, unreduced, cand.replicas_differ);
         }
       }

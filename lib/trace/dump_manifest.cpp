@@ -158,6 +158,12 @@ std::vector<std::vector<int64_t>> DumpManifest::coords(const std::string& name) 
   return out;
 }
 
+std::map<std::string, PlacedGrid> DumpManifest::placed_grids() const {
+  std::map<std::string, PlacedGrid> out{{"", {grid(""), coords("")}}};
+  for (const auto& [name, dims] : meshes) out[name] = {grid(name), coords(name)};
+  return out;
+}
+
 DumpManifest parse_dump_manifest(const std::string& text, const std::string& path) {
   json document;
   try {

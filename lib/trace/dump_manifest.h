@@ -33,6 +33,13 @@ struct DumpRank {
   std::map<std::string, std::vector<int64_t>> mesh_coords;  // on each named grid
 };
 
+// A grid as records are reassembled on it: its dimensions as messages name them, and every rank's
+// coordinates on it, by rank.
+struct PlacedGrid {
+  std::vector<MeshDim> dims;
+  std::vector<std::vector<int64_t>> coords;
+};
+
 struct DumpManifest {
   int64_t version = kDumpFormatVersion;
   std::string run;
@@ -46,6 +53,8 @@ struct DumpManifest {
   std::vector<MeshDim> grid(const std::string& name) const;
   // Every rank's coordinates on grid `name`, by rank.
   std::vector<std::vector<int64_t>> coords(const std::string& name) const;
+  // Every grid by name ("" the main one), built once for a loop over the records.
+  std::map<std::string, PlacedGrid> placed_grids() const;
 };
 
 // Throws InputError "<path>: <field>: <what was expected>".

@@ -54,6 +54,7 @@ LoadedDump read_dump(const std::string& folder) {
       }
     }
   }
+  const auto grids = m.placed_grids();
   for (const auto& d : m.records) {
     const std::string where = str_cat("record '", d.key, "' (", record_place(d.record), ")");
     DumpTensor t;
@@ -72,7 +73,8 @@ LoadedDump read_dump(const std::string& folder) {
       t.pieces.push_back(piece);
     }
     try {
-      Reassembled whole = reassemble(m.grid(d.record.mesh), m.coords(d.record.mesh), t.pieces, d.record.placements);
+      const PlacedGrid& grid = grids.at(d.record.mesh);
+      Reassembled whole = reassemble(grid.dims, grid.coords, t.pieces, d.record.placements);
       t.whole = whole.whole;
       t.replicas_differ = whole.replicas_differ;
       t.replica_spread = whole.replica_spread;

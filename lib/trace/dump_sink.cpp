@@ -62,6 +62,7 @@ void write_dump_manifest(const std::string& folder, const std::string& run, cons
     files.push_back(
         load_safetensors((std::filesystem::path(folder) / m.ranks.back().file).string(), SafetensorsRead::kHeaderOnly));
   }
+  const auto placed = m.placed_grids();
   for (size_t i = 0; i < records.size(); ++i) {
     const std::string key = record_key(i);
     std::vector<at::Tensor> pieces;
@@ -75,8 +76,8 @@ void write_dump_manifest(const std::string& folder, const std::string& run, cons
     // Zero bytes stand in for the data while the pieces are put together, one record at a time.
     std::vector<at::Tensor> stand_ins;
     for (const auto& p : pieces) stand_ins.push_back(at::zeros(p.sizes(), at::kByte));
-    const at::Tensor whole =
-        reassemble(m.grid(records[i].mesh), m.coords(records[i].mesh), stand_ins, records[i].placements).whole;
+    const PlacedGrid& grid = placed.at(records[i].mesh);
+    const at::Tensor whole = reassemble(grid.dims, grid.coords, stand_ins, records[i].placements).whole;
     m.records.push_back({key, records[i], pieces.front().scalar_type(), whole.sizes().vec()});
   }
   write_file_atomically((std::filesystem::path(folder) / "manifest.json").string(), dump_manifest_json(m));
