@@ -35,7 +35,7 @@ WorkloadSize lm_size(const CheckSettings& s) {
   const RunConfig config = lm_unclipped_config(one_step);
   const MemoryEstimate run = estimate_run_memory(config);
   WorkloadSize w;
-  w.parameters = static_cast<double>(gpt_init(config.model, at::kFloat, 0).numel());
+  w.parameters = gpt_parameter_count(config.model);
   w.state_entries =
       static_cast<double>(run.state_bytes) / static_cast<double>(c10::elementSize(config.precision.master));
   // memory_estimate.h counts 3 graphs' worth for a REPLAY step; the reference keeps 2 per step

@@ -10,6 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "lib/core/error.h"
+#include "lib/core/input_file.h"
+#include "lib/core/input_limits.h"
+#include "lib/core/json_fields.h"
 #include "lib/core/strings.h"
 #include "lib/text/tokenizer_folder.h"
 
@@ -25,11 +28,13 @@ std::string dump(const json& value) {
 // Calls `each(value, where)` for every line of `path` parsed as JSON.
 template <typename Each>
 void for_each_json_line(const std::string& path, Each each) {
+  require_regular_file(path, "file of JSON lines");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open");
   std::string line;
-  for (size_t number = 1; std::getline(in, line); ++number) {
+  for (int64_t number = 1; read_bounded_line(in, line, limits::kLineBytes, path, number); ++number) {
     const std::string where = str_cat(path, ": line ", number);
+    require_json_nesting(line, where);
     json value;
     try {
       value = json::parse(line);

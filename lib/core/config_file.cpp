@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
+#include <sstream>
 
 #include "lib/core/error.h"
+#include "lib/core/input_file.h"
+#include "lib/core/input_limits.h"
 #include "lib/core/json_fields.h"
 #include "lib/core/nearest_word.h"
 #include "lib/core/strings.h"
+#include "lib/core/utf8.h"
 
 namespace magic {
 namespace {
@@ -38,41 +41,59 @@ json plain_scalar(const std::string& text) {
   return text;
 }
 
-json to_json(const YAML::Node& node, const std::string& where) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined:
-      return nullptr;
-    case YAML::NodeType::Scalar:
-      // A quoted scalar carries the tag "!"; a plain one "?".
-      return node.Tag() == "!" ? json(node.Scalar()) : plain_scalar(node.Scalar());
-    case YAML::NodeType::Sequence: {
-      json out = json::array();
-      for (size_t i = 0; i < node.size(); ++i) out.push_back(to_json(node[i], str_cat(where, "[", i, "]")));
-      return out;
-    }
-    case YAML::NodeType::Map: {
-      json out = json::object();
-      for (const auto& entry : node) {
-        if (!entry.first.IsScalar()) {
-          throw InputError(str_cat(where, ": line ", entry.first.Mark().line + 1, ": a key must be text"));
-        }
-        const std::string key = entry.first.Scalar();
-        if (out.contains(key)) {
-          throw InputError(str_cat(where, ": line ", entry.first.Mark().line + 1, ": key '", key, "' given twice"));
-        }
-        out[key] = to_json(entry.second, where);
-      }
-      return out;
-    }
-  }
-  return nullptr;
-}
+// A YAML document as JSON, within limits::kNesting and limits::kYamlValues: an alias is read again
+// at each use, so one that refers to itself, or aliases nested to expand a billion times, stop
+// here by name instead of overflowing the stack or the memory.
+class YamlReader {
+ public:
+  explicit YamlReader(std::string path) : path_(std::move(path)) {}
 
-// A tab in the indentation of line `at` of `path` or the line before (where yaml-cpp reports one,
+  json read(const YAML::Node& node, int depth = 1) {
+    if (depth > limits::kNesting) refuse(node, str_cat("nested deeper than ", limits::kNesting));
+    if (++values_ > limits::kYamlValues) {
+      refuse(node, str_cat("more than ", limits::kYamlValues, " values once its aliases are expanded"));
+    }
+    switch (node.Type()) {
+      case YAML::NodeType::Null:
+      case YAML::NodeType::Undefined:
+        return nullptr;
+      case YAML::NodeType::Scalar:
+        // A quoted scalar carries the tag "!"; a plain one "?".
+        return node.Tag() == "!" ? json(node.Scalar()) : plain_scalar(node.Scalar());
+      case YAML::NodeType::Sequence: {
+        json out = json::array();
+        for (size_t i = 0; i < node.size(); ++i) out.push_back(read(node[i], depth + 1));
+        return out;
+      }
+      case YAML::NodeType::Map: {
+        json out = json::object();
+        for (const auto& entry : node) {
+          if (!entry.first.IsScalar()) refuse(entry.first, "a key must be text");
+          const std::string key = entry.first.Scalar();
+          if (out.contains(key)) refuse(entry.first, str_cat("key '", one_line_text(key), "' given twice"));
+          out[key] = read(entry.second, depth + 1);
+        }
+        return out;
+      }
+    }
+    return nullptr;
+  }
+
+ private:
+  [[noreturn]] void refuse(const YAML::Node& at, const std::string& why) const {
+    const int line = at.Mark().line;
+    throw InputError(str_cat(path_, line >= 0 ? str_cat(": line ", line + 1) : "", ": ", why,
+                             " (the bounds on a YAML config: docs/limits.md)"));
+  }
+
+  std::string path_;
+  int64_t values_ = 0;
+};
+
+// A tab in the indentation of line `at` of `text` or the line before (where yaml-cpp reports one,
 // often as "illegal map value"), as (line, column), 1-based; (0, 0) if none.
-std::pair<int, int> tab_in_indentation(const std::string& path, int at) {
-  std::ifstream in(path, std::ios::binary);
+std::pair<int, int> tab_in_indentation(const std::string& text, int at) {
+  std::istringstream in(text);
   std::string line;
   for (int number = 1; number <= at && std::getline(in, line); ++number) {
     if (number < at - 1) continue;
@@ -83,20 +104,19 @@ std::pair<int, int> tab_in_indentation(const std::string& path, int at) {
 }
 
 json read_yaml(const std::string& path) {
+  const std::string text = read_input_file(path, "YAML file", limits::kConfigBytes);
   std::vector<YAML::Node> documents;
   try {
-    documents = YAML::LoadAllFromFile(path);
-  } catch (const YAML::BadFile&) {
-    throw InputError(path + ": cannot open the config file");
+    documents = YAML::LoadAll(text);
   } catch (const YAML::ParserException& e) {
     // YAML indents with spaces only; a tab is legal inside values, so it is named only where the
     // parser stopped.
-    if (const auto [line, column] = tab_in_indentation(path, e.mark.line + 1); line > 0) {
+    if (const auto [line, column] = tab_in_indentation(text, e.mark.line + 1); line > 0) {
       throw InputError(str_cat(path, ": invalid YAML at line ", line, ", column ", column,
                                ": a tab in the indentation (YAML indents with spaces only)"));
     }
-    throw InputError(
-        str_cat(path, ": invalid YAML at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg));
+    throw InputError(str_cat(path, ": invalid YAML at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ",
+                             one_line_text(e.msg)));
   }
   // A run config is one document: a second one (after `---`) would otherwise be dropped unread.
   if (documents.size() > 1) {
@@ -104,7 +124,7 @@ json read_yaml(const std::string& path) {
     throw InputError(str_cat(path, ": a second YAML document", at.line >= 0 ? str_cat(" at line ", at.line + 1) : "",
                              " (after '---'); a run config is one document"));
   }
-  return to_json(documents.empty() ? YAML::Node() : documents.front(), path);
+  return YamlReader(path).read(documents.empty() ? YAML::Node() : documents.front());
 }
 
 // An override's text as YAML reads a scalar (a quoted one is text, without its quotes), or as JSON

@@ -2,11 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "lib/core/error.h"
+#include "lib/core/input_file.h"
+#include "lib/core/input_limits.h"
 #include "lib/core/nearest_word.h"
 #include "lib/core/strings.h"
 
@@ -42,16 +41,33 @@ std::string flag_of_key(const ConfigOverride& flag, const std::string& field) {
 
 }  // namespace
 
-nlohmann::json read_json_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw InputError(str_cat(path, ": is a directory, expected a JSON file"));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(str_cat(path, ": cannot open JSON file"));
-  std::ostringstream content;
-  content << in.rdbuf();
-  if (in.bad()) throw InputError(str_cat(path, ": cannot read JSON file"));
-  const std::string text = content.str();
+void require_json_nesting(const std::string& text, const std::string& where) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limits::kNesting) {
+        throw InputError(str_cat(where, ": nested deeper than ", limits::kNesting, " at ", line_and_column(text, i + 1),
+                                 " (the bound on nesting: docs/limits.md)"));
+      }
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
+nlohmann::json read_json_file(const std::string& path, int64_t max_bytes) {
+  const std::string text = read_input_file(path, "JSON file", max_bytes < 0 ? limits::kConfigBytes : max_bytes);
+  require_json_nesting(text, path);
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {

@@ -17,8 +17,14 @@
 
 namespace magic {
 
-// Parses a JSON file; errors name the file and the parser's position.
-nlohmann::json read_json_file(const std::string& path);
+// Parses a JSON file (a regular file within limits::kConfigBytes, or `max_bytes`, nested no deeper
+// than limits::kNesting); errors name the file and the parser's position.
+nlohmann::json read_json_file(const std::string& path, int64_t max_bytes = -1);
+
+// InputError "WHERE: nested deeper than 128 at line L, column C" where JSON text opens more arrays
+// and objects at once than limits::kNesting, checked before a parser recurses or a value is
+// printed (both follow the depth). Brackets inside strings do not count.
+void require_json_nesting(const std::string& text, const std::string& where);
 
 class JsonFields {
  public:

@@ -80,4 +80,15 @@ std::string one_line_text(const std::string& text, bool escape_backslash) {
   return out;
 }
 
+std::string quoted_input(const std::string& text, size_t max_characters) {
+  std::string out;
+  size_t characters = 0;
+  for (const char c : printable_text(text)) {
+    const auto byte = static_cast<unsigned char>(c);
+    if ((byte & 0xC0) != 0x80 && characters++ == max_characters) return out + "...";
+    out += byte < 0x20 || byte == 0x7F ? byte_escape(byte) : std::string(1, c);
+  }
+  return out;
+}
+
 }  // namespace magic

@@ -1,23 +1,24 @@
 #include "lib/data/text_loader.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "lib/core/error.h"
+#include "lib/core/input_file.h"
+#include "lib/core/input_limits.h"
+#include "lib/core/json_fields.h"
 #include "lib/core/strings.h"
 #include "lib/core/utf8.h"
 
 namespace magic {
 namespace {
 
+// A data file is a regular file: /dev/zero or a pipe would be read without end.
 std::ifstream open_text(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw InputError(str_cat(path, ": is a directory, expected a data file"));
-  std::ifstream in(path);
+  require_regular_file(path, "data file");
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(str_cat(path, ": cannot open data file"));
   return in;
 }
@@ -84,10 +85,12 @@ std::vector<TextDocument> load_jsonl(const std::string& path, const DocumentFiel
   std::map<std::string, int64_t> lines_of_ids;
   std::string line;
   int64_t offset = 0;  // of the line in the file
-  for (int64_t number = 1; std::getline(in, line); ++number, offset += static_cast<int64_t>(line.size()) + 1) {
+  for (int64_t number = 1; read_bounded_line(in, line, limits::kLineBytes, path, number);
+       ++number, offset += static_cast<int64_t>(line.size()) + 1) {
     if (is_blank(line)) continue;
     const std::string where = str_cat(path, ":", number);
     require_utf8(line, where, offset);
+    require_json_nesting(line, where);
     nlohmann::json object;
     try {
       object = nlohmann::json::parse(line);
@@ -129,7 +132,7 @@ std::vector<TextDocument> load_plain_text(const std::string& path) {
     if (!current.text.empty()) docs.push_back(std::move(current));
     current = TextDocument{};
   };
-  for (int64_t number = 1; std::getline(in, line); ++number) {
+  for (int64_t number = 1; read_bounded_line(in, line, limits::kLineBytes, path, number); ++number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (is_blank(line)) {
       flush();

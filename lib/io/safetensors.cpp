@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "lib/core/error.h"
+#include "lib/core/input_limits.h"
+#include "lib/core/json_fields.h"
 #include "lib/core/strings.h"
 #include "lib/io/atomic_file.h"
 
@@ -78,8 +80,13 @@ SafetensorsFile load_safetensors(const std::string& path, SafetensorsRead read) 
   uint64_t header_size = 0;
   in.read(reinterpret_cast<char*>(&header_size), 8);
   if (header_size > file_size - 8) throw bad(str_cat("header length ", header_size, " exceeds the file"));
+  if (header_size > static_cast<uint64_t>(limits::kSafetensorsHeaderBytes)) {
+    throw bad(str_cat("header length ", header_size, " exceeds the format's bound of ", limits::kSafetensorsHeaderBytes,
+                      " bytes"));
+  }
   std::string text(header_size, '\0');
   in.read(text.data(), static_cast<std::streamsize>(header_size));
+  require_json_nesting(text, str_cat(path, ": header"));
   nlohmann::ordered_json header;  // keeps the file's entry order
   try {
     header = nlohmann::ordered_json::parse(text);

@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include "lib/core/error.h"
+#include "lib/core/json_fields.h"
 #include "lib/core/strings.h"
 
 namespace magic {
@@ -139,6 +141,11 @@ bool field_matches(const std::optional<std::string>& pattern, const std::string&
 }  // namespace
 
 TraceControl parse_control_message(const std::string& text) {
+  try {
+    require_json_nesting(text, "a control message");
+  } catch (const InputError& e) {
+    throw ControlError("(message)", e.what());
+  }
   json j;
   try {
     j = json::parse(text);

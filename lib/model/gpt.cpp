@@ -177,6 +177,22 @@ TensorTree gpt_init(const GptConfig& c, c10::ScalarType dtype, uint64_t seed) {
   return p;
 }
 
+double gpt_parameter_count(const GptConfig& c, int64_t fsdp) {
+  // rows × columns of one rank's shard, `times` tensors of the shape.
+  const auto shard = [fsdp](int64_t rows, int64_t columns, double times) {
+    return times * std::ceil(static_cast<double>(rows) / static_cast<double>(fsdp)) * static_cast<double>(columns);
+  };
+  const int64_t d = c.d_model;
+  const auto L = static_cast<double>(c.n_layers);
+  double count = shard(c.vocab, d, 1) + shard(d, 1, 2);  // tok_emb, ln_f
+  if (c.positions == Positions::kLearned) count += shard(c.max_len, d, 1);
+  if (!c.tied_head) count += shard(c.vocab, d, 1);
+  // Each block: 2 LayerNorms, qkv, attn.proj, mlp.fc, mlp.proj.
+  count += shard(d, 1, 4 * L) + shard(3 * d, d, L) + shard(3 * d, 1, L) + shard(d, d, L) + shard(d, 1, L) +
+           shard(4 * d, d, L) + shard(4 * d, 1, L) + shard(d, 4 * d, L) + shard(d, 1, L);
+  return count;
+}
+
 at::Tensor gpt_forward(const GptConfig& c, const TensorTree& p, const at::Tensor& input_ids, const at::Tensor& prefix) {
   const int64_t T = input_ids.size(1);
   if (T > c.max_len) throw std::invalid_argument(str_cat("gpt_forward: sequence of ", T, " > max_len ", c.max_len));

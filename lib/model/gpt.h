@@ -57,6 +57,12 @@ double attention_scale_of(const GptConfig& config);
 // parameters (no pos_emb with rotary positions, no head.weight with a tied head).
 TensorTree gpt_init(const GptConfig& config, c10::ScalarType dtype, uint64_t seed);
 
+// gpt_init's element count without building it (a memory estimate must not allocate what it is
+// about to refuse): V·d + [learned] T·d + L·(12·d² + 13·d) + 2·d + [untied] V·d, where each
+// tensor's first dimension counts ⌈rows/fsdp⌉ (one rank's shard). In double: sizes a config
+// may ask for overflow int64.
+double gpt_parameter_count(const GptConfig& config, int64_t fsdp = 1);
+
 // logits [B, T, vocab] for input_ids [B, T] (T <= max_len); position p attends to 0..p.
 // `prefix` [B, k, d_model], when given, replaces the token embeddings of the first k columns (a
 // multimodal encoder's outputs: patch_encoder.h); positions are added to it as to any column.

@@ -5,6 +5,7 @@
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
+#include "lib/core/utf8.h"
 #include "lib/text/unicode_text.h"
 
 namespace magic {
@@ -45,15 +46,20 @@ const std::string& byte_char(uint8_t b) {
 }
 
 BpeModel::BpeModel(std::unordered_map<std::string, int64_t> vocab,
-                   std::vector<std::pair<std::string, std::string>> merges, const std::string& source)
+                   std::vector<std::pair<std::string, std::string>> merges, const std::string& source,
+                   const std::string& merges_source)
     : vocab_(std::move(vocab)) {
+  const int64_t id_limit = 2 * static_cast<int64_t>(vocab_.size()) + 1024;
   for (const auto& [text, id] : vocab_) {
-    if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
-      throw InputError(str_cat(source, ": vocabulary token '", text, "' has id ", id, ", expected 0..2^31-1"));
+    if (id < 0 || id >= id_limit) {
+      throw InputError(str_cat(source, ": vocabulary token '", quoted_input(text), "' has id ", id, ", expected 0..",
+                               id_limit - 1, " (ids below 2 x its ", vocab_.size(),
+                               " entries + 1024: docs/limits.md)"));
     }
     if (static_cast<size_t>(id) >= tokens_.size()) tokens_.resize(id + 1);
     if (!tokens_[id].empty()) {
-      throw InputError(str_cat(source, ": id ", id, " is given to both '", tokens_[id], "' and '", text, "'"));
+      throw InputError(str_cat(source, ": id ", id, " is given to both '", quoted_input(tokens_[id]), "' and '",
+                               quoted_input(text), "'"));
     }
     tokens_[id] = text;
   }
@@ -66,8 +72,9 @@ BpeModel::BpeModel(std::unordered_map<std::string, int64_t> vocab,
   for (size_t r = 0; r < merges.size(); ++r) {
     const auto& [left, right] = merges[r];
     if (vocab_.count(left + right) == 0) {
-      throw InputError(str_cat(source, ": merge ", r, " ('", left, " ", right, "') makes '", left + right,
-                               "', which is not in the vocabulary"));
+      throw InputError(str_cat(merges_source.empty() ? source : merges_source, ": merge ", r, " ('", quoted_input(left),
+                               " ", quoted_input(right), "') makes '", quoted_input(left + right),
+                               "', which is not in the vocabulary", merges_source.empty() ? "" : " of " + source));
     }
     // The first rank of a repeated merge is the one that counts, as in the reference encoder.
     ranks_.emplace(left + " " + right, static_cast<int>(r));

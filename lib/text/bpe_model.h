@@ -19,9 +19,11 @@ const std::string& byte_char(uint8_t b);
 class BpeModel {
  public:
   // `vocab`: token text -> id; `merges` in rank order. Every merge's result, and every byte's
-  // character, must be a vocabulary token (checked here; `source` names the files in errors).
+  // character, must be a vocabulary token, and ids lie below 2·entries + 1024 (they are dense in
+  // every tokenizer we read; a far id would size the id table: docs/limits.md). Checked here;
+  // `source` names the vocabulary's file in errors, `merges_source` the merges' (default: source).
   BpeModel(std::unordered_map<std::string, int64_t> vocab, std::vector<std::pair<std::string, std::string>> merges,
-           const std::string& source);
+           const std::string& source, const std::string& merges_source = "");
 
   // The ids of one pre-tokenized piece (raw bytes, not yet written as byte characters).
   std::vector<int64_t> encode_piece(const std::string& piece) const;

@@ -5,8 +5,11 @@
 #include <map>
 
 #include "lib/core/error.h"
+#include "lib/core/input_file.h"
+#include "lib/core/input_limits.h"
 #include "lib/core/json_fields.h"
 #include "lib/core/strings.h"
+#include "lib/core/utf8.h"
 
 namespace magic {
 namespace {
@@ -36,7 +39,7 @@ std::unordered_map<std::string, int64_t> read_vocab(const json& vocab, const std
   std::unordered_map<std::string, int64_t> out;
   out.reserve(vocab.size());
   for (const auto& [token, id] : vocab.items()) {
-    if (!id.is_number_integer()) refuse(file, key + "['" + token + "']", "expected an integer id");
+    if (!id.is_number_integer()) refuse(file, key + "['" + quoted_input(token) + "']", "expected an integer id");
     out.emplace(token, id.get<int64_t>());
   }
   return out;
@@ -46,7 +49,7 @@ std::pair<std::string, std::string> split_merge(const std::string& line, const s
   const size_t space = line.find(' ');
   if (space == std::string::npos || space == 0 || space + 1 == line.size() ||
       line.find(' ', space + 1) != std::string::npos) {
-    throw InputError(str_cat(where, ": expected two tokens separated by one space, got '", line, "'"));
+    throw InputError(str_cat(where, ": expected two tokens separated by one space, got '", quoted_input(line), "'"));
   }
   return {line.substr(0, space), line.substr(space + 1)};
 }
@@ -61,7 +64,9 @@ bool read_normalizer(const json& n, const std::string& file) {
     if (steps.empty()) return false;
     if (steps.size() == 1 && type_of(steps[0]) == "NFC") return true;
   }
-  refuse(file, "normalizer", str_cat("'", n.dump().substr(0, 80), "' is not supported (expected null or NFC)"));
+  refuse(file, "normalizer",
+         str_cat("'", quoted_input(n.dump(-1, ' ', false, json::error_handler_t::replace)),
+                 "' is not supported (expected null or NFC)"));
 }
 
 // The pre-tokenizer must be ByteLevel with GPT-2's pattern; returns add_prefix_space.
@@ -75,7 +80,7 @@ bool read_pre_tokenizer(const json& p, const std::string& file) {
   }
   if (type_of(*byte_level) != "ByteLevel") {
     refuse(file, key + ".type",
-           str_cat("'", type_of(*byte_level),
+           str_cat("'", quoted_input(type_of(*byte_level)),
                    "' is not supported (expected ByteLevel: byte-level BPE as GPT-2 "
                    "and GPT-NeoX ship it)"));
   }
@@ -87,7 +92,7 @@ bool read_pre_tokenizer(const json& p, const std::string& file) {
 
 void check_model_options(const json& m, const std::string& file) {
   if (type_of(m) != "BPE") {
-    refuse(file, "model.type", str_cat("'", type_of(m), "' is not supported (expected BPE)"));
+    refuse(file, "model.type", str_cat("'", quoted_input(type_of(m)), "' is not supported (expected BPE)"));
   }
   if (m.contains("dropout") && !m["dropout"].is_null() && !(m["dropout"].is_number() && m["dropout"] == 0)) {
     refuse(file, "model.dropout", "BPE dropout is not supported (expected null)");
@@ -105,7 +110,8 @@ void check_model_options(const json& m, const std::string& file) {
 void check_passive(const json& section, const char* key, const std::string& file) {
   const std::string type = type_of(section);
   if (!type.empty() && type != "ByteLevel") {
-    refuse(file, str_cat(key, ".type"), str_cat("'", type, "' is not supported (expected null or ByteLevel)"));
+    refuse(file, str_cat(key, ".type"),
+           str_cat("'", quoted_input(type), "' is not supported (expected null or ByteLevel)"));
   }
 }
 
@@ -131,7 +137,7 @@ std::vector<AddedToken> read_added_tokens(const json& list, const std::string& f
 }
 
 BpeModel read_tokenizer_json(const std::string& path, BpeTokenizerOptions& options) {
-  const json doc = read_json_file(path);
+  const json doc = read_json_file(path, limits::kTokenizerBytes);
   if (!doc.is_object()) throw InputError(path + ": expected a JSON object");
   if (!doc.contains("model")) refuse(path, "model", "missing (expected the tokenizer's model)");
   const json& m = doc["model"];
@@ -162,18 +168,19 @@ BpeModel read_tokenizer_json(const std::string& path, BpeTokenizerOptions& optio
 }
 
 BpeModel read_vocab_and_merges(const std::string& vocab_path, const std::string& merges_path) {
-  auto vocab = read_vocab(read_json_file(vocab_path), vocab_path, "top level");
+  auto vocab = read_vocab(read_json_file(vocab_path, limits::kTokenizerBytes), vocab_path, "top level");
+  require_regular_file(merges_path, "merges file (the BPE merges beside vocab.json)");
   std::ifstream in(merges_path, std::ios::binary);
   if (!in) throw InputError(merges_path + ": cannot open (expected the BPE merges beside vocab.json)");
   std::vector<std::pair<std::string, std::string>> merges;
   std::string line;
-  for (size_t number = 1; std::getline(in, line); ++number) {
+  for (int64_t number = 1; read_bounded_line(in, line, limits::kLineBytes, merges_path, number); ++number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || (number == 1 && line.rfind("#version", 0) == 0)) continue;
     merges.push_back(split_merge(line, str_cat(merges_path, ": line ", number)));
   }
   if (in.bad()) throw InputError(merges_path + ": cannot read");
-  return BpeModel(std::move(vocab), std::move(merges), vocab_path);
+  return BpeModel(std::move(vocab), std::move(merges), vocab_path, merges_path);
 }
 
 // A special token's text in tokenizer_config.json or special_tokens_map.json: "text" or {"content": "text"}.
@@ -214,7 +221,7 @@ std::optional<int64_t> resolve_special(const std::string& folder, const std::str
     for (const auto& t : added) {
       if (t.content == *text) id = t.id;
     }
-    if (id < 0) refuse(path, name + "_token", str_cat("'", *text, "' is not a token of the vocabulary"));
+    if (id < 0) refuse(path, name + "_token", str_cat("'", quoted_input(*text), "' is not a token of the vocabulary"));
     sources.push_back({id, path + ": " + name + "_token"});
   }
   if (sources.empty()) return std::nullopt;

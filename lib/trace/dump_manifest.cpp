@@ -165,6 +165,7 @@ std::map<std::string, PlacedGrid> DumpManifest::placed_grids() const {
 }
 
 DumpManifest parse_dump_manifest(const std::string& text, const std::string& path) {
+  require_json_nesting(text, path);
   json document;
   try {
     document = json::parse(text);

@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "lib/core/error.h"
+#include "lib/core/input_file.h"
+#include "lib/core/input_limits.h"
 #include "lib/core/non_finite.h"
 #include "lib/core/strings.h"
 #include "lib/io/safetensors.h"
@@ -17,11 +19,8 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(str_cat(path.string(), ": cannot read (a dump folder needs manifest.json)"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  if (!fs::exists(path)) throw InputError(str_cat(path.string(), ": cannot read (a dump folder needs manifest.json)"));
+  return read_input_file(path.string(), "dump manifest", limits::kManifestBytes);
 }
 
 }  // namespace

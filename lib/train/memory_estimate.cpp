@@ -34,12 +34,11 @@ constexpr int64_t kWorkingTrees = 16;
 
 MemoryEstimate estimate_run_memory(const RunConfig& c, ReplayMode mode) {
   MemoryEstimate e;
-  // Parameters of the configured GPT, counted from a real (small) initialization.
-  const int64_t parameters = gpt_init(c.model, at::kFloat, 0).numel();
+  const double parameters = gpt_parameter_count(c.model);
   const int64_t element = static_cast<int64_t>(c10::elementSize(c.precision.master));
   // Adam keeps m and v beside the parameters; SGD with momentum one trace.
   const int64_t copies = c.optimizer.name == "sgd" ? (c.optimizer.momentum != 0.0 ? 2 : 1) : 3;
-  e.state_bytes = parameters * element * copies;
+  e.state_bytes = static_cast<int64_t>(std::min(parameters * static_cast<double>(element * copies), 9.0e18));
   e.states = peak_states_held(c.checkpoints, c.steps, c.spill_dir.has_value(), mode);
   // Per step: row indices, token ids and labels (int64), data weights (per token at most).
   const double per_step = static_cast<double>(c.batch_size) * (8.0 + 16.0 * c.model.max_len);
@@ -55,18 +54,14 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, ReplayMode mode) {
   // the cotangents of θ and of the optimizer state, dQ/dθ. Fitted where they dominate (a
   // Pythia-14m-shaped model, 14M parameters in fp64: 2.97 GB peak with 1 query and 4 rows, of
   // which states and activations explain 1.1 GiB and the process itself ~0.3 GB): about 16 trees.
-  e.working_bytes = kWorkingTrees * parameters * element;
+  e.working_bytes = static_cast<int64_t>(std::min(kWorkingTrees * parameters * static_cast<double>(element), 9.0e18));
   return e;
 }
 
 int64_t estimate_dump_bytes(const RunConfig& c, int64_t weights, int64_t queries, DumpShards shards) {
   const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   const GptConfig& m = c.model;
-  double parameters = 0;  // a rank's dim-0 shard of each, rounded up
-  for (const auto& e : gpt_init(m, at::kFloat, 0)) {
-    const int64_t rows = e.tensor.dim() > 0 ? e.tensor.size(0) : 1;
-    parameters += static_cast<double>(ceil_div(rows, shards.fsdp) * (e.tensor.numel() / std::max<int64_t>(rows, 1)));
-  }
+  const double parameters = gpt_parameter_count(m, shards.fsdp);  // a rank's dim-0 shard of each, rounded up
   const auto compute = static_cast<double>(c10::elementSize(c.precision.compute));
   const auto element = std::max(compute, static_cast<double>(c10::elementSize(c.precision.master)));
   const double positions = static_cast<double>(ceil_div(c.batch_size, shards.dp)) *
@@ -90,14 +85,25 @@ int64_t available_memory_bytes() {
 }
 
 void require_memory(const RunConfig& c, const MemoryEstimate& e, int64_t available, int64_t ranks) {
-  if (available <= 0 || e.total() * static_cast<double>(ranks) <= static_cast<double>(available)) return;
-  throw InputError(str_cat(
-      c.where(), ": training.steps ", c.steps, " with ", checkpoint_schedule_name(c.checkpoints),
-      " checkpoints needs about ", e.str(), ranks > 1 ? str_cat(" per rank, ", ranks, " ranks on this machine") : "",
-      ", above the ", format_bytes(static_cast<double>(available)), " available; ",
-      e.dump_bytes > 0 ? "run without --dump (its records are held until the run ends), " : "",
-      "lower training.steps or training.batch_size, use \"checkpoints\": \"sqrt\" (the fewest states",
-      " held), or set training.spill_dir to keep checkpoints on disk"));
+  const auto fits = [&](double bytes) { return bytes * static_cast<double>(ranks) <= static_cast<double>(available); };
+  if (available <= 0 || fits(e.total())) return;
+  // What no schedule changes: one state beside REPLAY's working trees, and one step's graph.
+  const double model = static_cast<double>(e.state_bytes) + static_cast<double>(e.working_bytes);
+  const double step = static_cast<double>(e.activation_bytes);
+  const std::string way_out =
+      !fits(model) ? str_cat("the model alone needs ", format_bytes(model), " (a state and REPLAY's working trees): ",
+                             c.model_folder ? "a smaller model than " + *c.model_folder
+                                            : "lower model.d_model, model.n_layers, model.vocab or model.max_len")
+      : !fits(model + step)
+          ? str_cat("one step's activations need ", format_bytes(step),
+                    ": lower training.batch_size, model.max_len, model.n_layers or model.d_model")
+          : str_cat(e.dump_bytes > 0 ? "run without --dump (its records are held until the run ends), " : "",
+                    "lower training.steps or training.batch_size, use \"checkpoints\": \"sqrt\" (the fewest states",
+                    " held), or set training.spill_dir to keep checkpoints on disk");
+  throw InputError(str_cat(c.where(), ": training.steps ", c.steps, " with ", checkpoint_schedule_name(c.checkpoints),
+                           " checkpoints needs about ", e.str(),
+                           ranks > 1 ? str_cat(" per rank, ", ranks, " ranks on this machine") : "", ", above the ",
+                           format_bytes(static_cast<double>(available)), " available; ", way_out));
 }
 
 }  // namespace magic

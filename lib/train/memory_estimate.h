@@ -64,8 +64,9 @@ int64_t available_memory_bytes();
 
 // InputError naming the figures, what is available and the config keys that change them when
 // `ranks` processes of this estimate exceed `available` (0: unknown, nothing is refused). Ranks
-// spawned on one machine each count in full: a conservative bound (fsdp shards the states). With
-// a dump, running without it is the first way out named.
+// spawned on one machine each count in full: a conservative bound (fsdp shards the states). The
+// way out named is the model's sizes where the model alone cannot fit, the batch and the model's
+// where one step's activations cannot, else the schedule (with a dump, running without it first).
 void require_memory(const RunConfig& config, const MemoryEstimate& estimate, int64_t available, int64_t ranks = 1);
 
 // "512 B", "3.4 MiB", "24.0 GiB", "1.1 PiB"
