@@ -60,6 +60,25 @@ TEST_F(HostileRunInputs, YamlAliasesThatReferToThemselvesOrExpandABillionTimesSt
   EXPECT_NE(line.find("more than 1000000 values once its aliases are expanded"), std::string::npos) << line;
 }
 
+// Found by the fuzz harnesses (fuzz/run_config.cpp; their inputs are in fixtures/fuzz/run_config).
+TEST_F(HostileRunInputs, WhatTheFuzzerFoundInConfigsIsOneLineNamingTheFile) {
+  // yaml-cpp's LoadAll yielded empty documents without end on a ',' outside brackets.
+  const std::string comma = write_file(dir_ + "/comma.yaml", "\"x\", y\n");
+  EXPECT_EQ(refusal("--config " + comma, dir_ + "/out"),
+            "magic-run: error: " + comma +
+                ": invalid YAML at line 1, column 4: text after the document's end (a ',' outside brackets?)\n");
+  // A number past a double's range escaped as "failed: [json.exception.out_of_range.406] ...".
+  const std::string huge = write_file(dir_ + "/huge.json", "{\"seed\": 1e400}");
+  EXPECT_EQ(refusal("--config " + huge, dir_ + "/out"),
+            "magic-run: error: " + huge + ": invalid JSON: number overflow parsing '1e400'\n");
+  // The parser's message quotes the byte it stopped at: escaped, never sent to the terminal raw.
+  const std::string raw = write_file(dir_ + "/raw.json", "{\"seed\": \"\xff\x1b[2J\"}");
+  const std::string line = refusal("--config " + raw, dir_ + "/out");
+  EXPECT_NE(line.find(raw + ": invalid JSON at line 1, column "), std::string::npos) << line;
+  EXPECT_NE(line.find("\\xFF"), std::string::npos) << line;
+  EXPECT_EQ(line.find('\xff'), std::string::npos) << line;
+}
+
 TEST_F(HostileRunInputs, AJsonValueNestedDeepIsRefusedBeforeItOverflowsTheStack) {
   // 100,000 deep in a key's value used to crash the error message that printed it.
   const std::string deep = testing::write_tiny_run_config(

@@ -47,6 +47,8 @@ namespace {
 using namespace magic;
 
 constexpr size_t kRowText = 90;  // bytes of text a row shows
+// What --out holds after a run: a rerun replaces these, and refuses a folder holding anything else.
+const std::vector<std::string> kOutFiles = {"scores.safetensors", "scores.tsv", "run.json", "report.html"};
 
 // A ranking holds only the examples of its own sign (`order`, best first), and says when fewer
 // than --top have it: "Most helpful (most negative score; 2 of the 3 examples lower the query
@@ -221,7 +223,7 @@ Flags parse(int argc, char** argv, int& early_exit) {
   } else {
     program.validate();  // --launch is checked even where one process runs
   }
-  if (!f.out_dir.empty()) require_writable_directory(f.out_dir, "--out");
+  if (!f.out_dir.empty()) require_replaceable_folder(f.out_dir, "--out", kOutFiles);
   if (!f.dump_dir.empty()) {
     if (std::filesystem::exists(f.dump_dir) && !std::filesystem::is_empty(f.dump_dir)) {
       throw InputError(str_cat("--dump ", f.dump_dir, ": exists and is not empty (a dump goes to a new folder)"));
@@ -305,12 +307,7 @@ void report(const Flags& f, const RunConfig& config, const Attribution& a, const
   print_ranked("Most helpful", "negative", "lower", totals, helpful, problem, static_cast<size_t>(f.top));
   print_ranked("Most harmful", "positive", "raise", totals, harmful, problem, static_cast<size_t>(f.top));
   if (lds) print_lds(*lds, *f.lds);
-  if (!f.out_dir.empty()) {
-    write_score_files(f.out_dir, table);
-    write_run_record(f.out_dir, run_record(config, f.command, f.program ? f.program->topology.str() : ""));
-    std::cout << "\nwrote " << f.out_dir << "/scores.safetensors, " << f.out_dir << "/scores.tsv and " << f.out_dir
-              << "/run.json\n";
-  }
+  std::optional<HtmlReport> html;
   if (f.html) {
     AttributionPage page;
     page.config_path = config.source;
@@ -332,14 +329,22 @@ void report(const Flags& f, const RunConfig& config, const Attribution& a, const
       }
       page.lds = h;
     }
-    HtmlReport html = attribution_html(a, table, page);
+    html = attribution_html(a, table, page);
     // What the model learned, beside the non-smooth warning (lib/train/learning_health.h).
-    html.facts.emplace_back("learning", learning_summary(a.learning));
+    html->facts.emplace_back("learning", learning_summary(a.learning));
     if (a.learning_warning)
-      html.warning = html.warning ? *html.warning + " " + *a.learning_warning : *a.learning_warning;
-    write_html_report(f.out_dir + "/report.html", html);
-    std::cout << "wrote " << f.out_dir << "/report.html\n";
+      html->warning = html->warning ? *html->warning + " " + *a.learning_warning : *a.learning_warning;
   }
+  if (f.out_dir.empty()) return;
+  // The run's files replace the last run's together, or not at all (atomic_folder.h).
+  replace_folder_atomically(f.out_dir, "--out", kOutFiles, [&](const std::string& temp) {
+    write_score_files(temp, table);
+    write_run_record(temp, run_record(config, f.command, f.program ? f.program->topology.str() : ""));
+    if (html) write_html_report(temp + "/report.html", *html);
+  });
+  std::cout << "\nwrote " << f.out_dir << "/scores.safetensors, " << f.out_dir << "/scores.tsv and " << f.out_dir
+            << "/run.json\n";
+  if (html) std::cout << "wrote " << f.out_dir << "/report.html\n";
 }
 
 std::string layout_of(const Flags& f) {

@@ -38,8 +38,8 @@ void for_each_json_line(const std::string& path, Each each) {
     json value;
     try {
       value = json::parse(line);
-    } catch (const json::parse_error& e) {
-      throw InputError(str_cat(where, ": invalid JSON"));
+    } catch (const json::exception& e) {
+      throw InputError(str_cat(where, ": invalid JSON: ", json_error_text(e)));
     }
     each(value, where);
   }

@@ -1,5 +1,7 @@
 #include "lib/core/config_file.h"
 
+#include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -103,11 +105,63 @@ std::pair<int, int> tab_in_indentation(const std::string& text, int at) {
   return {0, 0};
 }
 
+// The documents of a YAML text, counted by the parser's events, two at most: yaml-cpp 0.7's LoadAll
+// never returns on a ',' outside brackets (it yields empty documents without end, until memory
+// runs out), so the count is taken here and the one document loaded alone.
+class DocumentCounter : public YAML::EventHandler {
+ public:
+  int documents = 0;
+  YAML::Mark second;  // where the second document's first value starts
+
+  void OnDocumentStart(const YAML::Mark&) override { ++documents; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& at, YAML::anchor_t) override { value(at); }
+  void OnAlias(const YAML::Mark& at, YAML::anchor_t) override { value(at); }
+  void OnScalar(const YAML::Mark& at, const std::string&, YAML::anchor_t, const std::string&) override { value(at); }
+  void OnSequenceStart(const YAML::Mark& at, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    value(at);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& at, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    value(at);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void value(const YAML::Mark& at) {
+    if (documents == 2 && !seen_second_) second = at, seen_second_ = true;
+  }
+  bool seen_second_ = false;
+};
+
+// Whether a line of `text` starts with "---" (a document marker).
+bool has_document_marker(const std::string& text) {
+  return text.rfind("---", 0) == 0 || text.find("\n---") != std::string::npos;
+}
+
 json read_yaml(const std::string& path) {
   const std::string text = read_input_file(path, "YAML file", limits::kConfigBytes);
-  std::vector<YAML::Node> documents;
+  YAML::Node document;
   try {
-    documents = YAML::LoadAll(text);
+    std::istringstream stream(text);
+    YAML::Parser parser(stream);
+    DocumentCounter counter;
+    if (parser.HandleNextDocument(counter) && parser.HandleNextDocument(counter)) {
+      const YAML::Mark at = counter.second;
+      // A run config is one document: a second one (after `---`) would otherwise be dropped unread.
+      if (has_document_marker(text)) {
+        throw InputError(str_cat(path, ": a second YAML document",
+                                 at.line >= 0 ? str_cat(" at line ", at.line + 1) : "",
+                                 " (after '---'); a run config is one document"));
+      }
+      throw InputError(str_cat(path, ": invalid YAML at line ", at.line + 1, ", column ", at.column + 1,
+                               ": text after the document's end (a ',' outside brackets?)"));
+    }
+    document = YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {  // its message reads "bad file"
+    throw InputError(
+        str_cat(path, ": invalid YAML at line ", e.mark.line + 1, ", column ", e.mark.column + 1,
+                ": nested deeper than the YAML parser allows (the bounds on a YAML config: docs/limits.md)"));
   } catch (const YAML::ParserException& e) {
     // YAML indents with spaces only; a tab is legal inside values, so it is named only where the
     // parser stopped.
@@ -116,15 +170,9 @@ json read_yaml(const std::string& path) {
                                ": a tab in the indentation (YAML indents with spaces only)"));
     }
     throw InputError(str_cat(path, ": invalid YAML at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ",
-                             one_line_text(e.msg)));
+                             quoted_input(e.msg)));
   }
-  // A run config is one document: a second one (after `---`) would otherwise be dropped unread.
-  if (documents.size() > 1) {
-    const YAML::Mark at = documents[1].Mark();
-    throw InputError(str_cat(path, ": a second YAML document", at.line >= 0 ? str_cat(" at line ", at.line + 1) : "",
-                             " (after '---'); a run config is one document"));
-  }
-  return YamlReader(path).read(documents.empty() ? YAML::Node() : documents.front());
+  return YamlReader(path).read(document);
 }
 
 // An override's text as YAML reads a scalar (a quoted one is text, without its quotes), or as JSON
@@ -132,10 +180,11 @@ json read_yaml(const std::string& path) {
 json override_value(const ConfigOverride& o) {
   const std::string& v = o.value;
   if (!v.empty() && (v[0] == '[' || v[0] == '{')) {
+    require_json_nesting(v, o.flag());
     try {
       return json::parse(v);
-    } catch (const json::parse_error&) {
-      throw InputError(str_cat(o.flag(), ": '", v, "' is not valid JSON"));
+    } catch (const json::exception& e) {
+      throw InputError(str_cat(o.flag(), ": not valid JSON: ", json_error_text(e)));
     }
   }
   if (v.size() >= 2 && (v[0] == '"' || v[0] == '\'') && v.back() == v[0]) {

@@ -8,6 +8,7 @@
 #include "lib/core/input_limits.h"
 #include "lib/core/nearest_word.h"
 #include "lib/core/strings.h"
+#include "lib/core/utf8.h"
 
 namespace magic {
 namespace {
@@ -71,13 +72,33 @@ nlohmann::json read_json_file(const std::string& path, int64_t max_bytes) {
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    // e.what() reads "[json.exception.parse_error.101] parse error at line 3, column 5: ..."; keep
-    // only what it says after the position.
-    std::string why = e.what();
-    if (const size_t colon = why.find(": "); colon != std::string::npos) why = why.substr(colon + 2);
-    throw InputError(str_cat(path, ": invalid JSON at ", line_and_column(text, e.byte), ": ", why));
+    throw InputError(str_cat(path, ": invalid JSON at ", line_and_column(text, e.byte), ": ", json_error_text(e)));
+  } catch (const nlohmann::json::exception& e) {  // a number past a double's range (out_of_range.406)
+    throw InputError(str_cat(path, ": invalid JSON: ", json_error_text(e)));
   }
 }
+
+std::string json_error_text(const nlohmann::json::exception& e) {
+  // "[json.exception.parse_error.101] parse error at line 3, column 5: syntax error ...": what
+  // follows the first ": " (a parse error names its position there), else what follows the tag.
+  std::string why = e.what();
+  if (const size_t colon = why.find(": ");
+      colon != std::string::npos && why.rfind("[json.exception.parse_error", 0) == 0) {
+    why = why.substr(colon + 2);
+  } else if (const size_t tag = why.find("] "); tag != std::string::npos) {
+    why = why.substr(tag + 2);
+  }
+  return quoted_input(why, 200);
+}
+
+namespace {
+
+// A value from the input, for a message: escaped and cut (quoted_input), never a raw byte.
+std::string shown(const nlohmann::json& value) {
+  return quoted_input(value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+}  // namespace
 
 JsonFields::JsonFields(const nlohmann::json& object, std::string source, std::string path)
     : JsonFields(object, std::make_shared<const ValueSources>(std::move(source)), std::move(path)) {}
@@ -121,9 +142,10 @@ const nlohmann::json& JsonFields::get(const std::string& key, const char* expect
     const std::string meant = misspelling_of(key);
     if (meant.empty()) fail(key, str_cat("missing; expected ", expected));
     const ConfigOverride* flag = sources_->override_of(field(meant));
-    const std::string unknown = flag == nullptr ? str_cat(object_name(), " has an unknown key '", meant, "'")
-                                                : str_cat(flag_of_key(*flag, field(meant)), " gives ", object_name(),
-                                                          " an unknown key '", meant, "'");
+    const std::string unknown = flag == nullptr
+                                    ? str_cat(object_name(), " has an unknown key '", quoted_input(meant), "'")
+                                    : str_cat(flag_of_key(*flag, field(meant)), " gives ", object_name(),
+                                              " an unknown key '", quoted_input(meant), "'");
     throw InputError(str_cat(where(key), " is missing; ", unknown, " (did you mean ", key, "?)"));
   }
   return *it;
@@ -132,14 +154,14 @@ const nlohmann::json& JsonFields::get(const std::string& key, const char* expect
 int64_t JsonFields::integer(const std::string& key) const {
   const auto& value = get(key, "an integer");
   if (value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
-    fail(key, str_cat("expected an integer below 2^63, got ", value.dump()));
+    fail(key, str_cat("expected an integer below 2^63, got ", shown(value)));
   }
   if (value.is_number_integer()) return value.get<int64_t>();
   if (value.is_number_float()) {
     const double d = value.get<double>();
     if (std::floor(d) == d && std::abs(d) < 9e15) return static_cast<int64_t>(d);
   }
-  fail(key, str_cat("expected an integer, got ", type_name(value), " ", value.dump()));
+  fail(key, str_cat("expected an integer, got ", type_name(value), " ", shown(value)));
 }
 
 int64_t JsonFields::integer(const std::string& key, int64_t fallback) const {
@@ -149,7 +171,7 @@ int64_t JsonFields::integer(const std::string& key, int64_t fallback) const {
 
 double JsonFields::number(const std::string& key) const {
   const auto& value = get(key, "a number");
-  if (!value.is_number()) fail(key, str_cat("expected a number, got ", type_name(value), " ", value.dump()));
+  if (!value.is_number()) fail(key, str_cat("expected a number, got ", type_name(value), " ", shown(value)));
   return value.get<double>();
 }
 
@@ -160,7 +182,7 @@ double JsonFields::number(const std::string& key, double fallback) const {
 
 std::string JsonFields::string(const std::string& key) const {
   const auto& value = get(key, "a string");
-  if (!value.is_string()) fail(key, str_cat("expected a string, got ", type_name(value), " ", value.dump()));
+  if (!value.is_string()) fail(key, str_cat("expected a string, got ", type_name(value), " ", shown(value)));
   return value.get<std::string>();
 }
 
@@ -184,7 +206,7 @@ bool JsonFields::boolean(const std::string& key, bool fallback) const {
   read_.insert(key);
   if (!has(key)) return fallback;
   const auto& value = (*object_)[key];
-  if (!value.is_boolean()) fail(key, str_cat("expected true or false, got ", type_name(value), " ", value.dump()));
+  if (!value.is_boolean()) fail(key, str_cat("expected true or false, got ", type_name(value), " ", shown(value)));
   return value.get<bool>();
 }
 
@@ -193,7 +215,7 @@ std::vector<double> JsonFields::numbers(const std::string& key) const {
   if (!value.is_array()) fail(key, str_cat("expected an array of numbers, got ", type_name(value)));
   std::vector<double> out;
   for (const auto& item : value) {
-    if (!item.is_number()) fail(key, str_cat("expected an array of numbers, found ", item.dump()));
+    if (!item.is_number()) fail(key, str_cat("expected an array of numbers, found ", shown(item)));
     out.push_back(item.get<double>());
   }
   return out;
@@ -229,8 +251,8 @@ void JsonFields::finish() const {
       const std::string near = nearest_word(key, known);
       all_near = all_near && !near.empty();
       const std::string hint = near.empty() ? "" : " (did you mean " + near + "?)";
-      listed.push_back(keys.size() == 1 ? str_cat("unknown key '", key, "' ", place, hint)
-                                        : str_cat("'", key, "'", hint));
+      listed.push_back(keys.size() == 1 ? str_cat("unknown key '", quoted_input(key), "' ", place, hint)
+                                        : str_cat("'", quoted_input(key), "'", hint));
     }
     const std::string what = keys.size() == 1 ? listed[0] : str_cat("unknown keys ", place, ": ", join(listed, ", "));
     return all_near ? what : str_cat(what, "; known keys: ", join(known, ", "));

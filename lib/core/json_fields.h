@@ -21,6 +21,10 @@ namespace magic {
 // than limits::kNesting); errors name the file and the parser's position.
 nlohmann::json read_json_file(const std::string& path, int64_t max_bytes = -1);
 
+// What a JSON parser's exception says, for a message: its "[json.exception...]" tag and the
+// position it repeats dropped, the input's bytes it quotes escaped (quoted_input).
+std::string json_error_text(const nlohmann::json::exception& e);
+
 // InputError "WHERE: nested deeper than 128 at line L, column C" where JSON text opens more arrays
 // and objects at once than limits::kNesting, checked before a parser recurses or a value is
 // printed (both follow the depth). Brackets inside strings do not count.

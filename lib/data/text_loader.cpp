@@ -71,9 +71,7 @@ void require_utf8(const std::string& line, const std::string& where, int64_t lin
 // nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 5: syntax error ...",
 // as "at column 5: syntax error ...": the line is named already, the library's tag says nothing.
 std::string parse_failure(const nlohmann::json::parse_error& e) {
-  std::string why = e.what();
-  if (const size_t colon = why.find(": "); colon != std::string::npos) why = why.substr(colon + 2);
-  return str_cat("at column ", e.byte, ": ", one_line_text(why));
+  return str_cat("at column ", e.byte, ": ", json_error_text(e));
 }
 
 }  // namespace
@@ -96,6 +94,8 @@ std::vector<TextDocument> load_jsonl(const std::string& path, const DocumentFiel
       object = nlohmann::json::parse(line);
     } catch (const nlohmann::json::parse_error& e) {
       throw InputError(str_cat(where, ": malformed JSON line ", parse_failure(e)));
+    } catch (const nlohmann::json::exception& e) {  // a number past a double's range
+      throw InputError(str_cat(where, ": malformed JSON line: ", json_error_text(e)));
     }
     if (!object.is_object()) throw InputError(str_cat(where, ": expected a JSON object, got ", object.type_name()));
     const bool pair = !fields.prompt.empty();

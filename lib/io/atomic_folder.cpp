@@ -1,9 +1,13 @@
 #include "lib/io/atomic_folder.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -39,6 +43,21 @@ void give_default_mode(const fs::path& dir) {
   chmod(dir.c_str(), 0777 & ~mask);
 }
 
+// A hidden sibling of `target` on the same file system, so that a rename onto it is one step.
+fs::path make_sibling(const fs::path& target, const std::string& path, const std::string& flag) {
+  std::error_code ec;
+  fs::create_directories(target.parent_path(), ec);
+  if (ec)
+    throw InputError(
+        str_cat(flag, " ", path, ": cannot create ", target.parent_path().string(), " (", ec.message(), ")"));
+  std::string pattern = (target.parent_path() / ("." + target.filename().string() + ".partial-XXXXXX")).string();
+  if (mkdtemp(pattern.data()) == nullptr) {
+    throw InputError(
+        str_cat(flag, " ", path, ": cannot make a temporary folder beside it (", std::strerror(errno), ")"));
+  }
+  return pattern;
+}
+
 }  // namespace
 
 void require_new_folder(const std::string& path, const std::string& flag) {
@@ -52,17 +71,7 @@ void write_folder_atomically(const std::string& path, const std::string& flag,
   const fs::path target = destination(path);
   refuse_a_full_folder(target, path, flag);
   std::error_code ec;
-  fs::create_directories(target.parent_path(), ec);
-  if (ec)
-    throw InputError(
-        str_cat(flag, " ", path, ": cannot create ", target.parent_path().string(), " (", ec.message(), ")"));
-  // A hidden sibling on the same file system, so that the rename is one atomic step.
-  std::string pattern = (target.parent_path() / ("." + target.filename().string() + ".partial-XXXXXX")).string();
-  if (mkdtemp(pattern.data()) == nullptr) {
-    throw InputError(
-        str_cat(flag, " ", path, ": cannot make a temporary folder beside it (", std::strerror(errno), ")"));
-  }
-  const fs::path temp = pattern;
+  const fs::path temp = make_sibling(target, path, flag);
   try {
     fill(temp.string());
     give_default_mode(temp);
@@ -75,6 +84,54 @@ void write_folder_atomically(const std::string& path, const std::string& flag,
     fs::remove_all(temp, ec);
     throw;
   }
+}
+
+void require_replaceable_folder(const std::string& path, const std::string& flag,
+                                const std::vector<std::string>& ours) {
+  if (path.empty()) throw InputError(flag + ": expected a directory name");
+  const fs::path target = destination(path);
+  std::error_code ec;
+  if (fs::is_directory(target, ec)) {
+    for (const auto& entry : fs::directory_iterator(target, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (std::find(ours.begin(), ours.end(), name) == ours.end() || !entry.is_regular_file(ec)) {
+        throw InputError(str_cat(flag, " ", path, ": holds '", name,
+                                 "', which a run does not write; name a new folder, an empty one or one a run "
+                                 "wrote (the folder is replaced as a whole)"));
+      }
+    }
+  }
+  require_writable_directory(path, flag);
+}
+
+void replace_folder_atomically(const std::string& path, const std::string& flag, const std::vector<std::string>& ours,
+                               const std::function<void(const std::string& temp_dir)>& fill) {
+  require_replaceable_folder(path, flag, ours);
+  const fs::path target = destination(path);
+  std::error_code ec;
+  const fs::path temp = make_sibling(target, path, flag);
+  try {
+    try {
+      fill(temp.string());
+    } catch (const InputError& e) {  // named by the place the user asked for, not the hidden sibling
+      std::string why = e.what();
+      for (size_t at; (at = why.find(temp.string())) != std::string::npos;) why.replace(at, temp.string().size(), path);
+      throw InputError(why + "; " + path + " holds the last run's files as they were");
+    }
+    give_default_mode(temp);
+    const bool there = fs::is_directory(target, ec);
+    // RENAME_EXCHANGE swaps the two names in one step: `temp` then holds the old run's files.
+    const bool moved = there ? ::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0
+                             : ::rename(temp.c_str(), target.c_str()) == 0;
+    if (!moved) {
+      throw InputError(str_cat(flag, " ", path, ": cannot move the finished folder into place (", std::strerror(errno),
+                               "); the folder is as it was"));
+    }
+  } catch (...) {
+    fs::remove_all(temp, ec);
+    throw;
+  }
+  fs::remove_all(temp, ec);  // the old run's files
 }
 
 }  // namespace magic

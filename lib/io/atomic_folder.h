@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace magic {
 
@@ -19,5 +20,17 @@ void require_new_folder(const std::string& path, const std::string& flag);
 // removed and `path` is left as it was; the error propagates (InputError for the rename).
 void write_folder_atomically(const std::string& path, const std::string& flag,
                              const std::function<void(const std::string& temp_dir)>& fill);
+
+// A folder a tool writes again on each run (magic-run's --out): it may exist already, holding only
+// files named in `ours` (the last run's), or nothing. Checked before any expensive work, InputError
+// naming `flag` and the first file that is not ours: replacing the folder removes what it holds.
+void require_replaceable_folder(const std::string& path, const std::string& flag, const std::vector<std::string>& ours);
+
+// `fill` writes the new run's files into a temporary sibling folder, which then takes `path`'s
+// place in one step (renameat2's RENAME_EXCHANGE where a folder is there already; the old folder
+// is removed after). A reader sees the old run's files together or the new run's, never a mix,
+// and a run that fails part way (a full disk, a kill) leaves the old folder as it was.
+void replace_folder_atomically(const std::string& path, const std::string& flag, const std::vector<std::string>& ours,
+                               const std::function<void(const std::string& temp_dir)>& fill);
 
 }  // namespace magic

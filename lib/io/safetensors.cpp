@@ -90,8 +90,8 @@ SafetensorsFile load_safetensors(const std::string& path, SafetensorsRead read) 
   nlohmann::ordered_json header;  // keeps the file's entry order
   try {
     header = nlohmann::ordered_json::parse(text);
-  } catch (const nlohmann::ordered_json::parse_error& e) {
-    throw bad(str_cat("header is not JSON: ", e.what()));
+  } catch (const nlohmann::ordered_json::exception& e) {
+    throw bad(str_cat("header is not JSON: ", json_error_text(e)));
   }
   if (!header.is_object()) throw bad("header is not a JSON object");
   const uint64_t data_size = file_size - 8 - header_size;

@@ -150,7 +150,7 @@ TraceControl parse_control_message(const std::string& text) {
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
-    throw ControlError("(message)", std::string("not valid JSON: ") + e.what());
+    throw ControlError("(message)", "not valid JSON: " + json_error_text(e));
   }
   if (!j.is_object()) throw ControlError("(message)", "expected a JSON object");
   if (!j.contains("type")) throw ControlError("type", "missing (\"control\")");

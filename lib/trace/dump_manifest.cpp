@@ -170,7 +170,7 @@ DumpManifest parse_dump_manifest(const std::string& text, const std::string& pat
   try {
     document = json::parse(text);
   } catch (const json::exception& e) {
-    throw InputError(str_cat(path, ": not JSON (", e.what(), ")"));
+    throw InputError(str_cat(path, ": not JSON (", json_error_text(e), ")"));
   }
   if (!document.is_object()) throw InputError(str_cat(path, ": expected a JSON object"));
   const JsonFields root(document, path);

@@ -1,0 +1,65 @@
+#include "fuzz/fuzz_input.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "lib/core/error.h"
+
+namespace magic::fuzz {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Never destroyed: the exit handler that removes the folder runs after static destructors would.
+const std::string& scratch() {
+  static const std::string* path = [] {
+    auto* pattern = new std::string((fs::temp_directory_path() / "magic-fuzz-XXXXXX").string());
+    if (mkdtemp(pattern->data()) == nullptr) std::abort();
+    std::atexit([] {
+      std::error_code ec;
+      fs::remove_all(scratch(), ec);
+    });
+    return pattern;
+  }();
+  return *path;
+}
+
+}  // namespace
+
+std::string text_of(const uint8_t* data, size_t size) {
+  return std::string(reinterpret_cast<const char*>(data), size);
+}
+
+std::string scratch_file(const std::string& name, const std::string& content) {
+  const fs::path path = fs::path(scratch()) / name;
+  fs::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(content.data(), static_cast<std::streamsize>(content.size()));
+  return path.string();
+}
+
+std::string scratch_folder(const std::string& name) {
+  const fs::path path = fs::path(scratch()) / name;
+  fs::remove_all(path);
+  fs::create_directories(path);
+  return path.string();
+}
+
+void refuse_only_by_name(const std::function<void()>& read) {
+  try {
+    read();
+  } catch (const InputError&) {
+  }
+}
+
+std::pair<std::string, std::string> split_in_two(const std::string& text) {
+  static const std::string kSeparator = "\n--8<--\n";
+  const size_t at = text.find(kSeparator);
+  if (at == std::string::npos) return {text, ""};
+  return {text.substr(0, at), text.substr(at + kSeparator.size())};
+}
+
+}  // namespace magic::fuzz

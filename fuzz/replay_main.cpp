@@ -1,0 +1,152 @@
+// The fuzz harnesses without libFuzzer, for the default suite: every input of the seed corpus,
+// then `--mutants N` inputs made from them by seeded mutations (flips, cuts, repeats, splices and
+// tokens a parser has to bound: deep brackets, aliases, huge numbers). Deterministic: the seed
+// names every input, so a finding repeats. Exit 1 with the input's origin on a finding that
+// throws; a crash is the process's own. Fewer than `--min-inputs` inputs run is a failure too (an
+// empty corpus folder must not pass).
+// A crash or a kill ends the process without that line: --verbose names each input before it runs,
+// and --write M FILE writes mutant M (of --seed) to FILE, to add to the corpus as a regression.
+//   fuzz-NAME CORPUS_DIR [--mutants N] [--seed S] [--min-inputs K] [--verbose 1] [--write M FILE]
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string> kTokens = {std::string(200, '['),
+                                          std::string(200, '{'),
+                                          "&a [*a]",
+                                          "*a",
+                                          "\n---\n",
+                                          "9223372036854775807",
+                                          "-1",
+                                          "0",
+                                          "1e308",
+                                          "NaN",
+                                          "\"\\u0000\"",
+                                          "\xff\xfe",
+                                          "\x1b[2J",
+                                          "\n--8<--\n",
+                                          "null",
+                                          "[]",
+                                          "{}",
+                                          "\"\":",
+                                          "2147483648",
+                                          "1099511627777"};
+
+std::string mutate(const std::vector<std::string>& corpus, std::mt19937_64& rng) {
+  auto pick = [&](size_t n) { return n == 0 ? size_t{0} : static_cast<size_t>(rng() % n); };
+  std::string s = corpus[pick(corpus.size())];
+  const int edits = 1 + static_cast<int>(pick(4));
+  for (int e = 0; e < edits; ++e) {
+    const size_t at = pick(s.size() + 1);
+    switch (pick(6)) {
+      case 0:  // flip a bit
+        if (!s.empty()) s[std::min(at, s.size() - 1)] ^= static_cast<char>(1 << pick(8));
+        break;
+      case 1:  // cut a span
+        s.erase(at, pick(s.size() - at + 1));
+        break;
+      case 2:  // repeat a span
+        s.insert(at, s.substr(at, pick(64)));
+        break;
+      case 3:  // a token a parser has to bound
+        s.insert(at, kTokens[pick(kTokens.size())]);
+        break;
+      case 4: {  // splice another input's tail
+        const std::string& other = corpus[pick(corpus.size())];
+        s = s.substr(0, at) + other.substr(pick(other.size() + 1));
+        break;
+      }
+      default:  // a digit made large
+        if (const size_t d = s.find_first_of("0123456789", at); d != std::string::npos) s.insert(d, "99999999");
+    }
+  }
+  return s;
+}
+
+bool g_verbose = false;
+
+bool run_one(const std::string& input, const std::string& origin) {
+  if (g_verbose) std::fprintf(stderr, "running %s (%zu bytes)\n", origin.c_str(), input.size());
+  try {
+    LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(input.data()), input.size());
+    return true;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "finding: %s threw %s\n", origin.c_str(), e.what());
+  } catch (...) {
+    std::fprintf(stderr, "finding: %s threw a non-standard exception\n", origin.c_str());
+  }
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s CORPUS_DIR [--mutants N] [--seed S] [--min-inputs K]\n", argv[0]);
+    return 2;
+  }
+  int64_t mutants = 0, min_inputs = 1, write_mutant = -1;
+  std::string write_path;
+  uint64_t seed = 0;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--write") == 0 && i + 2 < argc) {
+      write_mutant = std::stoll(argv[i + 1]);
+      write_path = argv[i + 2];
+      ++i;
+      continue;
+    }
+    if (std::strcmp(argv[i], "--mutants") == 0) mutants = std::stoll(argv[i + 1]);
+    if (std::strcmp(argv[i], "--seed") == 0) seed = std::stoull(argv[i + 1]);
+    if (std::strcmp(argv[i], "--min-inputs") == 0) min_inputs = std::stoll(argv[i + 1]);
+    if (std::strcmp(argv[i], "--verbose") == 0) g_verbose = std::strcmp(argv[i + 1], "0") != 0;
+  }
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(argv[1])) {
+    if (entry.is_regular_file()) files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<std::string> corpus;
+  for (const auto& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    corpus.push_back(text.str());
+  }
+  if (write_mutant >= 0) {
+    std::mt19937_64 rng(seed);
+    std::string input;
+    for (int64_t m = 0; m <= write_mutant && !corpus.empty(); ++m) input = mutate(corpus, rng);
+    std::ofstream(write_path, std::ios::binary) << input;
+    return 0;
+  }
+  int64_t ran = 0, findings = 0;
+  for (size_t i = 0; i < corpus.size(); ++i, ++ran) findings += run_one(corpus[i], files[i].string()) ? 0 : 1;
+  std::mt19937_64 rng(seed);
+  for (int64_t m = 0; m < mutants && !corpus.empty(); ++m, ++ran) {
+    findings +=
+        run_one(mutate(corpus, rng), "mutant " + std::to_string(m) + " of seed " + std::to_string(seed)) ? 0 : 1;
+  }
+  std::printf("%s: %lld inputs (%zu corpus, %lld mutants), %lld findings\n", fs::path(argv[0]).filename().c_str(),
+              static_cast<long long>(ran), corpus.size(),
+              static_cast<long long>(ran - static_cast<int64_t>(corpus.size())), static_cast<long long>(findings));
+  if (ran < min_inputs) {
+    std::fprintf(stderr, "expected at least %lld inputs, ran %lld\n", static_cast<long long>(min_inputs),
+                 static_cast<long long>(ran));
+    return 1;
+  }
+  return findings == 0 ? 0 : 1;
+}
