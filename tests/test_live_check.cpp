@@ -241,8 +241,9 @@ TEST(LiveCheck, BadTraceFlagsAreRefusedByNameBeforeTheReference) {
   std::ofstream(full + "/x") << "x";
   const std::string bad_points = temp_path("live-check-points.json");
   std::ofstream(bad_points) << R"({"points": [{"run": 3, "compressor": "stats"}]})";
-  TraceServer busy(TraceServerOptions{}, TraceServerHooks{[] { return std::string("{}"); },
-                                                          [](const std::string&) { return ClientReply{}; }});
+  TraceServer busy(
+      TraceServerOptions{},
+      TraceServerHooks{[] { return std::string("{}"); }, [](const std::string&) { return ClientReply{}; }, {}});
   const std::string taken = std::to_string(busy.port());
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--launch threads --trace-file " + full + "-new",
