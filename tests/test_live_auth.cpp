@@ -295,5 +295,31 @@ TEST(TraceAuth, AClientSendingControlsWithoutEndIsDroppedAndTheOthersServed) {
   EXPECT_EQ(hello_type(calm), "record");
 }
 
+// A failure inside the tracer (here its greeting) ends that client, not the server or the run.
+TEST(TraceAuth, AFailureOfAHookEndsThatClientOnly) {
+  std::atomic<int> greeted{0};
+  std::vector<std::string> lines;
+  std::mutex mutex;
+  TraceServerOptions o;
+  o.token = kToken;
+  TraceServer server(o, {[&] {
+                           if (greeted++ == 0) throw std::runtime_error("no state yet");
+                           return std::string(R"({"type":"hello"})");
+                         },
+                         [](const std::string&) { return ClientReply{}; },
+                         [&](const std::string& line) {
+                           std::lock_guard<std::mutex> lock(mutex);
+                           lines.push_back(line);
+                         }});
+  TraceClient first(server.port(), "/trace", "", kToken);
+  EXPECT_FALSE(first.read(std::chrono::seconds(5)).has_value());  // ended
+  TraceClient second(server.port(), "/trace", "", kToken);
+  EXPECT_EQ(hello_type(second), "hello");
+  EXPECT_EQ(server.clients(), 1);
+  std::lock_guard<std::mutex> lock(mutex);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find(": its greeting failed: no state yet"), std::string::npos) << lines[0];
+}
+
 }  // namespace
 }  // namespace magic

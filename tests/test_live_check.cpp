@@ -254,6 +254,8 @@ TEST(LiveCheck, BadTraceFlagsAreRefusedByNameBeforeTheReference) {
       {"--trace-port 0 --trace-points " + bad_points, "points[0].run: expected a string"},
       {"--trace-points " + bad_points, "--trace-points: needs --trace-port or --trace-file"},
       {"--trace-bind 0.0.0.0", "--trace-bind: needs --trace-port"},
+      {"--trace-port 0 --trace-token short", "--trace-token: expected 16 to 256 characters"},
+      {"--trace-port 0 --trace-bind 0.0.0.0 --trace-token none", "--trace-token none: only with a loopback"},
   };
   for (const auto& [flags, expected] : cases) {
     const auto r = magic_check("--topology dp=2 " + flags);

@@ -205,7 +205,11 @@ class WebSocketSession : public std::enable_shared_from_this<WebSocketSession> {
     ++server_->clients_served;
     ++server_->live_clients;
     accepted_ = true;
-    join();
+    try {
+      join();
+    } catch (const std::exception& e) {
+      return drop(str_cat("its greeting failed: ", e.what()));  // the hook's failure ends this client only
+    }
     read_next();
   }
 
