@@ -69,7 +69,11 @@ def main():
     parser.add_argument("--token", help="the tracer's token, from the viewer's URL the run printed")
     parser.add_argument("--json", help="also write the series to this file")
     args = parser.parse_args()
-    projections, losses, records, dropped = asyncio.run(collect(with_token(args.url, args.token)))
+    try:
+        projections, losses, records, dropped = asyncio.run(collect(with_token(args.url, args.token)))
+    except (OSError, websockets.exceptions.InvalidHandshake) as e:
+        # 401 or 403 from the server: no token, or not the run's (the URL is shown without it).
+        sys.exit(f"tracer_client: cannot connect to {args.url.split('?')[0]}: {e}")
     if not projections:
         sys.exit("tracer_client: no projection records (was the run started with --trace-vectors?)")
     layers = sorted(projections)
