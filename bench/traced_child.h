@@ -23,16 +23,17 @@ inline TracedChild run_traced_child(const std::vector<std::string>& argv, int re
   out.readers.resize(static_cast<size_t>(readers));
   std::vector<std::thread> threads;
   std::vector<std::unique_ptr<TraceClient>> held;  // stalled: connected, never read
-  const std::regex serving(R"(trace: serving http://127\.0\.0\.1:(\d+)/)");
+  const std::regex serving(R"(trace: serving http://127\.0\.0\.1:(\d+)/\?token=([A-Za-z0-9_-]+))");
   out.run = run_child(argv, {}, [&](const std::string& line) {
     std::smatch m;
     if (!std::regex_search(line, m, serving)) return;
     const int port = std::stoi(m[1]);
-    for (int s = 0; s < stalled; ++s) held.push_back(std::make_unique<TraceClient>(port));
+    const std::string token = m[2];
+    for (int s = 0; s < stalled; ++s) held.push_back(std::make_unique<TraceClient>(port, "/trace", "", token));
     for (int r = 0; r < readers; ++r) {
-      threads.emplace_back([&out, port, r] {
+      threads.emplace_back([&out, port, token, r] {
         try {
-          TraceClient client(port);
+          TraceClient client(port, "/trace", "", token);
           out.readers[static_cast<size_t>(r)] = read_stream(client, std::chrono::seconds(600));
         } catch (const std::exception& e) {
           out.readers[static_cast<size_t>(r)].error = e.what();

@@ -3,7 +3,7 @@
 # run of demo/topics.sh, one direction per layer (the mean hidden state of the law verses minus
 # that of the sea verses, from demo-persona-vectors), and each training step's batch projected
 # onto it, live: docs/tracer_client.py collects the signal per layer over steps while the viewer
-# (http://127.0.0.1:PORT/) can plot it. Run demo/topics.sh first: it pretrains build/demo/pretrained.
+# (the http://127.0.0.1:PORT/?token=... the run prints) can plot it. Run demo/topics.sh first: it pretrains build/demo/pretrained.
 #   demo/persona.sh [PORT]    (default 8765)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -22,7 +22,9 @@ until grep -q "^trace: serving" "$out/persona_run.log"; do
   sleep 0.2
 done
 grep "^trace: serving" "$out/persona_run.log"
-/usr/bin/python3 "$root/docs/tracer_client.py" "ws://127.0.0.1:$port/trace" --json "$out/persona.json"
+# The WebSocket's URL as the run printed it, with the run's token (docs/tracer.md, "The token").
+ws_url="$(sed -n 's/^trace: serving .* and \(ws:[^ ]*\)$/\1/p' "$out/persona_run.log")"
+/usr/bin/python3 "$root/docs/tracer_client.py" "$ws_url" --json "$out/persona.json"
 wait "$pid"
 trap - EXIT
 echo "persona.sh: the series are in $out/persona.json; the run's output in $out/persona_run.log"

@@ -6,7 +6,10 @@ hidden states after each block projected onto the layer's vector and for the los
 row per training step: the loss and, per layer, the mean projection of the batch's hidden states.
 That is the persona-vector monitoring of Megatron's tensor tracer demonstration, on our stream.
 
-    /usr/bin/python3 docs/tracer_client.py ws://127.0.0.1:8765/trace [--json out.json]
+    /usr/bin/python3 docs/tracer_client.py ws://127.0.0.1:8765/trace --token TOKEN [--json out.json]
+
+TOKEN is the one the run printed in its viewer's URL (http://127.0.0.1:8765/?token=TOKEN); the
+URL given may carry it instead (ws://127.0.0.1:8765/trace?token=TOKEN).
 
 Needs Debian's python3-websockets. Start the run with --trace-wait so that it waits for this
 client before training: the control below applies from the next record on.
@@ -15,6 +18,7 @@ import argparse
 import asyncio
 import json
 import sys
+import urllib.parse
 
 import websockets
 
@@ -22,6 +26,16 @@ CONTROL = {"type": "control", "paused": False, "points": [
     {"kind": "activation", "compressor": "projection"},
     {"kind": "loss", "compressor": "none"},
 ]}
+
+
+def with_token(url, token):
+    """The WebSocket URL with the tracer's token as its token= parameter (every websockets version
+    sends a URL's query; not every one takes extra headers the same way)."""
+    if not token:
+        return url
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qsl(parts.query) + [("token", token)]
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
 
 
 async def collect(url):
@@ -52,9 +66,14 @@ async def collect(url):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("url", help="the tracer's WebSocket, ws://127.0.0.1:PORT/trace")
+    parser.add_argument("--token", help="the tracer's token, from the viewer's URL the run printed")
     parser.add_argument("--json", help="also write the series to this file")
     args = parser.parse_args()
-    projections, losses, records, dropped = asyncio.run(collect(args.url))
+    try:
+        projections, losses, records, dropped = asyncio.run(collect(with_token(args.url, args.token)))
+    except (OSError, websockets.exceptions.InvalidHandshake) as e:
+        # 401 or 403 from the server: no token, or not the run's (the URL is shown without it).
+        sys.exit(f"tracer_client: cannot connect to {args.url.split('?')[0]}: {e}")
     if not projections:
         sys.exit("tracer_client: no projection records (was the run started with --trace-vectors?)")
     layers = sorted(projections)

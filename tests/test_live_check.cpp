@@ -241,8 +241,9 @@ TEST(LiveCheck, BadTraceFlagsAreRefusedByNameBeforeTheReference) {
   std::ofstream(full + "/x") << "x";
   const std::string bad_points = temp_path("live-check-points.json");
   std::ofstream(bad_points) << R"({"points": [{"run": 3, "compressor": "stats"}]})";
-  TraceServer busy(TraceServerOptions{}, TraceServerHooks{[] { return std::string("{}"); },
-                                                          [](const std::string&) { return ClientReply{}; }});
+  TraceServer busy(
+      TraceServerOptions{},
+      TraceServerHooks{[] { return std::string("{}"); }, [](const std::string&) { return ClientReply{}; }, {}});
   const std::string taken = std::to_string(busy.port());
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--launch threads --trace-file " + full + "-new",
@@ -253,6 +254,8 @@ TEST(LiveCheck, BadTraceFlagsAreRefusedByNameBeforeTheReference) {
       {"--trace-port 0 --trace-points " + bad_points, "points[0].run: expected a string"},
       {"--trace-points " + bad_points, "--trace-points: needs --trace-port or --trace-file"},
       {"--trace-bind 0.0.0.0", "--trace-bind: needs --trace-port"},
+      {"--trace-port 0 --trace-token short", "--trace-token: expected 16 to 256 characters"},
+      {"--trace-port 0 --trace-bind 0.0.0.0 --trace-token none", "--trace-token none: only with a loopback"},
   };
   for (const auto& [flags, expected] : cases) {
     const auto r = magic_check("--topology dp=2 " + flags);

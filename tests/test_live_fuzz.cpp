@@ -130,12 +130,13 @@ std::string wrong_shape(std::mt19937_64& rng) {
 // One fuzzing client: a WebSocket it reconnects whenever the server ended it.
 struct Fuzzer {
   int port;
+  std::string token;
   std::optional<TraceClient> ws;
   int64_t reconnects = 0;
 
   TraceClient& client() {
     if (!ws) {
-      ws.emplace(port);
+      ws.emplace(port, "/trace", "", token);
       ++reconnects;
     }
     return *ws;
@@ -169,12 +170,12 @@ TEST(LiveFuzz, TenThousandBadInputsNeitherStopTheServerNorChangeTheRun) {
   ASSERT_GT(port, 0) << run.join().output;
   StreamCheck watched;
   std::thread watcher([&] {
-    TraceClient c(port);
+    TraceClient c(port, "/trace", "", run.token());
     watched = read_stream(c);
   });
 
   std::mt19937_64 rng(2031);
-  Fuzzer fuzz{port, std::nullopt, 0};
+  Fuzzer fuzz{port, run.token(), std::nullopt, 0};
   std::vector<int64_t> counts(kCases, 0);
   const std::string origin = "http://evil.example";
   int64_t cases = 0;
@@ -215,18 +216,18 @@ TEST(LiveFuzz, TenThousandBadInputsNeitherStopTheServerNorChangeTheRun) {
                  std::chrono::milliseconds(5));
         break;
       case kUnknownPath:
-        http_request(port, "/" + random_printable(rng, 1 + rng() % 30));
+        http_request(port, "/" + random_printable(rng, 1 + rng() % 30), "GET", run.token());
         break;
       case kForeignOrigin:
         try {
-          TraceClient refused(port, "/trace", origin);
+          TraceClient refused(port, "/trace", origin, run.token());
           ADD_FAILURE() << "a foreign origin was accepted";
         } catch (const std::exception&) {
         }
         break;
       case kVanish:
         try {
-          TraceClient gone(port);
+          TraceClient gone(port, "/trace", "", run.token());
           gone.drop();
         } catch (const std::exception&) {
           // Only if the run ended meanwhile, which the loop's condition sees next.
@@ -240,8 +241,8 @@ TEST(LiveFuzz, TenThousandBadInputsNeitherStopTheServerNorChangeTheRun) {
   // The control the fuzz leaves in force streams again, to everyone.
   fuzz.send(R"({"type":"control","paused":false,"points":[{"compressor":"stats"}]})");
   // Still serving after all of it: the viewer's page, and a new client's greeting.
-  EXPECT_EQ(http_request(port, "/").status, 200);
-  TraceClient late(port);
+  EXPECT_EQ(http_request(port, "/", "GET", run.token()).status, 200);
+  TraceClient late(port, "/trace", "", run.token());
   const auto hello = late.read(std::chrono::seconds(20));
   ASSERT_TRUE(hello.has_value());
   EXPECT_EQ(json::parse(*hello)["type"], "hello");

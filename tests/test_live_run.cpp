@@ -83,7 +83,7 @@ TEST(LiveRun, EightClientsEachGetEveryRecordInOrderOrADropCount) {
   std::vector<std::thread> clients;
   for (size_t c = 0; c < checks.size(); ++c) {
     clients.emplace_back([&, c] {
-      TraceClient client(port);
+      TraceClient client(port, "/trace", "", run.token());
       checks[c] = read_stream(client);
     });
   }
@@ -134,14 +134,14 @@ TEST(LiveRun, AClientThatComesAfterNStepsGetsTheHistoryAndScoresNameTheirExample
                     ::testing::TempDir() + "/live-late.log");
   const int port = run.port();
   ASSERT_GT(port, 0) << run.join().output;
-  TraceClient first(port);
+  TraceClient first(port, "/trace", "", run.token());
   std::vector<json> early;
   while (loss_steps(early).empty() || loss_steps(early).back() < 4) {
     const std::optional<std::string> m = first.read();
     ASSERT_TRUE(m.has_value()) << "the stream ended before step 4";
     early.push_back(json::parse(*m));
   }
-  TraceClient late(port);
+  TraceClient late(port, "/trace", "", run.token());
   for (const json& m : read_to_end(first)) early.push_back(m);
   const std::vector<json> later = read_to_end(late);
   const auto outcome = run.join();
@@ -226,7 +226,8 @@ TEST(LiveRun, ThePythonClientCollectsTheProjectionPerLayerOverSteps) {
   ASSERT_GT(port, 0) << run.join().output;
   const std::string out = ::testing::TempDir() + "/live-persona.json";
   const auto client = testing::run_command("/usr/bin/python3 " + testing::source_path("docs/tracer_client.py") +
-                                           " ws://127.0.0.1:" + std::to_string(port) + "/trace --json " + out);
+                                           " ws://127.0.0.1:" + std::to_string(port) + "/trace --token " + run.token() +
+                                           " --json " + out);
   const auto outcome = run.join();
   ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
   ASSERT_EQ(client.exit_code, 0) << client.output;
@@ -250,8 +251,9 @@ TEST(LiveRun, BadTraceFlagsAreRefusedByNameBeforeTheRunStarts) {
   const std::string bad_points = write_text("live-flags-points.json", R"({"points": [{"compressor": "zip"}]})");
   const std::string not_vectors = write_text("live-flags-vectors.safetensors", "not a safetensors file");
   // A port another server holds.
-  TraceServer busy(TraceServerOptions{}, TraceServerHooks{[] { return std::string("{}"); },
-                                                          [](const std::string&) { return ClientReply{}; }});
+  TraceServer busy(
+      TraceServerOptions{},
+      TraceServerHooks{[] { return std::string("{}"); }, [](const std::string&) { return ClientReply{}; }, {}});
   const std::string taken = std::to_string(busy.port());
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--trace-port " + taken, "--trace-port " + taken + ": cannot bind 127.0.0.1:" + taken},

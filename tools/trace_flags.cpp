@@ -12,6 +12,9 @@ void add_trace_flags(CLI::App& app, TraceOptions& options) {
                  "port; docs/tracer.md)");
   app.add_option("--trace-bind", options.bind, "with --trace-port: listen on this address instead")
       ->capture_default_str();
+  app.add_option("--trace-token", options.token,
+                 "with --trace-port: the token every request must carry (16 to 256 of A-Z a-z 0-9 _ -; default: "
+                 "one made per run and printed in the viewer's URL; none: no token, loopback --trace-bind only)");
   app.add_option("--trace-file", options.file_dir, "write the tracer's records to this new folder (docs/tracer.md)");
   app.add_option("--trace-points", options.points_file,
                  "the tracer's control to start with: a JSON file of rules (docs/tracer.md, \"Messages\")");
@@ -25,6 +28,7 @@ void add_trace_flags(CLI::App& app, TraceOptions& options) {
 std::optional<CheckedTraceOptions> checked_trace_flags(const CLI::App& app, const TraceOptions& options,
                                                        std::optional<double> timeout_s) {
   if (app.count("--trace-bind") > 0 && !options.port) throw InputError("--trace-bind: needs --trace-port");
+  if (options.token && !options.port) throw InputError("--trace-token: needs --trace-port");
   if (timeout_s && options.wait_seconds >= *timeout_s) {
     throw InputError(str_cat("--trace-wait ", options.wait_seconds,
                              ": under --topology, expected less than --timeout (", *timeout_s,

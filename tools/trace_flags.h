@@ -12,7 +12,7 @@
 
 namespace magic {
 
-// --trace-port, --trace-bind, --trace-file, --trace-points, --trace-vectors, --trace-wait.
+// --trace-port, --trace-bind, --trace-token, --trace-file, --trace-points, --trace-vectors, --trace-wait.
 void add_trace_flags(CLI::App& app, TraceOptions& options);
 
 // The options checked (check_trace_options; InputError naming the flag), or none when no tracer

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <iostream>
 #include <thread>
 
 #include "lib/core/error.h"
@@ -12,6 +13,7 @@
 #include "lib/io/atomic_folder.h"
 #include "lib/live/trace_file.h"
 #include "lib/live/trace_relay.h"
+#include "lib/live/trace_token.h"
 
 namespace magic {
 
@@ -34,6 +36,12 @@ CheckedTraceOptions check_trace_options(const TraceOptions& options, bool folder
   if (inet_pton(AF_INET, options.bind.c_str(), &any) != 1 && inet_pton(AF_INET6, options.bind.c_str(), &any) != 1) {
     throw InputError(str_cat("--trace-bind ", options.bind, ": expected an IP address"));
   }
+  if (options.token && !options.port) throw InputError("--trace-token: needs --trace-port");
+  if (options.token == "none" && !loopback_address(options.bind)) {
+    throw InputError(
+        str_cat("--trace-token none: only with a loopback --trace-bind (127.0.0.1, ::1), not ", options.bind));
+  }
+  if (options.token && options.token != "none") check_trace_token(*options.token);
   if (options.port && (*options.port < 0 || *options.port > 65535)) {
     throw InputError(str_cat("--trace-port ", *options.port, ": expected a port from 0 to 65535 (0: any free port)"));
   }
@@ -80,9 +88,13 @@ LiveTracer::LiveTracer(const CheckedTraceOptions& checked, TraceOrigin origin,
   TraceServerOptions so;
   so.bind = o.bind;
   so.port = *o.port;
+  so.token = !o.token ? make_trace_token() : *o.token == "none" ? "" : *o.token;
   so.assets = std::move(assets);
+  const std::string query = so.token.empty() ? "" : "?token=" + so.token;
   TraceServerHooks hooks;
   hooks.hello = [this] { return sink_.hello().dump(); };
+  // The server's thread: one write of the whole line, so that it never splits another.
+  hooks.log = [](const std::string& line) { std::cerr << line + "\n" << std::flush; };
   hooks.message = [this](const std::string& text) {
     ClientReply reply;
     try {
@@ -101,9 +113,15 @@ LiveTracer::LiveTracer(const CheckedTraceOptions& checked, TraceOrigin origin,
   sink_.add_output(server_.get());
   if (relay && relay->world > 1)
     relay_->receiver = std::make_unique<RelayReceiver>(relay->store, relay->world, server_.get());
+  if (!loopback_address(o.bind)) {
+    std::cerr << "trace: warning: --trace-bind " << o.bind
+              << " serves the tracer beyond this machine: whoever sees the token can read the run's stream (its "
+                 "training text included) and steer it"
+              << std::endl;
+  }
   if (say) {
-    *say << "trace: serving http://" << o.bind << ":" << server_->port() << "/ (viewer) and ws://" << o.bind << ":"
-         << server_->port() << "/trace" << std::endl;
+    *say << "trace: serving http://" << o.bind << ":" << server_->port() << "/" << query << " (viewer) and ws://"
+         << o.bind << ":" << server_->port() << "/trace" << query << std::endl;
   }
 }
 

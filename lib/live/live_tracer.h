@@ -20,10 +20,12 @@ namespace magic {
 struct TraceOptions {
   std::optional<int> port;         // --trace-port
   std::string bind = "127.0.0.1";  // --trace-bind
-  std::string file_dir;            // --trace-file
-  std::string points_file;         // --trace-points: the control the run starts with
-  std::string vectors_file;        // --trace-vectors: projection's vectors per layer
-  double wait_seconds = 0;         // --trace-wait: how long rank 0 waits for a first client
+  // --trace-token: unset, one is made per run (trace_token.h); "none": no token, on loopback only.
+  std::optional<std::string> token;
+  std::string file_dir;      // --trace-file
+  std::string points_file;   // --trace-points: the control the run starts with
+  std::string vectors_file;  // --trace-vectors: projection's vectors per layer
+  double wait_seconds = 0;   // --trace-wait: how long rank 0 waits for a first client
 
   bool enabled() const { return port.has_value() || !file_dir.empty(); }
 };

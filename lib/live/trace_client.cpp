@@ -17,7 +17,7 @@ namespace http = beast::http;
 namespace websocket = beast::websocket;
 using tcp = net::ip::tcp;
 
-HttpReply http_request(int port, const std::string& target, const std::string& method) {
+HttpReply http_request(int port, const std::string& target, const std::string& method, const std::string& token) {
   net::io_context io;
   beast::tcp_stream stream(io);
   beast::error_code ec;
@@ -26,6 +26,7 @@ HttpReply http_request(int port, const std::string& target, const std::string& m
   if (ec) return {};
   http::request<http::string_body> req(http::string_to_verb(method), target, 11);
   req.set(http::field::host, "127.0.0.1");
+  if (!token.empty()) req.set(http::field::authorization, "Bearer " + token);
   http::write(stream, req, ec);
   if (ec) return {};
   beast::flat_buffer buffer;
@@ -62,19 +63,20 @@ struct TraceClient::State {
   beast::flat_buffer buffer;
 };
 
-TraceClient::TraceClient(int port, const std::string& target, const std::string& origin)
+TraceClient::TraceClient(int port, const std::string& target, const std::string& origin, const std::string& token)
     : state_(std::make_unique<State>()) {
   beast::get_lowest_layer(state_->ws).expires_after(std::chrono::seconds(10));
   beast::get_lowest_layer(state_->ws)
       .connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
-  if (!origin.empty()) {
-    state_->ws.set_option(websocket::stream_base::decorator(
-        [origin](websocket::request_type& req) { req.set(http::field::origin, origin); }));
-  }
+  state_->ws.set_option(websocket::stream_base::decorator([origin, token](websocket::request_type& req) {
+    if (!origin.empty()) req.set(http::field::origin, origin);
+    if (!token.empty()) req.set(http::field::authorization, "Bearer " + token);
+  }));
   websocket::response_type res;
   beast::error_code ec;
   state_->ws.handshake(res, "127.0.0.1:" + std::to_string(port), target, ec);
-  if (ec) throw std::runtime_error("handshake refused: HTTP " + std::to_string(res.result_int()));
+  // Beast keeps the response of a declined handshake to itself: the status is not known here.
+  if (ec) throw std::runtime_error("handshake refused: " + ec.message());
   beast::get_lowest_layer(state_->ws).expires_never();
 }
 

@@ -16,8 +16,10 @@ struct HttpReply {
   std::string body;
 };
 
-// One GET (or another method) on 127.0.0.1:port; status 0 when the connection failed.
-HttpReply http_request(int port, const std::string& target, const std::string& method = "GET");
+// One GET (or another method) on 127.0.0.1:port, with `token` (when not empty) in an
+// Authorization: Bearer header; status 0 when the connection failed.
+HttpReply http_request(int port, const std::string& target, const std::string& method = "GET",
+                       const std::string& token = "");
 
 // Sends `bytes` on a plain TCP connection to 127.0.0.1:port (no protocol: junk, a partial
 // request), then half-closes it when `half_close`, and reads what comes back for at most
@@ -27,9 +29,11 @@ std::string send_raw(int port, const std::string& bytes, bool half_close,
 
 class TraceClient {
  public:
-  // Connects to ws://127.0.0.1:port/target, sending `origin` when it is not empty. Throws
-  // std::runtime_error (with the HTTP status the server answered) when the handshake fails.
-  TraceClient(int port, const std::string& target = "/trace", const std::string& origin = "");
+  // Connects to ws://127.0.0.1:port/target, sending `origin` and the tracer's `token` (in an
+  // Authorization: Bearer header; a target may carry ?token= instead) when they are not empty.
+  // Throws std::runtime_error when the handshake fails (send_raw shows the server's answer).
+  TraceClient(int port, const std::string& target = "/trace", const std::string& origin = "",
+              const std::string& token = "");
   ~TraceClient();
   TraceClient(TraceClient&&) noexcept;
 

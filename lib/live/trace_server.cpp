@@ -5,18 +5,24 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <list>
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "lib/live/client_queue.h"
+#include "lib/live/trace_log.h"
+#include "lib/live/trace_token.h"
 
 namespace magic {
 
@@ -39,13 +45,52 @@ std::string history_message(size_t records, int64_t seen) {
 }
 
 class WebSocketSession;
+class HttpSession;
+
+// One of the server's sockets, counted against its budget of file descriptors from the socket's
+// accept to its close.
+class SocketSlot {
+ public:
+  explicit SocketSlot(std::atomic<int>* count) : count_(count) { ++*count_; }
+  SocketSlot(SocketSlot&& other) noexcept : count_(std::exchange(other.count_, nullptr)) {}
+  SocketSlot& operator=(SocketSlot&&) = delete;
+  ~SocketSlot() { release(); }
+  void release() {
+    if (count_ != nullptr) --*std::exchange(count_, nullptr);
+  }
+
+ private:
+  std::atomic<int>* count_;
+};
+
+// The budget of sockets: the option, or an eighth of the file descriptors this process may open
+// when that is less, so that the run keeps the rest whatever connects.
+int socket_budget(int wanted) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return wanted;
+  return static_cast<int>(std::max<rlim_t>(4, std::min<rlim_t>(wanted, limit.rlim_cur / 8)));
+}
+
+std::string_view view(beast::string_view v) {
+  return {v.data(), v.size()};
+}
+
+std::string seconds_text(std::chrono::milliseconds t) {
+  return format_number(static_cast<double>(t.count()) / 1000);
+}
 
 }  // namespace
 
 class TraceServer::Impl : public std::enable_shared_from_this<TraceServer::Impl> {
  public:
   Impl(TraceServerOptions options, TraceServerHooks hooks)
-      : options(std::move(options)), hooks(std::move(hooks)), acceptor(io), history(history_limits(this->options)) {}
+      : options(std::move(options)),
+        hooks(std::move(hooks)),
+        acceptor(io),
+        accept_retry(io),
+        log(this->hooks.log, trace_limits::kLogLinesPerSecond),
+        sockets_allowed(socket_budget(this->options.max_sockets)),
+        history(history_limits(this->options)) {}
 
   static HistoryLimits history_limits(const TraceServerOptions& o) {
     HistoryLimits limits = o.history;
@@ -55,6 +100,12 @@ class TraceServer::Impl : public std::enable_shared_from_this<TraceServer::Impl>
 
   void listen();
   void accept();
+  // A connection just accepted: served, or closed at once when the budget of sockets is spent.
+  void admit(tcp::socket socket);
+  // Closes the connection that has waited longest for its request; false when none waits.
+  bool shed_oldest_waiting();
+  // Ends the server after a failure of its own: the run goes on without it.
+  void fail(const std::string& what);
   void add(const std::shared_ptr<WebSocketSession>& s);
   void remove(const WebSocketSession* s);
   std::vector<std::shared_ptr<WebSocketSession>> sessions_now();
@@ -66,11 +117,19 @@ class TraceServer::Impl : public std::enable_shared_from_this<TraceServer::Impl>
   TraceServerHooks hooks;
   net::io_context io;
   tcp::acceptor acceptor;
+  net::steady_timer accept_retry;
+  TraceLog log;
   std::thread thread;
   std::set<std::string> origins;
-  std::atomic<int64_t> clients_served{0}, requests_refused{0}, dropped_by_gone{0};
+  std::string cookie_name;  // magic_trace_PORT: the viewer's files load with the token the page came with
+  std::atomic<int64_t> clients_served{0}, requests_refused{0}, dropped_by_gone{0}, unauthorized{0}, connections_shed{0};
   std::atomic<int> live_clients{0};
-  std::atomic<bool> stopped{false};
+  std::atomic<bool> stopped{false}, failed{false};
+  // The server's thread only: sockets open, WebSocket slots taken (from the accepted upgrade on,
+  // so that a burst of upgrades cannot pass max_clients), connections waiting for their request.
+  const int sockets_allowed;
+  std::atomic<int> open_sockets{0}, websocket_slots{0}, sockets_peak{0};
+  std::list<std::weak_ptr<HttpSession>> waiting;
   // Publishing and a client's joining take turns under this lock, so that a record reaches a new
   // client once: in its history or live. `announcements` counts the messages that are not records.
   std::mutex history_mutex;
@@ -89,8 +148,16 @@ namespace {
 // for control messages. Runs on the server's one thread; publish() reaches it through post().
 class WebSocketSession : public std::enable_shared_from_this<WebSocketSession> {
  public:
-  WebSocketSession(tcp::socket socket, std::shared_ptr<TraceServer::Impl> server)
-      : ws_(std::move(socket)), server_(std::move(server)), queue_(server_->options.queue_bytes) {}
+  // Takes one of the server's WebSocket slots (taken by the caller) and gives it back at its end.
+  WebSocketSession(tcp::socket socket, std::shared_ptr<TraceServer::Impl> server, std::string peer, SocketSlot slot)
+      : ws_(std::move(socket)),
+        server_(std::move(server)),
+        slot_(std::move(slot)),
+        peer_(std::move(peer)),
+        queue_(server_->options.queue_bytes),
+        allowance_(server_->options.control_messages_per_second),
+        refilled_(std::chrono::steady_clock::now()) {}
+  ~WebSocketSession() { release_websocket_slot(); }
 
   void start(http::request<http::string_body> request) {
     ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
@@ -103,7 +170,9 @@ class WebSocketSession : public std::enable_shared_from_this<WebSocketSession> {
   // Any thread. Never blocks: a full queue drops the record and counts it.
   void enqueue(std::shared_ptr<const std::string> message, bool record) {
     if (queue_.push(std::move(message), record) == ClientQueue::Push::kOverflow) {
-      net::post(ws_.get_executor(), [self = shared_from_this()] { self->fail(); });
+      net::post(ws_.get_executor(), [self = shared_from_this()] {
+        self->drop(str_cat("over ", 2 * self->server_->options.queue_bytes, " bytes of messages queued, not taken"));
+      });
       return;
     }
     if (!write_posted_.exchange(true)) {
@@ -131,12 +200,16 @@ class WebSocketSession : public std::enable_shared_from_this<WebSocketSession> {
   void on_accept(beast::error_code ec) {
     if (ec) {
       ++server_->requests_refused;
-      return;
+      return fail();
     }
     ++server_->clients_served;
     ++server_->live_clients;
     accepted_ = true;
-    join();
+    try {
+      join();
+    } catch (const std::exception& e) {
+      return drop(str_cat("its greeting failed: ", e.what()));  // the hook's failure ends this client only
+    }
     read_next();
   }
 
@@ -183,10 +256,17 @@ class WebSocketSession : public std::enable_shared_from_this<WebSocketSession> {
     ws_.async_read(buffer_, beast::bind_front_handler(&WebSocketSession::on_read, shared_from_this()));
   }
 
-  // A frame too big (Beast closes with 1009), a peer that went away, a protocol error: this
-  // client ends, the server and the run go on.
+  // A frame too big (Beast closes with 1009), a peer that went away, a protocol error, too many
+  // control messages: this client ends, the server and the run go on.
   void on_read(beast::error_code ec, size_t) {
+    if (ec == websocket::error::message_too_big) {
+      return drop(str_cat("a frame over ", server_->options.max_frame_bytes, " bytes"));
+    }
     if (ec) return fail();
+    if (!allow_message()) {
+      return drop(
+          str_cat("over ", format_number(server_->options.control_messages_per_second), " control messages a second"));
+    }
     std::string text = beast::buffers_to_string(buffer_.data());
     buffer_.consume(buffer_.size());
     ClientReply reply;
@@ -204,11 +284,36 @@ class WebSocketSession : public std::enable_shared_from_this<WebSocketSession> {
     read_next();
   }
 
+  // A token bucket: a burst of as many messages as the rate allows in a second, then the rate.
+  bool allow_message() {
+    const double rate = server_->options.control_messages_per_second;
+    const auto now = std::chrono::steady_clock::now();
+    allowance_ = std::min(rate, allowance_ + rate * std::chrono::duration<double>(now - refilled_).count());
+    refilled_ = now;
+    if (allowance_ < 1) return false;
+    allowance_ -= 1;
+    return true;
+  }
+
+  // Ends a client that broke a bound, saying which in one line.
+  void drop(const std::string& reason) {
+    if (closed_) return;
+    server_->log.line(str_cat("trace: dropped client ", peer_, ": ", reason));
+    fail();
+  }
+
+  void release_websocket_slot() {
+    if (holds_slot_) --server_->websocket_slots;
+    holds_slot_ = false;
+  }
+
   void fail() {
     if (closed_) return;
     closed_ = true;
     beast::error_code ignored;
     beast::get_lowest_layer(ws_).socket().close(ignored);
+    slot_.release();
+    release_websocket_slot();
     if (accepted_) {
       server_->dropped_by_gone += queue_.dropped_total();
       --server_->live_clients;
@@ -218,32 +323,84 @@ class WebSocketSession : public std::enable_shared_from_this<WebSocketSession> {
 
   websocket::stream<beast::tcp_stream> ws_;
   std::shared_ptr<TraceServer::Impl> server_;
+  SocketSlot slot_;  // after server_: given back before the server it counts in may go
+  std::string peer_;
   ClientQueue queue_;
   beast::flat_buffer buffer_;
   std::shared_ptr<const std::string> current_;
   std::atomic<bool> write_posted_{false};
-  bool writing_ = false, closing_ = false, closed_ = false, accepted_ = false;
+  bool writing_ = false, closing_ = false, closed_ = false, accepted_ = false, holds_slot_ = true;
+  double allowance_;  // control messages this client may send now
+  std::chrono::steady_clock::time_point refilled_;
 };
 
-// One HTTP request: a file of the viewer, a 404, or the upgrade to a WebSocket on /trace.
+// One HTTP request: refused without the token, else a file of the viewer, a 404, or the upgrade
+// to a WebSocket on /trace. Until its request is read it is one of the server's waiting
+// connections, which the server may close to make room (Impl::admit).
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:
-  HttpSession(tcp::socket socket, std::shared_ptr<TraceServer::Impl> server)
-      : stream_(std::move(socket)), server_(std::move(server)) {}
+  HttpSession(tcp::socket socket, std::shared_ptr<TraceServer::Impl> server, std::string peer)
+      : stream_(std::move(socket)), server_(std::move(server)), slot_(&server_->open_sockets), peer_(std::move(peer)) {}
 
   void start() {
+    server_->waiting.push_back(weak_from_this());
+    waiting_at_ = std::prev(server_->waiting.end());
+    waiting_ = true;
     parser_.emplace();
-    parser_->header_limit(16 * 1024);
-    parser_->body_limit(16 * 1024);
-    stream_.expires_after(std::chrono::seconds(10));  // a client that never finishes its request
+    parser_->header_limit(trace_limits::kMaxRequestBytes);
+    parser_->body_limit(trace_limits::kMaxRequestBytes);
+    stream_.expires_after(server_->options.request_time);  // a client that never finishes its request
     http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&HttpSession::on_read, shared_from_this()));
   }
 
+  // Closes the connection at the server's close.
+  void abort() {
+    stop_waiting();
+    shut();
+  }
+
+  // Closes the connection before its request came, saying why.
+  void shed(const std::string& reason) {
+    stop_waiting();
+    ++server_->connections_shed;
+    server_->log.line(str_cat("trace: closed ", peer_, ": ", reason));
+    shut();
+  }
+
  private:
+  void stop_waiting() {
+    if (!waiting_) return;
+    waiting_ = false;
+    server_->waiting.erase(waiting_at_);
+  }
+
   void on_read(beast::error_code ec, size_t) {
+    const bool was_waiting = waiting_;
+    stop_waiting();
+    if (ec == beast::error::timeout && was_waiting) {
+      return shed(str_cat("no whole request within ", seconds_text(server_->options.request_time), " s"));
+    }
     if (ec) return shut();
     http::request<http::string_body> request = parser_->release();
-    if (websocket::is_upgrade(request)) return upgrade(std::move(request));
+    stream_.expires_after(server_->options.request_time);  // for the answer
+    const bool upgrade_asked = websocket::is_upgrade(request);
+    // The token first: a client without it learns nothing else (not even which paths exist). A
+    // WebSocket must carry it itself (URL or header); the cookie is for the viewer's own files.
+    const std::string given =
+        request_token(view(request.target()), view(request[http::field::authorization]),
+                      upgrade_asked ? std::string_view() : view(request[http::field::cookie]), server_->cookie_name);
+    const std::string& token = server_->options.token;
+    if (!token.empty() && !token_matches(given, token)) {
+      ++server_->unauthorized;
+      const bool none = given.empty();
+      server_->log.line(str_cat("trace: refused ", peer_, ": ", none ? "no token" : "a wrong token", " (HTTP ",
+                                none ? 401 : 403, ")"));
+      return respond(none ? http::status::unauthorized : http::status::forbidden, "text/plain",
+                     none ? "the tracer's token is missing: open the URL the run printed (?token=...)\n"
+                          : "the tracer's token is wrong\n",
+                     request);
+    }
+    if (upgrade_asked) return upgrade(std::move(request));
     if (request.method() != http::verb::get && request.method() != http::verb::head) {
       return respond(http::status::method_not_allowed, "text/plain", "GET only\n", request);
     }
@@ -252,6 +409,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     const auto it = server_->options.assets.find(target);
     if (it == server_->options.assets.end())
       return respond(http::status::not_found, "text/plain", "not found\n", request);
+    if (!token.empty()) {
+      // The page's own files (viewer.js, viewer.css) are fetched by the browser without the URL's
+      // token: a cookie of this port only, never sent by another site's page, carries it to them.
+      set_cookie_ = str_cat(server_->cookie_name, "=", token, "; Path=/; HttpOnly; SameSite=Strict");
+    }
     respond(http::status::ok, it->second.content_type, it->second.body, request);
   }
 
@@ -263,11 +425,15 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     if (!server_->origin_allowed(std::string(request[http::field::origin]))) {
       return respond(http::status::forbidden, "text/plain", "origin not allowed\n", request);
     }
-    if (server_->live_clients >= server_->options.max_clients) {
+    if (server_->websocket_slots >= server_->options.max_clients) {
+      server_->log.line(str_cat("trace: refused ", peer_, ": ", server_->options.max_clients,
+                                " WebSocket clients already (HTTP 503)"));
       return respond(http::status::service_unavailable, "text/plain", "too many clients\n", request);
     }
+    ++server_->websocket_slots;
     stream_.expires_never();  // the WebSocket keeps its own timeouts
-    std::make_shared<WebSocketSession>(stream_.release_socket(), server_)->start(std::move(request));
+    std::make_shared<WebSocketSession>(stream_.release_socket(), server_, peer_, std::move(slot_))
+        ->start(std::move(request));
   }
 
   void respond(http::status status, const std::string& type, const std::string& body,
@@ -277,6 +443,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     res->set(http::field::server, "magic-run tracer");
     res->set(http::field::content_type, type);
     res->set(http::field::cache_control, "no-store");
+    if (!set_cookie_.empty()) res->set(http::field::set_cookie, set_cookie_);
+    if (status == http::status::unauthorized) res->set(http::field::www_authenticate, "Bearer");
     res->keep_alive(false);
     if (request.method() != http::verb::head) res->body() = body;
     res->prepare_payload();
@@ -287,12 +455,18 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
     stream_.socket().close(ignored);
+    slot_.release();
   }
 
   beast::tcp_stream stream_;
   std::shared_ptr<TraceServer::Impl> server_;
+  SocketSlot slot_;  // after server_: given back before the server it counts in may go
+  std::string peer_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  std::list<std::weak_ptr<HttpSession>>::iterator waiting_at_;
+  bool waiting_ = false;
+  std::string set_cookie_;
 };
 
 }  // namespace
@@ -320,6 +494,12 @@ void open_listening(tcp::acceptor& acceptor, const TraceServerOptions& options) 
 
 }  // namespace
 
+bool loopback_address(const std::string& address) {
+  beast::error_code ec;
+  const net::ip::address a = net::ip::make_address(address, ec);
+  return !ec && a.is_loopback();
+}
+
 void require_trace_port_free(const std::string& bind, int port) {
   net::io_context io;
   tcp::acceptor acceptor(io);
@@ -334,6 +514,7 @@ void require_trace_port_free(const std::string& bind, int port) {
 void TraceServer::Impl::listen() {
   open_listening(acceptor, options);
   const int port = acceptor.local_endpoint().port();
+  cookie_name = str_cat("magic_trace_", port);
   for (const std::string& host : {std::string("127.0.0.1"), std::string("localhost"), options.bind}) {
     origins.insert(str_cat("http://", host, ":", port));
   }
@@ -342,8 +523,61 @@ void TraceServer::Impl::listen() {
 void TraceServer::Impl::accept() {
   acceptor.async_accept([self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted || !self->acceptor.is_open()) return;
-    if (!ec) std::make_shared<HttpSession>(std::move(socket), self)->start();
+    if (ec) {
+      // Out of file descriptors (the process's or the system's) and the like: try again in a
+      // moment rather than spin; the connection waits in the listen queue meanwhile.
+      self->log.line(str_cat("trace: cannot accept a connection: ", ec.message()));
+      self->accept_retry.expires_after(std::chrono::milliseconds(100));
+      self->accept_retry.async_wait([self](beast::error_code e) {
+        if (!e) self->accept();
+      });
+      return;
+    }
+    self->admit(std::move(socket));
     self->accept();
+  });
+}
+
+void TraceServer::Impl::admit(tcp::socket socket) {
+  beast::error_code ec;
+  const tcp::endpoint from = socket.remote_endpoint(ec);
+  const std::string peer = ec ? std::string("a client") : str_cat(from.address().to_string(), ":", from.port());
+  if (static_cast<int>(waiting.size()) >= options.max_waiting_requests) {
+    shed_oldest_waiting();
+  }
+  // The new socket is open already: counted, it must fit in the budget.
+  if (open_sockets + 1 > sockets_allowed && !shed_oldest_waiting()) {
+    ++connections_shed;
+    log.line(str_cat("trace: closed ", peer, ": the tracer holds ", sockets_allowed,
+                     " connections, its budget of file descriptors"));
+    socket.close(ec);
+    return;
+  }
+  std::make_shared<HttpSession>(std::move(socket), shared_from_this(), peer)->start();
+  sockets_peak = std::max(sockets_peak.load(), open_sockets.load());
+}
+
+bool TraceServer::Impl::shed_oldest_waiting() {
+  while (!waiting.empty()) {
+    const std::shared_ptr<HttpSession> oldest = waiting.front().lock();
+    if (!oldest) {
+      waiting.pop_front();
+      continue;
+    }
+    oldest->shed(str_cat("it sent no request while ", options.max_waiting_requests,
+                         " connections waited for theirs (the oldest makes room)"));
+    return true;
+  }
+  return false;
+}
+
+void TraceServer::Impl::fail(const std::string& what) {
+  if (failed.exchange(true)) return;
+  log.line(str_cat("trace: the tracer's server failed (", what, "); it stops, the run goes on"));
+  net::post(io, [self = shared_from_this()] {
+    beast::error_code ignored;
+    self->acceptor.close(ignored);
+    self->accept_retry.cancel();
   });
 }
 
@@ -379,6 +613,10 @@ std::vector<std::shared_ptr<WebSocketSession>> TraceServer::Impl::sessions_now()
 
 TraceServer::TraceServer(TraceServerOptions options, TraceServerHooks hooks)
     : impl_(std::make_shared<Impl>(std::move(options), std::move(hooks))) {
+  if (impl_->options.token.empty() && !loopback_address(impl_->options.bind)) {
+    throw InputError(
+        str_cat("--trace-token none: only with a loopback --trace-bind (127.0.0.1, ::1), not ", impl_->options.bind));
+  }
   impl_->listen();
   impl_->accept();
   impl_->thread = std::thread([impl = impl_] {
@@ -387,6 +625,8 @@ TraceServer::TraceServer(TraceServerOptions options, TraceServerHooks hooks)
       try {
         impl->io.run();
         break;
+      } catch (const std::exception& e) {
+        impl->log.line(str_cat("trace: a client's handler failed: ", e.what()));
       } catch (...) {
       }
     }
@@ -408,21 +648,32 @@ const std::string& TraceServer::bind_address() const {
 }
 
 void TraceServer::publish(const std::shared_ptr<const TraceEvent>& event) {
-  // The event's text is shared by every client's queue: one copy of the message, not one per client.
-  const std::shared_ptr<const std::string> text(event, &event->text);
-  std::lock_guard<std::mutex> lock(impl_->history_mutex);
-  if (event->record && !event->series.empty()) {
-    // A record kept whole holds its tensor too: the history keeps a copy of its text alone.
-    impl_->history.add(event->series,
-                       event->tensor.defined() ? std::make_shared<const std::string>(event->text) : text);
+  if (impl_->failed) return;
+  // The run's thread: whatever fails here (memory, a broken executor) ends the tracer, not the run.
+  try {
+    // The event's text is shared by every client's queue: one copy of the message, not one per client.
+    const std::shared_ptr<const std::string> text(event, &event->text);
+    std::lock_guard<std::mutex> lock(impl_->history_mutex);
+    if (event->record && !event->series.empty()) {
+      // A record kept whole holds its tensor too: the history keeps a copy of its text alone.
+      impl_->history.add(event->series,
+                         event->tensor.defined() ? std::make_shared<const std::string>(event->text) : text);
+    }
+    if (!event->record) ++impl_->announcements;
+    if (event->end) impl_->end_message = text;
+    for (const auto& s : impl_->sessions_now()) s->enqueue(text, event->record);
+  } catch (const std::exception& e) {
+    impl_->fail(e.what());
   }
-  if (!event->record) ++impl_->announcements;
-  if (event->end) impl_->end_message = text;
-  for (const auto& s : impl_->sessions_now()) s->enqueue(text, event->record);
 }
 
 void TraceServer::broadcast(const std::string& text) {
-  impl_->broadcast(std::make_shared<const std::string>(text));
+  if (impl_->failed) return;
+  try {
+    impl_->broadcast(std::make_shared<const std::string>(text));
+  } catch (const std::exception& e) {
+    impl_->fail(e.what());
+  }
 }
 
 void TraceServer::close(int grace_ms) {
@@ -455,6 +706,12 @@ void TraceServer::close(int grace_ms) {
   net::post(impl_->io, [impl = impl_] {
     beast::error_code ignored;
     impl->acceptor.close(ignored);
+    impl->accept_retry.cancel();
+    // Connections still waiting for their request end now (a copy: each leaves the list).
+    const std::list<std::weak_ptr<HttpSession>> waiting = impl->waiting;
+    for (const auto& w : waiting) {
+      if (const auto s = w.lock()) s->abort();
+    }
     for (const auto& s : impl->sessions_now()) {
       if (s->drained()) {
         s->close();
@@ -479,6 +736,7 @@ void TraceServer::close(int grace_ms) {
   // are released.
   impl_->io.restart();
   impl_->io.poll();
+  impl_->log.flush();
 }
 
 int TraceServer::clients() const {
@@ -489,6 +747,10 @@ TraceServerStats TraceServer::stats() const {
   TraceServerStats s;
   s.clients_served = impl_->clients_served;
   s.requests_refused = impl_->requests_refused;
+  s.unauthorized = impl_->unauthorized;
+  s.connections_shed = impl_->connections_shed;
+  s.sockets_allowed = impl_->sockets_allowed;
+  s.sockets_peak = impl_->sockets_peak;
   int64_t dropped = impl_->dropped_by_gone;
   for (const auto& session : impl_->sessions_now()) dropped += session->dropped();
   s.records_dropped = dropped;

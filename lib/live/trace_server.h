@@ -1,10 +1,14 @@
 // The tracer's server (docs/tracer.md, "The server"): HTTP and WebSocket on one port, on a thread
 // of its own (Boost.Beast over Asio). GET serves the viewer's files; /trace upgrades to a
-// WebSocket that streams the tracer's messages and takes control messages. Every client has its
-// own bounded queue (client_queue.h), so no client can block the run or grow its memory past a
-// fixed bound. Nothing a client sends can stop the server: every failure ends that client only.
+// WebSocket that streams the tracer's messages and takes control messages. Every request must
+// carry the run's token (trace_token.h); one that does not is refused before it holds anything.
+// Every client has its own bounded queue (client_queue.h) and every other resource a client can
+// take is bounded too (trace_limits.h), so no client can block the run, grow its memory or take
+// its file descriptors. Nothing a client sends can stop the server: every failure ends that
+// client only, and a failure of the server itself ends the tracer, not the run.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -13,6 +17,7 @@
 
 #include "lib/live/trace_event.h"
 #include "lib/live/trace_history.h"
+#include "lib/live/trace_limits.h"
 
 namespace magic {
 
@@ -24,9 +29,16 @@ struct ViewerAsset {
 struct TraceServerOptions {
   std::string bind = "127.0.0.1";
   int port = 0;  // 0: a free port
-  size_t queue_bytes = size_t{8} << 20;
-  size_t max_frame_bytes = size_t{1} << 20;
-  int max_clients = 16;
+  // Every request must carry it (URL parameter token=, or Authorization: Bearer). Empty: none is
+  // asked, which only a loopback bind allows (the constructor refuses it on another).
+  std::string token;
+  size_t queue_bytes = trace_limits::kQueueBytes;
+  size_t max_frame_bytes = trace_limits::kMaxFrameBytes;
+  int max_clients = trace_limits::kMaxClients;
+  int max_sockets = trace_limits::kMaxSockets;
+  int max_waiting_requests = trace_limits::kMaxWaitingRequests;
+  std::chrono::milliseconds request_time = trace_limits::kRequestTime;
+  double control_messages_per_second = trace_limits::kControlMessagesPerSecond;
   // What a client that comes late gets first (trace_history.h); its bytes are held to half a
   // client's queue, so the whole history fits in the queue of the client that comes.
   HistoryLimits history;
@@ -43,12 +55,19 @@ struct ClientReply {
 struct TraceServerHooks {
   std::function<std::string()> hello;                           // the first message a client gets
   std::function<ClientReply(const std::string& text)> message;  // a text frame from a client
+  // One line for each client refused or dropped, with its reason (at most a few a second), and
+  // for a failure that ended the server; none when empty.
+  std::function<void(const std::string& line)> log;
 };
 
 struct TraceServerStats {
   int64_t clients_served = 0;    // WebSocket clients accepted in all
   int64_t records_dropped = 0;   // over every client
-  int64_t requests_refused = 0;  // HTTP 403/404/405/503 and failed handshakes
+  int64_t requests_refused = 0;  // HTTP 401/403/404/405/503 and failed handshakes
+  int64_t unauthorized = 0;      // of them, requests without the token (401) or with a wrong one (403)
+  int64_t connections_shed = 0;  // closed before their request: over a bound of sockets or too slow
+  int64_t sockets_allowed = 0;   // the budget of sockets (file descriptors)
+  int64_t sockets_peak = 0;      // the most open at once so far
   int64_t history_records = 0;   // records kept now for a client that comes late
   int64_t history_bytes = 0;
 };
@@ -82,6 +101,9 @@ class TraceServer : public TraceOutput {
  private:
   std::shared_ptr<Impl> impl_;
 };
+
+// Whether `address` is a loopback address (127.0.0.0/8, ::1).
+bool loopback_address(const std::string& address);
 
 // Throws the InputError TraceServer would where `bind`:`port` cannot be listened on now: a tool
 // that starts its server later, in another process (magic-check's rank 0), refuses a port in use

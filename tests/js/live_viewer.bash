@@ -23,6 +23,7 @@ view_live() {
   local name log url rc
   name="$(basename "$1")"
   log="$live_tmp/$name.log"
+  : > "$log"  # there before the program opens it: the first sed below must find it (set -e)
   "$@" > "$log" 2>&1 &
   live_pid=$!
   url=""

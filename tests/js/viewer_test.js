@@ -15,6 +15,8 @@
 // screenshot goes to LATE.png). --check-views then feeds the first page records of its own
 // (a run named "viewer_test: views"): each score table must hold only its sign, name examples by
 // id, and say when none has the sign; the λ axis's tick labels must differ from their neighbours.
+// When the URL carries the server's token (?token=...), the stream must refuse a WebSocket from the
+// viewer's own origin without it and one from a page of another origin with it.
 // Exit: 0 passed, 1 failed (reason on stderr), 2 bad arguments.
 
 const { chromium } = require('playwright-core');
@@ -172,6 +174,38 @@ async function checkViews(page, deadline) {
   return null;
 }
 
+/** Opens a WebSocket from `page` to `target`: 'open', 'refused' or 'timeout' (5 s). */
+function tryWebSocket(page, target) {
+  return page.evaluate((t) => new Promise((resolve) => {
+    const s = new WebSocket(t);
+    s.onopen = () => { s.close(); resolve('open'); };
+    s.onerror = () => resolve('refused');
+    setTimeout(() => resolve('timeout'), 5000);
+  }), target);
+}
+
+/**
+ * The server's token (docs/tracer.md, "The token"): without it the viewer's own origin gets no
+ * stream, and with it a page of another origin (about:blank: Origin null) gets none either.
+ * Returns a reason on failure, else null.
+ */
+async function checkRefusals(browser, page, url) {
+  const u = new URL(url);
+  const token = u.searchParams.get('token');
+  if (!token) return null;
+  const ws = `ws://${u.host}/trace`;
+  const own = await tryWebSocket(page, ws);
+  if (own !== 'refused') return `the viewer's origin without the token: ${own}, expected refused`;
+  const foreign = await browser.newPage();
+  try {
+    const other = await tryWebSocket(foreign, `${ws}?token=${encodeURIComponent(token)}`);
+    if (other !== 'refused') return `a page of another origin with the token: ${other}, expected refused`;
+  } finally {
+    await foreign.close();
+  }
+  return null;
+}
+
 async function run(opts) {
   const deadline = Date.now() + opts.timeoutMs;
   const switchKey = `${opts.switchKind}/${opts.switchTo}`;
@@ -200,6 +234,7 @@ async function run(opts) {
 
     if (await waitInPage(page, deadline, () => window.__trace && window.__trace.connected && window.__trace.records > 0)) {
       everConnected = true;
+      reason = await checkRefusals(browser, page, opts.url);
     } else {
       reason = 'no records arrived (not connected, or the stream stayed empty)';
     }

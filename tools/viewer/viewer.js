@@ -137,10 +137,15 @@ function capMap(map, max) {
 
 // ---------------------------------------------------------------- connection
 
+// The server asks its token on every request (docs/tracer.md, "The token"): the page was opened
+// with it (?token=...) and passes it on to the WebSocket, which a browser cannot give a header.
 function wsUrl() {
-  const override = new URLSearchParams(location.search).get('ws');
+  const params = new URLSearchParams(location.search);
+  const override = params.get('ws');
   if (override) return override;
-  return `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/trace`;
+  const token = params.get('token');
+  const query = token ? `?token=${encodeURIComponent(token)}` : '';
+  return `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/trace${query}`;
 }
 
 function connect() {
