@@ -189,13 +189,20 @@ function tryWebSocket(page, target) {
  * stream, and with it a page of another origin (about:blank: Origin null) gets none either.
  * Returns a reason on failure, else null.
  */
-async function checkRefusals(browser, page, url) {
+async function checkRefusals(browser, url) {
   const u = new URL(url);
   const token = u.searchParams.get('token');
   if (!token) return null;
   const ws = `ws://${u.host}/trace`;
-  const own = await tryWebSocket(page, ws);
-  if (own !== 'refused') return `the viewer's origin without the token: ${own}, expected refused`;
+  // The viewer's origin without the token: its page is refused (401), but its origin is the viewer's.
+  const page = await browser.newPage();
+  try {
+    await page.goto(`http://${u.host}/`);
+    const own = await tryWebSocket(page, ws);
+    if (own !== 'refused') return `the viewer's origin without the token: ${own}, expected refused`;
+  } finally {
+    await page.close();
+  }
   const foreign = await browser.newPage();
   try {
     const other = await tryWebSocket(foreign, `${ws}?token=${encodeURIComponent(token)}`);
@@ -228,15 +235,19 @@ async function run(opts) {
 
   try {
     browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: ['--no-sandbox'] });
+    // Before the viewer connects: the run waits for its first client (--trace-wait), so the server
+    // is up, and refused clients are no client: the checks cost the run's steps nothing.
+    reason = await checkRefusals(browser, opts.url);
     const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
     page.on('pageerror', (e) => pageErrors.push(e.message));
     await page.goto(opts.url, { timeout: Math.max(1000, deadline - Date.now()) });
 
-    if (await waitInPage(page, deadline, () => window.__trace && window.__trace.connected && window.__trace.records > 0)) {
-      everConnected = true;
-      reason = await checkRefusals(browser, page, opts.url);
-    } else {
-      reason = 'no records arrived (not connected, or the stream stayed empty)';
+    if (!reason) {
+      if (await waitInPage(page, deadline, () => window.__trace && window.__trace.connected && window.__trace.records > 0)) {
+        everConnected = true;
+      } else {
+        reason = 'no records arrived (not connected, or the stream stayed empty)';
+      }
     }
 
     if (!reason && opts.lateScreenshot) {
