@@ -234,7 +234,8 @@ std::vector<ConfigOverride> parse_overrides(const std::vector<std::string>& extr
     const bool top_level = std::find(top_level_keys.begin(), top_level_keys.end(), key) != top_level_keys.end();
     if (!flag || (key.find('.') == std::string::npos && !top_level)) {
       const std::string near = flag ? nearest_word(key, top_level_keys) : "";
-      throw InputError(str_cat("unknown argument '", word, "'", near.empty() ? "" : " (did you mean --" + near + "?)",
+      throw InputError(str_cat("unknown argument '", quoted_input(word), "'",
+                               near.empty() ? "" : " (did you mean --" + near + "?)",
                                " (a config key is overridden as --section.key VALUE",
                                top_level_keys.empty() ? "" : " or --" + join(top_level_keys, " VALUE, --") + " VALUE",
                                "; run with --help for the flags)"));

@@ -29,7 +29,7 @@ std::string one_line_text(const std::string& text, bool escape_backslash = false
 
 // Text from an input file shown inside an error message: printable_text with every control
 // character (C0 and DEL, so no terminal escape sequence) as \xNN too, and cut after
-// `max_characters` with "..." so one huge token cannot flood the terminal.
+// `max_characters` (npos: never) with "..." so one huge token cannot flood the terminal.
 std::string quoted_input(const std::string& text, size_t max_characters = 80);
 
 }  // namespace magic
