@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Full disks (issue 46): magic-run (fixtures/runs/demo.json, 4 steps, one process) under
 # RLIMIT_FSIZE with SIGXFSZ ignored, so that a write past the limit fails with EFBIG as on a full
-# disk, for each kind of write: the run folder's manifest, a REPLAY record in the spill folder (the
-# limit lets the smaller checkpoints through), a dump, a trace file, the score files and the
-# report. Each must exit 2 with one error line naming the file, leave nothing half-written, and
-# then, with the limit lifted, resume (--resume, the spill folder) or rerun to the scores of a run
-# that never failed (bit-identical). Prints one line per case; exits 1 if any failed.
+# disk, for each kind of write: the run folder's manifest, a checkpoint, a REPLAY record (the limit
+# lets the smaller checkpoints through), a dump, a trace file, the score files and the report.
+# Each must exit 2 with one error line naming the file, leave nothing half-written, and then, with
+# the limit lifted, resume (--resume, the spill folder) or rerun to the scores of a run that never
+# failed (bit-identical). Prints one line per case; exits 1 if any failed.
 # Usage: scripts/full-disk-cases.sh [BUILD_DIR (build)]   (or: ctest -R full_disk_cases)
 set -u
 
@@ -14,6 +14,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 run="$build/tools/magic-run"
 [ -x "$run" ] || { echo "full-disk-cases: no $run: build first" >&2; exit 2; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/full-disk-cases-XXXXXX")
+trap 'cd / && rm -rf "$work"' EXIT
 cd "$work" || exit 2
 export TMPDIR="$work"
 sed "s#\"\.\./text/#\"$root/fixtures/text/#g" "$root/fixtures/runs/demo.json" >run.json
@@ -71,12 +72,12 @@ case_() {
   rm -rf out spill dump trace
 }
 
-case_ manifest 0 spill/magic-run- rerun --training.spill_dir spill --out out
-case_ spill "$checkpoint" spill/magic-run- resume --training.spill_dir spill --out out
+case_ manifest 0 /manifest.json rerun --training.spill_dir spill --out out
+case_ checkpoint 8 rank-0/step-0.safetensors rerun --training.spill_dir spill --out out
+case_ record "$checkpoint" rank-0/replay- resume --training.spill_dir spill --out out
 case_ dump 0 dump/ rerun --dump dump
 case_ trace 0 trace/ rerun --trace-file trace
 case_ scores 0 out/ rerun --out out
 case_ report "$scores" out/report.html rerun --out out --html
 
-cd / && rm -rf "$work"
-[ "$failed" -eq 0 ] && echo "full-disk-cases: 6 of 6 passed" || { echo "full-disk-cases: $failed of 6 failed"; exit 1; }
+[ "$failed" -eq 0 ] && echo "full-disk-cases: 7 of 7 passed" || { echo "full-disk-cases: $failed of 7 failed"; exit 1; }

@@ -3,7 +3,7 @@
 # a spill_dir, --out over an older run's files, --html, --dump, --trace-file) while it writes a
 # spill checkpoint or REPLAY record, the dump, or the --out folder (its hidden partial file or
 # folder seen, then a random 0-200 polls later), the trace (its records file, written as the run
-# goes, seen, then a random 0-4 s later), or at a random moment of the run. After
+# goes, seen, then up to half a clean run's time later), or at a random moment of the run. After
 # each kill nothing half-written may be taken for whole:
 #   --out holds the older run's files or the new ones (sha256 of each, against a clean run's);
 #   a kept spill folder resumes (--resume) to scores.safetensors bit-identical to the clean run's,
@@ -12,7 +12,7 @@
 #   each trace file ends in its `end` line or is recognisably cut (docs/tracer.md, "Files");
 #   no partial file or folder is left once the resumed run has ended.
 # Every choice (what to wait for, how long) flows from the seed, printed first.
-# Usage: scripts/write-kill-trials.sh [--seed N] [BUILD_DIR (build)] [TRIALS (40)]   (env MAGIC_FAULT_SEED)
+# Usage: scripts/write-kill-trials.sh [--seed N] [BUILD_DIR (build)] [TRIALS (30)]   (env MAGIC_FAULT_SEED)
 set -u
 
 seed=${MAGIC_FAULT_SEED:-}
@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 build=$(cd "${args[0]:-build}" && pwd)
-trials=${args[1]:-40}
+trials=${args[1]:-30}
 seed=${seed:-$(($(date +%s) % 32768))}
 root=$(cd "$(dirname "$0")/.." && pwd)
 run="$build/tools/magic-run"
@@ -49,7 +49,11 @@ partials() { find "$1" -name '*.partial*' 2>/dev/null; }
 
 prepare "$work/clean"
 prepare "$work/old"
+start=$(date +%s.%N)
 (cd "$work/clean" && TMPDIR="$work/clean" "$run" "${full[@]}" >log 2>&1) || { echo "clean run failed"; cat "$work/clean/log"; exit 1; }
+# The random moments are drawn inside a clean run's time.
+span=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+echo "clean run: $span s"
 (cd "$work/old" && TMPDIR="$work/old" "$run" "${base[@]}" --out out >log 2>&1) || { echo "old run failed"; exit 1; }
 clean=$(sums "$work/clean/out")
 old=$(sums "$work/old/out")
@@ -75,7 +79,7 @@ for ((t = 1; t <= trials; t++)); do
   prepare "$d"
   cp -r "$work/old/out" "$d/out"
   lag=$((RANDOM % 200))
-  moment=$(awk -v r="$RANDOM" 'BEGIN { printf "%.2f", 8.0 * r / 32768 }')
+  moment=$(awk -v s="$span" -v r="$RANDOM" 'BEGIN { printf "%.2f", 0.9 * s * r / 32768 }')
   (cd "$d" && exec env TMPDIR="$d/tmp" "$run" "${full[@]}" >log 2>&1) &
   pid=$!
   seen=""
@@ -126,11 +130,11 @@ for ((t = 1; t <= trials; t++)); do
   fi
   left=$(partials "$d" | grep -v "^$d/dump/\|^$d/trace/")
   [ -z "$left" ] || problems+=("left: $left")
+  [ "$seen" = trace ] && during="${during}trace"
   resume=${how:+resumed}
   resume=${resume:-rerun}
   key="$kind during=[${during% }] out=$out_state dump=$dump_state trace=$trace_state $resume"
   outcome[$key]=$((${outcome[$key]:-0} + 1))
-  [ "$seen" = trace ] && during="$during trace"
   for k in $during; do landed[$k]=$((${landed[$k]:-0} + 1)); done
   if [ ${#problems[@]} -eq 0 ]; then
     verdict=ok
