@@ -1,15 +1,18 @@
 // Atomic file writes: the file appears whole or not at all, an earlier version survives a failed
-// write, and no temporary file is left behind either way.
+// write, and no temporary file is left behind either way; a folder's sibling left by a killed
+// process is removed by the next write.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "lib/core/error.h"
 #include "lib/io/atomic_file.h"
+#include "lib/io/atomic_folder.h"
 #include "tests/support.h"
 
 namespace magic {
@@ -77,6 +80,28 @@ TEST(AtomicFile, ACloseThatFailsIsReported) {
   const std::string error = testing::input_error_of([&] { write_file_atomically(path, std::string(1 << 16, 'x')); });
   EXPECT_NE(error.find("write failed"), std::string::npos) << error;
   EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+// A process killed while it filled --out's hidden sibling leaves it; the next replacement at the
+// same place removes it once that pid is gone, and leaves a live process's sibling alone.
+TEST(AtomicFolder, ASiblingLeftByAKilledProcessIsRemovedByTheNextWrite) {
+  const std::string dir = fresh_dir("abandoned");
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);  // reaped: no process has this pid now
+  const std::string dead = dir + "/.out.partial-" + std::to_string(child) + "-abcdef";
+  const std::string live = dir + "/.out.partial-" + std::to_string(getpid()) + "-ghijkl";
+  for (const auto& d : {dead, live}) {
+    std::filesystem::create_directories(d);
+    std::ofstream(d + "/scores.tsv.partial.1") << "half";
+  }
+  replace_folder_atomically(dir + "/out", "--out", {"a.txt"},
+                            [](const std::string& temp) { write_file_atomically(temp + "/a.txt", "new"); });
+  EXPECT_FALSE(std::filesystem::exists(dead));
+  EXPECT_TRUE(std::filesystem::exists(live));
+  EXPECT_EQ(testing::read_file(dir + "/out/a.txt"), "new");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

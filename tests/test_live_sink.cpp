@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "lib/core/error.h"
 #include "lib/io/safetensors.h"
 #include "lib/live/client_queue.h"
 #include "lib/live/stream_check.h"
@@ -223,6 +224,30 @@ TEST(TraceFile, RecordsAndWholeTensorsReadBack) {
     EXPECT_FALSE(lines[2 * t + 1].contains("tensor"));
   }
   EXPECT_EQ(files.size(), 3u);  // 64 bytes each: every tensor filled a file
+  std::filesystem::remove_all(folder);
+}
+
+// A full disk (records.jsonl on /dev/full: every write fails with ENOSPC) fails the trace naming the
+// file, and its files are removed, so that the same --trace-file folder can be used again.
+TEST(TraceFile, AWriteThatFailsIsAnErrorNamingTheFileAndLeavesNoFile) {
+  const std::string folder = ::testing::TempDir() + "/trace-full-" + std::to_string(::getpid());
+  std::filesystem::remove_all(folder);
+  std::filesystem::create_directories(folder);
+  std::filesystem::create_symlink("/dev/full", folder + "/records.jsonl");
+  TracerSink sink(origin(), parse_control_message(R"({"type":"control","points":[{"compressor":"stats"}]})"));
+  TraceFile file(folder);
+  sink.add_output(&file);
+  sink.write({"loss", "loss", "forward", "forward", 0, "", {}}, at::ones({}));
+  sink.finish("finished");
+  try {
+    file.close();
+    ADD_FAILURE() << "a trace that could not be written closed without an error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(folder + "/records.jsonl: write failed (No space left on device)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(folder));
   std::filesystem::remove_all(folder);
 }
 

@@ -9,10 +9,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "lib/io/safetensors.h"
 #include "lib/train/magic_pipeline.h"
 #include "lib/train/replay_journal.h"
+#include "lib/train/run_folder.h"
 #include "tests/support.h"
 
 namespace magic {
@@ -193,6 +195,37 @@ TEST(Resume, FolderLifecycleAndMisuse) {
   EXPECT_NE(noted.output.find("also holds 1 folder of interrupted runs of other configs"), std::string::npos)
       << noted.output;
   EXPECT_EQ(run_folders(spill).size(), 1u);
+}
+
+// A write cut short by a kill leaves "<file>.partial.<pid>" (atomic_file.h): no run reads it, so the
+// folder's owner removes it when it keeps the folder (where it alone is no work to resume) and
+// when it resumes a folder a killed process could not settle.
+TEST(Resume, APartialFileOfAKilledWriteIsRemovedWhenTheFolderIsSettledOrResumed) {
+  const std::string spill = fresh_dir("resume-partial-spill");
+  RunIdentity id;
+  id.text = "a test's identity";
+  id.hash = 46;
+  {
+    RunFolderLease lease = RunFolderLease::acquire(spill, id, ResumeMode::kFresh);
+    fs::create_directories(lease.path() + "/rank-0");
+    std::ofstream(lease.path() + "/rank-0/replay-3.safetensors.partial.99") << "half";
+    std::ostringstream said;
+    settle_run_folder(lease, RunOutcome::kInterrupted, false, said);
+    EXPECT_TRUE(run_folders(spill).empty()) << "a folder holding only a partial file was kept: " << said.str();
+  }
+  std::string folder;
+  {
+    RunFolderLease killed = RunFolderLease::acquire(spill, id, ResumeMode::kFresh);
+    folder = killed.path();
+    fs::create_directories(folder + "/rank-1");
+    std::ofstream(folder + "/rank-1/step-0.safetensors") << "a checkpoint";
+    std::ofstream(folder + "/rank-1/step-3.safetensors.partial.99") << "half";
+  }  // not settled, as when the process is killed
+  RunFolderLease resumed = RunFolderLease::acquire(spill, id, ResumeMode::kResume);
+  EXPECT_TRUE(fs::exists(folder + "/rank-1/step-0.safetensors"));
+  EXPECT_FALSE(fs::exists(folder + "/rank-1/step-3.safetensors.partial.99"));
+  resumed.remove();
+  EXPECT_TRUE(run_folders(spill).empty());
 }
 
 // Files read back are input: a kept run's checkpoint with one bit flipped in a value's exponent, a

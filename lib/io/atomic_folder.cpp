@@ -1,6 +1,7 @@
 #include "lib/io/atomic_folder.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -43,6 +45,24 @@ void give_default_mode(const fs::path& dir) {
   chmod(dir.c_str(), 0777 & ~mask);
 }
 
+// ".<name>.partial-<pid>-": the hidden siblings of `target` that process <pid> made.
+std::string sibling_prefix(const fs::path& target) {
+  return "." + target.filename().string() + ".partial-";
+}
+
+// A process killed while it filled a sibling (SIGKILL, a lost machine) could not remove it; the
+// next run at the same place does, once that process is gone.
+void remove_abandoned_siblings(const fs::path& target) {
+  std::error_code ec;
+  const std::string prefix = sibling_prefix(target);
+  for (const auto& e : fs::directory_iterator(target.parent_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const pid_t pid = static_cast<pid_t>(std::atol(name.c_str() + prefix.size()));
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) fs::remove_all(e.path(), ec);
+  }
+}
+
 // A hidden sibling of `target` on the same file system, so that a rename onto it is one step.
 fs::path make_sibling(const fs::path& target, const std::string& path, const std::string& flag) {
   std::error_code ec;
@@ -50,7 +70,8 @@ fs::path make_sibling(const fs::path& target, const std::string& path, const std
   if (ec)
     throw InputError(
         str_cat(flag, " ", path, ": cannot create ", target.parent_path().string(), " (", ec.message(), ")"));
-  std::string pattern = (target.parent_path() / ("." + target.filename().string() + ".partial-XXXXXX")).string();
+  remove_abandoned_siblings(target);
+  std::string pattern = (target.parent_path() / str_cat(sibling_prefix(target), getpid(), "-XXXXXX")).string();
   if (mkdtemp(pattern.data()) == nullptr) {
     throw InputError(
         str_cat(flag, " ", path, ": cannot make a temporary folder beside it (", std::strerror(errno), ")"));

@@ -3,6 +3,8 @@
 // exported plan) then sees the whole folder or none of it, never a run that stopped half way.
 // The destination must be new or an empty directory: rename(2) replaces an empty directory but
 // never merges into a full one, and a folder mixing two runs' files would be worse than none.
+// A sibling left by a process that was killed while filling it is removed by the next write at the
+// same place, once no process of that pid is alive on this machine.
 #pragma once
 
 #include <functional>

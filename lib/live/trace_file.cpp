@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
@@ -53,9 +54,28 @@ void TraceFile::publish(const std::shared_ptr<const TraceEvent>& event) {
     pending_bytes_ += event->tensor.numel() * event->tensor.element_size();
   }
   line += '\n';
-  std::fwrite(line.data(), 1, line.size(), records_);
-  std::fflush(records_);
-  if (pending_bytes_ >= tensor_file_bytes_) flush_tensors();
+  if (std::fwrite(line.data(), 1, line.size(), records_) != line.size() || std::fflush(records_) != 0) {
+    fail(str_cat(records_path_, ": write failed (", std::strerror(errno), ")"));
+    return;
+  }
+  if (pending_bytes_ >= tensor_file_bytes_) flush_or_fail();
+}
+
+// A trace that could not be written whole (a full disk) is removed, so that the same command run
+// again finds its folder new; the failure is thrown by close(), naming the file.
+void TraceFile::fail(const std::string& why) {
+  failure_ = why;
+  if (records_ != nullptr) std::fclose(records_);
+  records_ = nullptr;
+  remove_files();
+}
+
+void TraceFile::flush_or_fail() {
+  try {
+    flush_tensors();
+  } catch (const InputError& e) {
+    fail(e.what());
+  }
 }
 
 void TraceFile::flush_tensors() {
@@ -69,6 +89,10 @@ void TraceFile::flush_tensors() {
 
 void TraceFile::remove() {
   std::lock_guard<std::mutex> lock(mutex_);
+  remove_files();
+}
+
+void TraceFile::remove_files() {
   std::error_code ec;
   std::filesystem::remove(records_path_, ec);
   for (int64_t i = 0; i < tensor_files_; ++i) {
@@ -79,10 +103,15 @@ void TraceFile::remove() {
 
 void TraceFile::close() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (records_ == nullptr) return;
-  flush_tensors();
-  std::fclose(records_);
-  records_ = nullptr;
+  if (records_ != nullptr) {
+    flush_or_fail();
+    if (records_ != nullptr) {
+      const bool closed = std::fclose(records_) == 0;
+      records_ = nullptr;
+      if (!closed) fail(str_cat(records_path_, ": write failed on close (", std::strerror(errno), ")"));
+    }
+  }
+  if (!failure_.empty()) throw InputError(str_cat("--trace-file ", std::exchange(failure_, "")));
 }
 
 }  // namespace magic

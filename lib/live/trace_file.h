@@ -22,7 +22,8 @@ class TraceFile : public TraceOutput {
   TraceFile& operator=(const TraceFile&) = delete;
 
   void publish(const std::shared_ptr<const TraceEvent>& event) override;
-  // Writes the held tensors and closes the file (also done by the destructor).
+  // Writes the held tensors and closes the file (also done by the destructor). Throws InputError
+  // naming the file when a write failed; the writer's files are then removed.
   void close();
   const std::string& records_path() const { return records_path_; }
   // After close(): removes the files this writer made, and the folder when it is left empty.
@@ -30,6 +31,9 @@ class TraceFile : public TraceOutput {
 
  private:
   void flush_tensors();
+  void flush_or_fail();
+  void fail(const std::string& why);
+  void remove_files();
 
   const std::string folder_;
   const std::string prefix_;
@@ -41,6 +45,7 @@ class TraceFile : public TraceOutput {
   size_t pending_bytes_ = 0;
   int64_t tensor_files_ = 0;
   bool created_folder_ = false;
+  std::string failure_;  // the first write that failed, thrown by close()
 };
 
 // "tensors-00003.safetensors" (with the prefix).

@@ -11,6 +11,7 @@
 #include <map>
 #include <ostream>
 #include <sstream>
+#include <vector>
 
 #include "lib/core/error.h"
 #include "lib/core/fnv1a.h"
@@ -157,6 +158,18 @@ std::string changed_inputs(const std::string& spill_dir, const RunIdentity& iden
   return best;
 }
 
+// A write killed part way leaves its temporary file (atomic_file.h: "<name>.partial.<pid>"). No run
+// reads one, but it would count as work and stay in the folder for good; whoever holds the lock
+// (every rank that wrote there has ended) removes them.
+void remove_partial_files(const fs::path& folder) {
+  std::error_code ec;
+  std::vector<fs::path> partial;
+  for (const auto& e : fs::recursive_directory_iterator(folder, ec)) {
+    if (e.path().filename().string().find(".partial.") != std::string::npos) partial.push_back(e.path());
+  }
+  for (const auto& p : partial) fs::remove(p, ec);
+}
+
 void remove_contents_except_lock(const fs::path& folder) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(folder, ec)) {
@@ -231,12 +244,18 @@ RunFolderLease RunFolderLease::acquire(const std::string& spill_dir, const RunId
                                " describes a different run (its identity differs from this config's); pass "
                                "--restart to discard it"));
     }
+    remove_partial_files(folder);
     lease.resumed_ = true;
   } else {
     if (existed) remove_contents_except_lock(folder);
     nlohmann::json m;
     m["identity"] = identity.text;
-    write_file_atomically(manifest.string(), m.dump(2) + "\n");
+    try {
+      write_file_atomically(manifest.string(), m.dump(2) + "\n");
+    } catch (const InputError&) {
+      lease.remove();  // a folder without its manifest is no run's: a full disk leaves nothing behind
+      throw;
+    }
   }
   if (notes) note_other_folders(spill_dir, folder, *notes);
   return lease;
@@ -282,6 +301,7 @@ bool RunFolderLease::holds_work() const {
 
 void settle_run_folder(RunFolderLease& lease, RunOutcome outcome, bool keep, std::ostream& out) {
   if (lease.path().empty()) return;
+  if (outcome == RunOutcome::kInterrupted) remove_partial_files(lease.path());
   if (outcome == RunOutcome::kInterrupted && lease.holds_work()) {
     out << "magic-run: checkpoints kept in " << lease.path()
         << ": run the same command with --resume to continue from them\n";
