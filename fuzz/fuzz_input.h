@@ -2,8 +2,7 @@
 // path (in one scratch folder per process, removed at exit), and the rule that decides a finding.
 //   A reader may refuse its input only with InputError (the user's fault: exit 2, one line). A
 //   crash, a sanitizer report, a hang, an allocation past the bound, or any other exception is a
-//   finding, and so is a refusal that prints a raw byte of its input: `refuse_only_by_name` lets it
-//   escape so that libFuzzer (or replay_main.cpp) stops.
+//   finding: `refuse_only_by_name` lets it escape so that libFuzzer (or replay_main.cpp) stops.
 #pragma once
 
 #include <cstddef>
@@ -22,9 +21,8 @@ std::string scratch_file(const std::string& name, const std::string& content);
 // <scratch>/<name>, a folder, emptied.
 std::string scratch_folder(const std::string& name);
 
-// Runs `read`; an InputError is a refusal by name (fine; printed with MAGIC_FUZZ_SHOW_REFUSALS set)
-// unless its message holds a control byte or one that is not UTF-8 (a raw byte of the input on
-// the user's terminal); that, and anything else, escapes as a finding.
+// Runs `read`; an InputError is a refusal by name (fine; printed with MAGIC_FUZZ_SHOW_REFUSALS set;
+// its constructor escapes the input's raw bytes: error.h), anything else escapes as a finding.
 void refuse_only_by_name(const std::function<void()>& read);
 
 // The parts of an input split at its first "\n--8<--\n" (a two-file harness's vocab and merges);

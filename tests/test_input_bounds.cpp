@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "lib/core/error.h"
 #include "lib/core/input_file.h"
 #include "lib/core/input_limits.h"
 #include "lib/core/json_fields.h"
@@ -93,6 +94,14 @@ TEST(QuotedInput, EscapesControlCharactersAndCutsLongText) {
   EXPECT_EQ(quoted_input("\xff\xc3\xa9"), "\\xFF\xc3\xa9");  // é stays, a stray byte does not
   EXPECT_EQ(quoted_input(std::string(100, 'x'), 80), std::string(80, 'x') + "...");
   EXPECT_EQ(quoted_input(std::string(80, 'x'), 80), std::string(80, 'x'));
+}
+
+// Every refusal quotes its input through this constructor: the fuzz harnesses found raw bytes in
+// hundreds of messages (a topology key, a run config's enum, a safetensors entry name).
+TEST(QuotedInput, AnInputErrorKeepsNoRawByteOfItsInput) {
+  EXPECT_STREQ(InputError("--topology 'a\x1d': unknown key 'p\x1b[2J\xff'").what(),
+               "--topology 'a\\x1D': unknown key 'p\\x1B[2J\\xFF'");
+  EXPECT_STREQ(InputError(std::string(500, 'x')).what(), std::string(500, 'x').c_str());  // never cut
 }
 
 // The count a memory estimate uses, against the tree gpt_init really builds (and one rank's
