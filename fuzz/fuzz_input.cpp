@@ -59,11 +59,16 @@ void refuse_only_by_name(const std::function<void()>& read) {
   }
 }
 
-std::pair<std::string, std::string> split_in_two(const std::string& text) {
+std::vector<std::string> split_parts(const std::string& text, size_t most) {
   static const std::string kSeparator = "\n--8<--\n";
-  const size_t at = text.find(kSeparator);
-  if (at == std::string::npos) return {text, ""};
-  return {text.substr(0, at), text.substr(at + kSeparator.size())};
+  std::vector<std::string> parts;
+  size_t from = 0;
+  for (size_t at; parts.size() + 1 < most && (at = text.find(kSeparator, from)) != std::string::npos;) {
+    parts.push_back(text.substr(from, at - from));
+    from = at + kSeparator.size();
+  }
+  parts.push_back(text.substr(from));
+  return parts;
 }
 
 }  // namespace magic::fuzz

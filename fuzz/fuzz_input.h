@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace magic::fuzz {
 
@@ -25,8 +26,9 @@ std::string scratch_folder(const std::string& name);
 // its constructor escapes the input's raw bytes: error.h), anything else escapes as a finding.
 void refuse_only_by_name(const std::function<void()>& read);
 
-// The parts of an input split at its first "\n--8<--\n" (a two-file harness's vocab and merges);
-// the second part is "" when there is no separator.
-std::pair<std::string, std::string> split_in_two(const std::string& text);
+// The parts of an input that holds several files, split at "\n--8<--\n" into at most `most` parts
+// (the last keeps any further separators): a two-file harness's vocab and merges, a dump's
+// manifest and rank files.
+std::vector<std::string> split_parts(const std::string& text, size_t most);
 
 }  // namespace magic::fuzz

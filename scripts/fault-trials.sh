@@ -11,27 +11,16 @@
 # Usage: scripts/fault-trials.sh [--seed N] [BUILD_DIR (build)] [TRIALS (100)]   (env MAGIC_FAULT_SEED)
 set -u
 
-seed=${MAGIC_FAULT_SEED:-}
-args=()
-while [ $# -gt 0 ]; do
-  case $1 in
-    --seed) seed=${2:?--seed needs a number}; shift 2 ;;
-    -h | --help) sed -n 's/^# Usage: //p' "$0"; exit 0 ;;
-    *) args+=("$1"); shift ;;
-  esac
-done
-build=${args[0]:-build}
-trials=${args[1]:-100}
-seed=${seed:-$(($(date +%s) % 32768))}
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=trials-common.sh
+source "$root/scripts/trials-common.sh"
+trial_args 100 "$@"
 check="$build/tools/magic-check"
 run="$build/tools/magic-run"
-for b in "$check" "$run"; do [ -x "$b" ] || { echo "fault-trials: no $b: build first" >&2; exit 2; }; done
+require_binaries "$check" "$run"
 timeout=5
 bound=$((timeout + 5))
 work=$(mktemp -d "${TMPDIR:-/tmp}/fault-trials-XXXXXX")
-echo "fault-trials: seed $seed (repeat with --seed $seed)"
-RANDOM=$seed
 
 # The cases: a name, its family, its world size and its command (run inside the trial's folder D).
 names=("dp=2,cp=2" "tp=2,dp=2" "n_ci=4,n_per_block=2" "magic-run dp=2,cp=2")
@@ -48,20 +37,7 @@ command_of() { # case folder
 # Trial t's case: of each ten trials four are mesh (two per layout), three three-pool, three magic-run.
 case_of() { local c=$((($1 - 1) % 10)); ((c < 4)) && echo $((c % 2)) || { ((c < 7)) && echo 2 || echo 3; }; }
 
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 shm() { ls -A /dev/shm 2>/dev/null | sort; }
-
-# Waits until every rank has written its pid file (each does so just before rendezvous).
-wait_for_pids() {
-  local dir=$1 world=$2 r
-  for _ in $(seq 900); do
-    for ((r = 0; r < world; r++)); do [ -s "$dir/rank-$r.pid" ] || break; done
-    [ "$r" -eq "$world" ] && return 0
-    sleep 0.1
-  done
-  return 1
-}
 
 # Starts case $1 in a fresh folder $2 (pids/, tmp/, out/, spill/) and leaves its pid in $launched.
 start() {

@@ -3,32 +3,21 @@
 # dp=4 and n_ci=4,n_per_block=2 with --timeout 5. A trial passes when the command exits 2 within
 # 15 s of the stop, names the stopped rank and its phase, prints no C++ stack frame, and leaves no
 # rank process behind. Prints one line per trial and a summary; exits 1 if any trial failed.
-# Usage: scripts/stuck-rank-trials.sh [BUILD_DIR (build)] [TRIALS (20)]   (or: ctest -L long)
+# Every choice (rank, moment) flows from the seed, printed first.
+# Usage: scripts/stuck-rank-trials.sh [--seed N] [BUILD_DIR (build)] [TRIALS (20)]   (or: ctest -L long)
 set -u
 
-build=${1:-build}
-trials=${2:-20}
+root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=trials-common.sh
+source "$root/scripts/trials-common.sh"
+trial_args 20 "$@"
 bin="$build/tools/magic-check"
-[ -x "$bin" ] || { echo "no $bin: build first" >&2; exit 2; }
+require_binaries "$bin"
 layouts=("dp=4" "n_ci=4,n_per_block=2")
 worlds=(4 10)
 timeout=5
 bound=15
 work=$(mktemp -d "${TMPDIR:-/tmp}/stuck-rank-trials-XXXXXX")
-
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
-
-# Waits until every rank of the run has written its pid file (they do so just before rendezvous).
-wait_for_pids() {
-  local dir=$1 world=$2 r
-  for _ in $(seq 600); do
-    for ((r = 0; r < world; r++)); do [ -s "$dir/rank-$r.pid" ] || break; done
-    [ "$r" -eq "$world" ] && return 0
-    sleep 0.1
-  done
-  return 1
-}
 
 # How long a clean run lasts once every rank is up: the stops are drawn inside that window.
 declare -a window

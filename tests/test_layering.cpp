@@ -31,7 +31,7 @@ const std::map<std::string, std::set<std::string>>& allowed_includes() {
       {"text", {"core"}},
       {"data", {"core", "io", "model", "text"}},
       {"step", {"core", "model", "optim", "trace"}},
-      {"distributed", {"core", "compare", "data", "model", "optim", "step", "trace", "text"}},
+      {"distributed", {"core", "compare", "io", "data", "model", "optim", "step", "trace", "text"}},
       {"train", {"core", "compare", "io", "model", "optim", "text", "data", "step", "distributed", "trace"}},
       {"live", {"core", "io", "trace"}},
   };

@@ -37,6 +37,8 @@ const std::vector<TraceRecord> kRecords = {
 
 // A reference (single process) and a dp=2 candidate whose reduced gradient is `grad_factor` off.
 void write_pair(const std::string& reference, const std::string& candidate, double grad_factor) {
+  fs::remove_all(reference);  // a dump goes to a new folder
+  fs::remove_all(candidate);
   const at::Tensor hidden = ramp({5, 4}), grad = ramp({3, 2});
   std::vector<DumpSink::Entry> single;
   for (size_t i = 0; i < kRecords.size(); ++i) {
@@ -154,6 +156,12 @@ TEST(MagicCompareCli, EachDamagedDumpExitsTwoWithOneLineNamingTheProblem) {
        }},
       {"unknown version", "version: unknown version 4 (this reader reads versions 1 to 3)",
        [](const fs::path& d) { edit_manifest(d, [](nlohmann::json& m) { m["version"] = 4; }); }},
+      // 4e12 bytes of fp64 (under the manifest's own bound of 2^40 elements a record): refused from
+      // the manifest, before any file is read.
+      {"a record past any memory", "needs about 4.5 TiB",
+       [](const fs::path& d) {
+         edit_manifest(d, [](nlohmann::json& m) { m["records"][0]["shape"] = {500000, 1000000}; });
+       }},
   };
   const std::string ref = folder("ref2.dump"), unused = folder("unused.dump");
   write_pair(ref, unused, 1.0);

@@ -1,10 +1,12 @@
 // dist::write_mesh_dump across real Gloo ranks (threads of this process): the ranks' files and
 // rank 0's manifest read back as the whole tensors, placed by the coordinates each rank states
-// (not by its rank number); a rank that cannot write its file, or ranks whose records differ,
-// leave no dump behind and every rank hears why.
+// (not by its rank number); a rank that cannot write its file, ranks whose records differ, or a
+// destination that filled meanwhile leave no dump behind (nor the hidden folder it was written in),
+// and every rank hears why.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "lib/distributed/parallel/mesh_dump.h"
 #include "lib/distributed/runtime/runtime.h"
@@ -60,19 +62,44 @@ TEST(MeshDump, ReadsBackTheWholePlacedByEachRanksCoordinates) {
   fs::remove_all(folder);
 }
 
+// Nothing beside `folder` in its parent: no hidden folder a rank was filling is left behind.
+void expect_nothing_left_beside(const std::string& folder) {
+  for (const auto& e : fs::directory_iterator(fs::path(folder).parent_path()))
+    EXPECT_NE(e.path().filename().string().rfind("." + fs::path(folder).filename().string(), 0), 0u) << e.path();
+}
+
 TEST(MeshDump, ARankThatCannotWriteLeavesNoDumpAndEveryRankHearsWhich) {
   const std::string folder = fresh_folder("unwritable");
-  // A folder where rank 1's file goes: its write fails even for root.
-  fs::create_directories(fs::path(folder) / "rank1.safetensors");
   std::vector<std::string> answers(2);
   dist::run_ranks_in_threads(2, [&](dist::Runtime& rt) {
-    answers[rt.rank()] =
-        dist::write_mesh_dump(folder, "test", rank_entries(rt.rank()), *rt.world(), backwards_layout(rt.rank()));
+    std::vector<DumpSink::Entry> entries = rank_entries(rt.rank());
+    // A dtype the file format cannot store: rank 1's write fails.
+    if (rt.rank() == 1) entries[0].tensor = entries[0].tensor.to(at::kComplexDouble);
+    answers[rt.rank()] = dist::write_mesh_dump(folder, "test", entries, *rt.world(), backwards_layout(rt.rank()));
   });
   EXPECT_NE(answers[0].find("rank 1 could not write its records"), std::string::npos) << answers[0];
   EXPECT_NE(answers[1].find("rank 1 could not write its records to " + folder), std::string::npos) << answers[1];
-  EXPECT_FALSE(fs::exists(fs::path(folder) / "rank0.safetensors"));
-  EXPECT_FALSE(fs::exists(fs::path(folder) / "manifest.json"));
+  EXPECT_EQ(answers[1].find(".partial-"), std::string::npos) << answers[1];  // named by the destination
+  EXPECT_FALSE(fs::exists(folder));
+  expect_nothing_left_beside(folder);
+}
+
+TEST(MeshDump, AFolderThatFilledMeanwhileIsLeftAsItWasWithNoDumpInIt) {
+  const std::string folder = fresh_folder("filled");
+  std::vector<std::string> answers(2);
+  dist::run_ranks_in_threads(2, [&](dist::Runtime& rt) {
+    // Another program writes into the destination after the run checked it was empty.
+    if (rt.rank() == 0) {
+      fs::create_directories(folder);
+      std::ofstream(fs::path(folder) / "theirs.txt") << "not ours";
+    }
+    answers[rt.rank()] =
+        dist::write_mesh_dump(folder, "test", rank_entries(rt.rank()), *rt.world(), backwards_layout(rt.rank()));
+  });
+  EXPECT_NE(answers[0].find("cannot move the finished folder into place"), std::string::npos) << answers[0];
+  EXPECT_EQ(std::vector<fs::path>(fs::directory_iterator(folder), fs::directory_iterator()),
+            std::vector<fs::path>{fs::path(folder) / "theirs.txt"});
+  expect_nothing_left_beside(folder);
   fs::remove_all(folder);
 }
 
@@ -87,6 +114,7 @@ TEST(MeshDump, RanksThatRecordedDifferentTensorsLeaveNoDump) {
   EXPECT_NE(answers[0].find("the ranks made different records"), std::string::npos) << answers[0];
   EXPECT_EQ(answers[1], "");  // only rank 0 writes (and so learns about) the manifest
   EXPECT_FALSE(fs::exists(folder));
+  expect_nothing_left_beside(folder);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "lib/trace/compare_report.h"
 #include "lib/trace/dump_reader.h"
 #include "lib/trace/score_dump.h"
+#include "lib/train/memory_estimate.h"
 
 namespace {
 
@@ -37,6 +38,25 @@ std::string layout_of(const LoadedDump& d) {
   return str_cat(grids_text(d.manifest), ", ", d.manifest.ranks.size(), " ranks");
 }
 
+// Both dumps are held whole while they are compared (dump_resident_bytes), with what the allocator
+// keeps of each record's temporaries (measured at 17 to 20% on 1 GiB dumps: docs/magic-compare.md,
+// "Memory") and LibTorch itself: need = 1.25 * (A + B) + 256 MiB. Refused before either dump is
+// read when that would not fit in the memory this machine has available.
+void require_memory_for_dumps(const std::string& a, const std::string& b) {
+  const double need_a = dump_resident_bytes(a), need_b = dump_resident_bytes(b);
+  const double need = 1.25 * (need_a + need_b) + 256.0 * (1 << 20);
+  const int64_t available = available_memory_bytes();
+  if (available <= 0 || need <= static_cast<double>(available)) return;
+  // Named by the larger: the one a hostile or mistaken manifest makes huge.
+  const bool a_larger = need_a >= need_b;
+  throw InputError(str_cat(a_larger ? a : b, ": comparing it with ", a_larger ? b : a, " needs about ",
+                           format_bytes(need), " (", format_bytes(a_larger ? need_a : need_b), " and ",
+                           format_bytes(a_larger ? need_b : need_a),
+                           ": their files read whole and their records put together, as their manifests say; a "
+                           "quarter more for the allocator, 256 MiB for LibTorch), but this machine has ",
+                           format_bytes(static_cast<double>(available)), " available"));
+}
+
 void compare(const Flags& flags, CompareReport& report) {
   const bool scores_a = is_score_input(flags.candidate), scores_b = is_score_input(flags.reference);
   if (scores_a != scores_b) {
@@ -52,6 +72,7 @@ void compare(const Flags& flags, CompareReport& report) {
     report.comparison = compare_dumps(aligned_scores(a, b), b.dump, options);
     return;
   }
+  require_memory_for_dumps(flags.candidate, flags.reference);
   const LoadedDump a = read_dump(flags.candidate), b = read_dump(flags.reference);
   report.candidate_layout = layout_of(a);
   report.reference_layout = layout_of(b);

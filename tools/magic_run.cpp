@@ -224,12 +224,7 @@ Flags parse(int argc, char** argv, int& early_exit) {
     program.validate();  // --launch is checked even where one process runs
   }
   if (!f.out_dir.empty()) require_replaceable_folder(f.out_dir, "--out", kOutFiles);
-  if (!f.dump_dir.empty()) {
-    if (std::filesystem::exists(f.dump_dir) && !std::filesystem::is_empty(f.dump_dir)) {
-      throw InputError(str_cat("--dump ", f.dump_dir, ": exists and is not empty (a dump goes to a new folder)"));
-    }
-    require_writable_directory(f.dump_dir, "--dump");
-  }
+  if (!f.dump_dir.empty()) require_new_folder(f.dump_dir, "--dump");  // a dump goes to a new folder
   if (app.count("--export-plan") > 0) check_plan_flags(f);
   f.trace = checked_trace_flags(app, trace, f.program ? std::optional<double>(timeout_s) : std::nullopt);
   // A dump places the encoder's records on a grid of their own (format version 3); the live

@@ -81,6 +81,57 @@ fs::path make_sibling(const fs::path& target, const std::string& path, const std
 
 }  // namespace
 
+StagedFolder::StagedFolder(const std::string& path, const std::string& flag)
+    : target_(destination(path)), path_(path), flag_(flag), dir_(make_sibling(target_, path, flag).string()) {}
+
+StagedFolder::~StagedFolder() {
+  std::error_code ec;
+  if (!published_) fs::remove_all(dir_, ec);
+}
+
+void StagedFolder::publish() {
+  give_default_mode(dir_);
+  if (::rename(dir_.c_str(), target_.c_str()) != 0) {
+    throw InputError(
+        str_cat(flag_, " ", path_, ": cannot move the finished folder into place (",
+                errno == ENOTEMPTY || errno == EEXIST ? "a file appeared there meanwhile" : std::strerror(errno),
+                "); nothing was written there"));
+  }
+  published_ = true;
+}
+
+void StagedFolder::publish_replacing() {
+  std::error_code ec;
+  if (!fs::is_directory(target_, ec)) return publish();
+  give_default_mode(dir_);
+  // RENAME_EXCHANGE swaps the two names in one step: dir_ then holds the old run's files, which
+  // the destructor removes.
+  if (::renameat2(AT_FDCWD, dir_.c_str(), AT_FDCWD, target_.c_str(), RENAME_EXCHANGE) != 0) {
+    throw InputError(str_cat(flag_, " ", path_, ": cannot move the finished folder into place (", std::strerror(errno),
+                             "); the folder is as it was"));
+  }
+}
+
+std::string naming_destination(std::string message, const std::string& dir, const std::string& path) {
+  for (size_t at = 0; (at = message.find(dir, at)) != std::string::npos; at += path.size())
+    message.replace(at, dir.size(), path);
+  return message;
+}
+
+namespace {
+
+// `fill` in the staged folder; a refusal (a full disk, say) names `path`, then `note`.
+void fill_naming_destination(const StagedFolder& staged, const std::string& path,
+                             const std::function<void(const std::string&)>& fill, const std::string& note) {
+  try {
+    fill(staged.dir());
+  } catch (const InputError& e) {
+    throw InputError(naming_destination(e.what(), staged.dir(), path) + note);
+  }
+}
+
+}  // namespace
+
 void require_new_folder(const std::string& path, const std::string& flag) {
   if (path.empty()) throw InputError(flag + ": expected a directory name");
   refuse_a_full_folder(destination(path), path, flag);
@@ -89,22 +140,10 @@ void require_new_folder(const std::string& path, const std::string& flag) {
 
 void write_folder_atomically(const std::string& path, const std::string& flag,
                              const std::function<void(const std::string& temp_dir)>& fill) {
-  const fs::path target = destination(path);
-  refuse_a_full_folder(target, path, flag);
-  std::error_code ec;
-  const fs::path temp = make_sibling(target, path, flag);
-  try {
-    fill(temp.string());
-    give_default_mode(temp);
-    fs::rename(temp, target, ec);
-    if (ec) {
-      throw InputError(str_cat(flag, " ", path, ": cannot move the finished folder into place (", ec.message(),
-                               "); nothing was written there"));
-    }
-  } catch (...) {
-    fs::remove_all(temp, ec);
-    throw;
-  }
+  refuse_a_full_folder(destination(path), path, flag);
+  StagedFolder staged(path, flag);
+  fill_naming_destination(staged, path, fill, "");
+  staged.publish();
 }
 
 void require_replaceable_folder(const std::string& path, const std::string& flag,
@@ -128,31 +167,9 @@ void require_replaceable_folder(const std::string& path, const std::string& flag
 void replace_folder_atomically(const std::string& path, const std::string& flag, const std::vector<std::string>& ours,
                                const std::function<void(const std::string& temp_dir)>& fill) {
   require_replaceable_folder(path, flag, ours);
-  const fs::path target = destination(path);
-  std::error_code ec;
-  const fs::path temp = make_sibling(target, path, flag);
-  try {
-    try {
-      fill(temp.string());
-    } catch (const InputError& e) {  // named by the place the user asked for, not the hidden sibling
-      std::string why = e.what();
-      for (size_t at; (at = why.find(temp.string())) != std::string::npos;) why.replace(at, temp.string().size(), path);
-      throw InputError(why + "; " + path + " holds the last run's files as they were");
-    }
-    give_default_mode(temp);
-    const bool there = fs::is_directory(target, ec);
-    // RENAME_EXCHANGE swaps the two names in one step: `temp` then holds the old run's files.
-    const bool moved = there ? ::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0
-                             : ::rename(temp.c_str(), target.c_str()) == 0;
-    if (!moved) {
-      throw InputError(str_cat(flag, " ", path, ": cannot move the finished folder into place (", std::strerror(errno),
-                               "); the folder is as it was"));
-    }
-  } catch (...) {
-    fs::remove_all(temp, ec);
-    throw;
-  }
-  fs::remove_all(temp, ec);  // the old run's files
+  StagedFolder staged(path, flag);
+  fill_naming_destination(staged, path, fill, "; " + path + " holds the last run's files as they were");
+  staged.publish_replacing();
 }
 
 }  // namespace magic

@@ -1,5 +1,6 @@
 #include "lib/trace/dump_reader.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -23,19 +24,46 @@ std::string read_text(const fs::path& path) {
   return read_input_file(path.string(), "dump manifest", limits::kManifestBytes);
 }
 
+DumpManifest read_manifest(const std::string& folder) {
+  const fs::path root(folder);
+  if (!fs::is_directory(root)) throw InputError(str_cat(folder, ": not a dump folder (expected a directory)"));
+  const fs::path manifest_path = root / "manifest.json";
+  return parse_dump_manifest(read_text(manifest_path), manifest_path.string());
+}
+
 }  // namespace
 
 std::vector<std::vector<int64_t>> LoadedDump::coords() const {
   return manifest.coords("");
 }
 
+double dump_resident_bytes(const std::string& folder) {
+  const DumpManifest m = read_manifest(folder);
+  double bytes = 0;
+  for (const auto& rank : m.ranks) {
+    std::error_code ec;
+    const auto size = fs::file_size(fs::path(folder) / rank.file, ec);
+    if (!ec) bytes += static_cast<double>(size);  // a missing file is refused by name when read
+  }
+  for (const auto& d : m.records) {
+    // A single process's record, or a replicated one, is one of its pieces: no copy is made.
+    const bool copied =
+        m.ranks.size() > 1 && std::any_of(d.record.placements.begin(), d.record.placements.end(),
+                                          [](const Placement& p) { return p.type != Placement::Type::kReplicate; });
+    if (!copied) continue;
+    double numel = 1;  // in a double: a hostile manifest's shape may overflow any integer
+    for (const int64_t n : d.shape) numel *= static_cast<double>(n);
+    bytes += numel * static_cast<double>(c10::elementSize(d.dtype));
+  }
+  return bytes;
+}
+
 LoadedDump read_dump(const std::string& folder) {
   const fs::path root(folder);
-  if (!fs::is_directory(root)) throw InputError(str_cat(folder, ": not a dump folder (expected a directory)"));
   LoadedDump dump;
   dump.path = folder;
   const fs::path manifest_path = root / "manifest.json";
-  dump.manifest = parse_dump_manifest(read_text(manifest_path), manifest_path.string());
+  dump.manifest = read_manifest(folder);
   const DumpManifest& m = dump.manifest;
 
   std::set<std::string> keys;  // a set: a demo's dump holds thousands of records per file

@@ -32,6 +32,12 @@ struct LoadedDump {
 
 LoadedDump read_dump(const std::string& folder);
 
+// What read_dump(folder) holds once it returns, from the manifest and the files' sizes alone
+// (nothing else is read): every rank's file, read whole, and each record put together from pieces
+// of several ranks (a shard, zigzag or partial placement; a replicated record is one of its pieces).
+// bytes = sum(file sizes) + sum over such records(numel(shape) * element size).
+double dump_resident_bytes(const std::string& folder);
+
 // A single process's records as a dump held in memory, without files (a check's reference);
 // `label` stands for its path in messages.
 LoadedDump dump_in_memory(const std::vector<DumpSink::Entry>& entries, const std::string& label);

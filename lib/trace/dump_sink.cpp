@@ -7,6 +7,7 @@
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "lib/io/atomic_file.h"
+#include "lib/io/atomic_folder.h"
 #include "lib/io/safetensors.h"
 #include "lib/trace/dump_manifest.h"
 #include "lib/trace/reassemble.h"
@@ -83,25 +84,14 @@ void write_dump_manifest(const std::string& folder, const std::string& run, cons
   write_file_atomically((std::filesystem::path(folder) / "manifest.json").string(), dump_manifest_json(m));
 }
 
-void remove_dump_files(const std::string& folder, int64_t ranks) {
-  std::error_code ignored;
-  for (int64_t r = 0; r < ranks; ++r)
-    std::filesystem::remove(std::filesystem::path(folder) / dump_rank_file_name(r), ignored);
-  std::filesystem::remove(std::filesystem::path(folder) / "manifest.json", ignored);
-  if (std::filesystem::is_empty(folder, ignored)) std::filesystem::remove(folder, ignored);
-}
-
 void write_single_process_dump(const std::string& folder, const std::string& run,
                                const std::vector<DumpSink::Entry>& entries) {
-  try {
-    write_dump_rank_file(folder, 0, entries);
+  write_folder_atomically(folder, "--dump", [&](const std::string& dir) {
+    write_dump_rank_file(dir, 0, entries);
     std::vector<TraceRecord> records;
     for (const auto& e : entries) records.push_back(e.record);
-    write_dump_manifest(folder, run, {}, {{}}, records);
-  } catch (...) {
-    remove_dump_files(folder, 1);
-    throw;
-  }
+    write_dump_manifest(dir, run, {}, {{}}, records);
+  });
 }
 
 }  // namespace magic

@@ -52,11 +52,8 @@ void write_dump_manifest(const std::string& folder, const std::string& run, cons
                          const std::vector<std::vector<int64_t>>& coords_by_rank,
                          const std::vector<TraceRecord>& records, const std::map<std::string, GridCoords>& grids = {});
 
-// Removes what a dump of `ranks` ranks wrote into `folder` (rank files, manifest), and the folder
-// once it is empty: a dump that could not be finished is not left half-written.
-void remove_dump_files(const std::string& folder, int64_t ranks);
-
-// A single process's dump: its file, then the manifest (removed again when either fails).
+// A single process's dump: its file, then the manifest, in a folder that appears at `folder` only
+// once both are there (atomic_folder.h): `folder` must be new or empty.
 void write_single_process_dump(const std::string& folder, const std::string& run,
                                const std::vector<DumpSink::Entry>& entries);
 

@@ -1,20 +1,52 @@
 #include "lib/distributed/parallel/mesh_dump.h"
 
+#include <cstring>
+#include <optional>
+
 #include "lib/core/strings.h"
+#include "lib/io/atomic_folder.h"
 
 namespace magic::dist {
+namespace {
+
+// Rank 0's `text` on every rank of `world`: its length, then its bytes.
+std::string text_of_rank_0(const Group& world, const std::string& text) {
+  at::Tensor size = at::tensor({static_cast<int64_t>(text.size())}, at::kLong);
+  world.broadcast_(size, 0);
+  const int64_t n = size.item<int64_t>();
+  if (n == 0) return "";
+  at::Tensor bytes = at::empty({n}, at::kByte);
+  if (world.rank() == 0) std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), text.size());
+  world.broadcast_(bytes, 0);
+  return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(n));
+}
+
+}  // namespace
 
 std::string write_mesh_dump(const std::string& folder, const std::string& run,
                             const std::vector<DumpSink::Entry>& entries, const Group& world,
                             const TraceLayout& layout) {
   const int rank = world.global_rank();
+  // Rank 0 makes the hidden folder every rank writes into; it becomes `folder` only once the
+  // manifest is there, and is removed (StagedFolder's destructor) when anything fails.
+  std::optional<StagedFolder> staged;
+  std::string failure;
+  if (rank == 0) {
+    try {
+      staged.emplace(folder, "--dump");
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  const std::string dir = text_of_rank_0(world, staged ? staged->dir() : "");
+  if (dir.empty()) return rank == 0 ? failure : "rank 0 could not make the dump's folder (its log says why)";
   // [written, coords...]: one row per rank once gathered.
   std::vector<int64_t> mine{1};
-  std::string failure;
   try {
-    write_dump_rank_file(folder, rank, entries);
+    write_dump_rank_file(dir, rank, entries);
   } catch (const std::exception& e) {
-    failure = str_cat("rank ", rank, " could not write its records to ", folder, ": ", e.what());
+    failure = str_cat("rank ", rank, " could not write its records to ", folder, ": ",
+                      naming_destination(e.what(), dir, folder));
     mine[0] = 0;
   }
   // Then its coordinates on the main mesh and on each named grid, in the map's order.
@@ -26,7 +58,6 @@ std::string write_mesh_dump(const std::string& folder, const std::string& run,
   for (int r = 0; r < world.size(); ++r)
     if (rows[r][0].item<int64_t>() == 0) unwritten.push_back(r);
   if (!unwritten.empty()) {
-    if (rank == 0) remove_dump_files(folder, world.size());
     if (!failure.empty()) return failure;
     return str_cat("rank ", unwritten.front(), " could not write its records (its log says why)");
   }
@@ -50,10 +81,14 @@ std::string write_mesh_dump(const std::string& folder, const std::string& run,
     }
     std::vector<TraceRecord> records;
     for (const auto& e : entries) records.push_back(e.record);
-    write_dump_manifest(folder, run, layout.mesh, coords, records, grids);
+    write_dump_manifest(dir, run, layout.mesh, coords, records, grids);
   } catch (const std::exception& e) {
-    remove_dump_files(folder, world.size());
-    return str_cat("the manifest of ", folder, " was not written: ", e.what());
+    return str_cat("the manifest of ", folder, " was not written: ", naming_destination(e.what(), dir, folder));
+  }
+  try {
+    staged->publish();
+  } catch (const std::exception& e) {
+    return e.what();
   }
   return "";
 }

@@ -1,6 +1,8 @@
-// A dump written by the ranks of a mesh (docs/dump-format.md): each rank writes its own file,
-// every rank says whether it could, and rank 0, once all have, gathers each rank's coordinates and
-// writes the manifest last. A dump some rank could not finish is removed, not left half-written.
+// A dump written by the ranks of a mesh (docs/dump-format.md): each rank writes its own file into a
+// hidden folder rank 0 made beside the destination, every rank says whether it could, and rank 0,
+// once all have, gathers each rank's coordinates, writes the manifest last and renames the folder
+// into place (atomic_folder.h). A dump some rank could not finish, or a run killed while writing,
+// leaves no folder at the destination, never a half-written one.
 #pragma once
 
 #include <string>
@@ -14,7 +16,8 @@ namespace magic::dist {
 
 // Called by every member of `world` with its own records and layout. Returns "" when the dump is
 // finished, or why it is not (the same answer on every rank, except for the manifest, which only
-// rank 0 writes). The folder needs to be one every rank can reach (a shared file system).
+// rank 0 writes). The folder needs to be one every rank can reach (a shared file system), and must
+// be new or empty.
 std::string write_mesh_dump(const std::string& folder, const std::string& run,
                             const std::vector<DumpSink::Entry>& entries, const Group& world, const TraceLayout& layout);
 
