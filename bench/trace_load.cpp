@@ -5,7 +5,10 @@
 //   eight      eight clients, each checking its stream: every record of each rank in order, or a
 //              drop notice that accounts for the gap exactly (stream_check.h)
 //   + stalled  the same eight and one more client that connects and never reads
+//   stalled    eight clients that connect and never read (the slowest clients there are)
 // Wall time, peak memory of the run (rank 0: one process), and each client's records and drops.
+// The stated bound (trace_limits.h): a client's queue holds at most 2 x kQueueBytes, so the eight
+// stalled clients may add at most 8 x 16 MiB to the run's peak without a client; exit 1 past it.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +17,7 @@
 
 #include "bench/bench_flags.h"
 #include "bench/traced_child.h"
+#include "lib/live/trace_limits.h"
 
 namespace {
 
@@ -60,7 +64,8 @@ int main(int argc, char** argv) {
   };
   std::vector<Case> cases = {{"off", off, 0, 0},
                              {std::to_string(clients) + " clients", traced, clients, 0},
-                             {std::to_string(clients) + " + stalled", traced, clients, 1}};
+                             {std::to_string(clients) + " + stalled", traced, clients, 1},
+                             {std::to_string(clients) + " stalled", traced, 0, clients}};
   int rc = 0;
   for (int r = 0; r < repeats; ++r) {
     for (Case& c : cases) {
@@ -89,5 +94,11 @@ int main(int argc, char** argv) {
       if (!s.error.empty() || s.records + s.dropped != s.end_records) rc = 1;
     }
   }
-  return rc;
+  // Two queue bounds a client: records to kQueueBytes, other messages to twice that (client_queue.h).
+  const double bound_mib = cases[0].peak + clients * 2.0 * static_cast<double>(trace_limits::kQueueBytes) / (1 << 20);
+  const bool within = cases[3].peak <= bound_mib;
+  std::cout << "bound: " << cases[3].name << " peak " << std::setprecision(0) << cases[3].peak << " MiB <= off "
+            << cases[0].peak << " MiB + " << clients << " x " << 2 * (trace_limits::kQueueBytes >> 20)
+            << " MiB = " << bound_mib << " MiB: " << (within ? "within" : "PAST THE BOUND") << "\n";
+  return within ? rc : 1;
 }
