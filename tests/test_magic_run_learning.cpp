@@ -76,7 +76,9 @@ TEST(MagicRunLearning, TheOneTopicScenarioWithTheDemoSettingsWarns) {
 
 // The documented settings made shorter for the default suite: half the width of
 // fixtures/runs/one_topic.json, at a larger rate with clipping (docs/magic-run.md).
-TEST(MagicRunLearning, ShorterMeaningfulSettingsRankTheQueriesTopicFirst) {
+// More than a minute beside the rest of the suite: label `long` (long.one_topic_meaningful).
+TEST(MagicRunLearningLong, ShorterMeaningfulSettingsRankTheQueriesTopicFirst) {
+  if (std::getenv("MAGIC_LONG_TESTS") == nullptr) GTEST_SKIP() << "long: ctest --preset long";
   const std::string out = testing::fresh_dir("one-topic-short");
   const auto o = run_scenario(
       "one_topic.json", "--model.d_model 32 --optimizer.lr 0.01 --optimizer.clip_norm 1.0 --out " + out + " --html");

@@ -1,7 +1,7 @@
 // A RapidCheck property run from a GoogleTest test that also counts the cases that ran to the
 // end (not discarded, not shrinking) and asserts a minimum, so that a generator which quietly
 // discards most of its draws cannot pass on a handful of cases. RC_PARAMS sets the case count
-// (ctest: max_success=20); MAGIC_MIN_PROPERTY_CASES sets the minimum (default 20).
+// (ctest: max_success=10) and with it the minimum; MAGIC_MIN_PROPERTY_CASES overrides the minimum.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,9 +12,14 @@
 
 namespace magic::testing {
 
+// MAGIC_MIN_PROPERTY_CASES, else the case count RC_PARAMS asks for (max_success=N), else 20.
 inline int min_property_cases() {
   const char* v = std::getenv("MAGIC_MIN_PROPERTY_CASES");
-  return v != nullptr && *v != '\0' ? std::atoi(v) : 20;
+  if (v != nullptr && *v != '\0') return std::atoi(v);
+  const char* params = std::getenv("RC_PARAMS");
+  const std::string text = params == nullptr ? "" : params;
+  const size_t at = text.find("max_success=");
+  return at == std::string::npos ? 20 : std::atoi(text.c_str() + at + std::string("max_success=").size());
 }
 
 // Checks `property` (a callable using *gen inside, as in RC_GTEST_PROP); returns the count.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <string>
 
 #include "tests/properties/counted_property.h"
 
@@ -38,6 +39,29 @@ TEST(CountedProperty, FailsWhenFewerValidCasesRanThanTheMinimum) {
 
 TEST(CountedProperty, FailsWhenTheGeneratorDiscardsEverything) {
   EXPECT_NONFATAL_FAILURE(testing::check_counted("discards", [] { RC_PRE(false); }), "discards");
+}
+
+// ctest sets RC_PARAMS alone (tests/CMakeLists.txt): the minimum is the count it asks for.
+TEST(CountedProperty, TheMinimumIsTheCaseCountRcParamsAsksFor) {
+  const char* rc = std::getenv("RC_PARAMS");
+  const std::string saved = rc == nullptr ? "" : rc;
+  const char* minimum = std::getenv("MAGIC_MIN_PROPERTY_CASES");
+  const std::string saved_minimum = minimum == nullptr ? "" : minimum;
+  unsetenv("MAGIC_MIN_PROPERTY_CASES");
+  setenv("RC_PARAMS", "seed=3 max_success=37", 1);
+  EXPECT_EQ(testing::min_property_cases(), 37);
+  setenv("RC_PARAMS", "seed=3", 1);
+  EXPECT_EQ(testing::min_property_cases(), 20);
+  {
+    MinimumCases five("5");
+    EXPECT_EQ(testing::min_property_cases(), 5);
+  }
+  if (rc == nullptr) {
+    unsetenv("RC_PARAMS");
+  } else {
+    setenv("RC_PARAMS", saved.c_str(), 1);
+  }
+  if (minimum != nullptr) setenv("MAGIC_MIN_PROPERTY_CASES", saved_minimum.c_str(), 1);
 }
 
 TEST(CountedProperty, CountsEveryCaseThatRan) {

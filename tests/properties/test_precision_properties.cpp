@@ -1,7 +1,7 @@
 // False alarms of the low-precision comparison (docs/magic-check.md, "Mixed precision"): clean runs in bf16 and
 // fp16 on random mesh layouts (dp, cp, tp, fsdp, sp, mb; world <= 4), sequence lengths, batches, steps,
 // optimizers, checkpoint schedules and seeds must pass every row against the fp64 golden run.
-// ctest runs 20 cases; the long label 500 (the acceptance asks for >= 200 with none failing).
+// ctest runs 10 cases; the long label 500 (the acceptance asks for >= 200 with none failing).
 // Prints how close the clean runs came to the factor rule, the exact-scale rule, the clip
 // coefficient's floor and the reduction rows' bound, and what the fp32 pass judged.
 #include <gtest/gtest.h>
@@ -134,8 +134,10 @@ TEST(PrecisionProperties, CleanLowPrecisionRunsNeverRaiseAnAlarm) {
             << " runs; largest err(D,G) / allowed: " << format_fixed(margins.fp32_over_allowed, 4) << "\n";
   std::cout << "cases whose one-process run was itself not finite (discarded): " << margins.one_process_not_finite
             << (margins.one_process_example.empty() ? "" : " (e.g. " + margins.one_process_example + ")") << "\n";
-  // Rare, or the generator draws settings low precision cannot run rather than cases to judge.
-  EXPECT_LE(margins.one_process_not_finite * 20, testing::min_property_cases()) << "too many unrunnable cases";
+  // Rare (one in twenty, one in a short run), or the generator draws settings low precision cannot
+  // run rather than cases to judge.
+  EXPECT_LE(margins.one_process_not_finite * 20, std::max(20, testing::min_property_cases()))
+      << "too many unrunnable cases";
   // Below fp32 every run leaves some row unjudged (Adam's updates, REPLAY's whole steps): the pass
   // must have judged rows in most runs, or it is not running.
   EXPECT_GT(margins.fp32_runs, 0) << "the fp32 pass judged nothing";
