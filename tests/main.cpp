@@ -1,10 +1,12 @@
 // The test binary's entry point. ctest runs tests two at a time on two cores, so each process
 // uses one intra-op thread.
 //
-// Every file a test writes goes under one directory of its own: this process makes it (unique
-// per process, and ctest runs one test a process) and points TMPDIR and TEST_TMPDIR at it, so
-// ::testing::TempDir(), the launcher's rank logs and every tool a test starts write there. It is
-// removed when every test passed and kept, with its path printed, when one failed.
+// Every file a test writes goes under one directory of its own: this process makes one (unique
+// per process) and, for each test, a folder in it, and points TMPDIR and TEST_TMPDIR at that
+// folder, so ::testing::TempDir(), the launcher's rank logs and every tool a test starts write
+// there; a test finds no file an earlier test of the same process left (ctest runs a cheap suite
+// in one process: cmake/suite_tests.cmake). The directory is removed when every test passed and
+// kept, with its path printed, when one failed. A filter that matches no test fails the run.
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
@@ -12,6 +14,7 @@
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lib/core/allocator.h"
@@ -30,6 +33,22 @@ std::string make_test_directory() {
   return buffer.data();
 }
 
+// Before each test: TMPDIR and TEST_TMPDIR name a new folder of the process's directory.
+class FolderPerTest : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FolderPerTest(std::string root) : root_(std::move(root)) {}
+  void OnTestStart(const ::testing::TestInfo&) override {
+    const std::string folder = root_ + "/" + std::to_string(++started_);
+    std::filesystem::create_directory(folder);
+    setenv("TMPDIR", folder.c_str(), 1);
+    setenv("TEST_TMPDIR", folder.c_str(), 1);
+  }
+
+ private:
+  std::string root_;
+  int started_ = 0;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -39,12 +58,18 @@ int main(int argc, char** argv) {
   setenv("TMPDIR", dir.c_str(), 1);
   setenv("TEST_TMPDIR", dir.c_str(), 1);
   ::testing::InitGoogleTest(&argc, argv);
+  ::testing::UnitTest::GetInstance()->listeners().Append(new FolderPerTest(dir));
   const int result = RUN_ALL_TESTS();
-  if (result == 0) {
+  const bool none_ran = !GTEST_FLAG_GET(list_tests) && ::testing::UnitTest::GetInstance()->test_to_run_count() == 0;
+  if (result == 0 || none_ran) {
     std::error_code ignored;
     std::filesystem::remove_all(dir, ignored);
   } else {
     std::cerr << "tests: files of the failed run kept in " << dir << "\n";
+  }
+  if (none_ran) {
+    std::cerr << "tests: no test matches the filter " << GTEST_FLAG_GET(filter) << "\n";
+    return 1;
   }
   return result;
 }

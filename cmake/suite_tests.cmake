@@ -1,0 +1,43 @@
+# magic_add_suite_tests(TARGET SOURCES <files> ONE_PROCESS_A_TEST <suites> EXCLUDE <gtest filter>
+#                       TIMEOUT <s>)
+#
+# Registers a GoogleTest binary's tests with ctest. A test process spends about a second before its
+# first test (perf: the dynamic loader binding LibTorch's symbols, then its operator registration),
+# as long as most unit tests take. So each suite of plain TEST/TEST_F tests found in SOURCES is one
+# ctest entry (named after the suite) that runs the whole suite in one process, except the suites
+# in ONE_PROCESS_A_TEST (tests that start ranks or tools for many seconds each, where one entry a
+# test lets two cores share them out); those, and every parameterized test, are one entry a test
+# (gtest_discover_tests). EXCLUDE is a negative filter for both ("*Long.*").
+#
+# A suite added to an existing file is found at the next configure (the sources are configure
+# dependencies); until then gtest_discover_tests runs it a test at a time. A suite entry whose
+# filter matches no test fails (tests/main.cpp), so a suite that went away cannot pass unseen.
+include(GoogleTest)
+
+function(magic_add_suite_tests TARGET)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;ONE_PROCESS_A_TEST;EXCLUDE" ${ARGN})
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${ARG_SOURCES})
+  set(suites "")
+  foreach(source ${ARG_SOURCES})
+    file(STRINGS ${source} heads REGEX "^TEST(_F)?\\([A-Za-z0-9_]+,")
+    foreach(head ${heads})
+      string(REGEX REPLACE "^TEST(_F)?\\(([A-Za-z0-9_]+),.*" "\\2" suite "${head}")
+      list(APPEND suites ${suite})
+    endforeach()
+  endforeach()
+  list(REMOVE_DUPLICATES suites)
+  list(SORT suites)
+  set(grouped "")
+  foreach(suite ${suites})
+    if(NOT suite IN_LIST ARG_ONE_PROCESS_A_TEST AND NOT suite MATCHES "Long$")
+      list(APPEND grouped ${suite})
+      add_test(NAME ${suite} COMMAND ${TARGET} --gtest_filter=${suite}.*
+               WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+      set_tests_properties(${suite} PROPERTIES TIMEOUT ${ARG_TIMEOUT})
+    endif()
+  endforeach()
+  list(TRANSFORM grouped APPEND ".*")
+  list(JOIN grouped ":" grouped_filter)
+  gtest_discover_tests(${TARGET} DISCOVERY_TIMEOUT 60 TEST_FILTER "-${ARG_EXCLUDE}:${grouped_filter}"
+                       PROPERTIES TIMEOUT ${ARG_TIMEOUT})
+endfunction()
