@@ -71,8 +71,10 @@ LoadedDump read_dump(const std::string& folder) {
   std::vector<SafetensorsFile> files;
   for (const auto& rank : m.ranks) {
     const fs::path file = root / rank.file;
-    if (!fs::is_regular_file(file)) {
-      throw InputError(str_cat(file.string(), ": missing (manifest.json lists it for rank ", rank.rank, ")"));
+    std::error_code ec;  // a name the file system refuses (too long) is an input error, not a throw
+    if (!fs::is_regular_file(file, ec)) {
+      throw InputError(str_cat(file.string(), ": ", ec ? ec.message() : "missing", " (manifest.json lists it for rank ",
+                               rank.rank, ")"));
     }
     files.push_back(load_safetensors(file.string()));
     for (const auto& entry : files.back().tensors) {
