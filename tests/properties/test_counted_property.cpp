@@ -11,25 +11,35 @@
 namespace magic {
 namespace {
 
-class MinimumCases {
+// Sets (or, given nullptr, unsets) an environment variable for a scope, then restores it.
+class ScopedEnv {
  public:
-  explicit MinimumCases(const char* value) {
-    const char* old = std::getenv("MAGIC_MIN_PROPERTY_CASES");
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
     had_ = old != nullptr;
     if (had_) saved_ = old;
-    setenv("MAGIC_MIN_PROPERTY_CASES", value, 1);
-  }
-  ~MinimumCases() {
-    if (had_) {
-      setenv("MAGIC_MIN_PROPERTY_CASES", saved_.c_str(), 1);
+    if (value != nullptr) {
+      setenv(name, value, 1);
     } else {
-      unsetenv("MAGIC_MIN_PROPERTY_CASES");
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_.c_str(), saved_.c_str(), 1);
+    } else {
+      unsetenv(name_.c_str());
     }
   }
 
  private:
+  std::string name_;
   bool had_ = false;
   std::string saved_;
+};
+
+struct MinimumCases : ScopedEnv {
+  explicit MinimumCases(const char* value) : ScopedEnv("MAGIC_MIN_PROPERTY_CASES", value) {}
 };
 
 TEST(CountedProperty, FailsWhenFewerValidCasesRanThanTheMinimum) {
@@ -43,25 +53,17 @@ TEST(CountedProperty, FailsWhenTheGeneratorDiscardsEverything) {
 
 // ctest sets RC_PARAMS alone (tests/CMakeLists.txt): the minimum is the count it asks for.
 TEST(CountedProperty, TheMinimumIsTheCaseCountRcParamsAsksFor) {
-  const char* rc = std::getenv("RC_PARAMS");
-  const std::string saved = rc == nullptr ? "" : rc;
-  const char* minimum = std::getenv("MAGIC_MIN_PROPERTY_CASES");
-  const std::string saved_minimum = minimum == nullptr ? "" : minimum;
-  unsetenv("MAGIC_MIN_PROPERTY_CASES");
-  setenv("RC_PARAMS", "seed=3 max_success=37", 1);
-  EXPECT_EQ(testing::min_property_cases(), 37);
-  setenv("RC_PARAMS", "seed=3", 1);
-  EXPECT_EQ(testing::min_property_cases(), 20);
+  MinimumCases unset(nullptr);
   {
+    ScopedEnv rc("RC_PARAMS", "seed=3 max_success=37");
+    EXPECT_EQ(testing::min_property_cases(), 37);
+  }
+  {
+    ScopedEnv rc("RC_PARAMS", "seed=3");
+    EXPECT_EQ(testing::min_property_cases(), 20);
     MinimumCases five("5");
     EXPECT_EQ(testing::min_property_cases(), 5);
   }
-  if (rc == nullptr) {
-    unsetenv("RC_PARAMS");
-  } else {
-    setenv("RC_PARAMS", saved.c_str(), 1);
-  }
-  if (minimum != nullptr) setenv("MAGIC_MIN_PROPERTY_CASES", saved_minimum.c_str(), 1);
 }
 
 TEST(CountedProperty, CountsEveryCaseThatRan) {
