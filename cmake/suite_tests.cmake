@@ -3,10 +3,11 @@
 #
 # Registers a GoogleTest binary's tests with ctest. A test process spends about a second before its
 # first test (perf: the dynamic loader binding LibTorch's symbols, then its operator registration),
-# as long as most unit tests take. So each suite of plain TEST/TEST_F tests found in SOURCES is one
-# ctest entry (named after the suite) that runs the whole suite in one process, except the suites
-# in ONE_PROCESS_A_TEST (tests that start ranks or tools for many seconds each, where one entry a
-# test lets two cores share them out); those, and every parameterized test, are one entry a test
+# as long as most unit tests take. So each suite of plain TEST/TEST_F tests found in SOURCES, and
+# each instantiation of a parameterized one (INSTANTIATE_TEST_SUITE_P(Prefix, Suite: the entry
+# Prefix/Suite), is one ctest entry that runs all its tests in one process, except those named in
+# ONE_PROCESS_A_TEST (Suite or Prefix/Suite: tests that start ranks or tools for many seconds each,
+# where one entry a test lets two cores share them out), which are one entry a test
 # (gtest_discover_tests). EXCLUDE is a negative filter for both ("*Long.*").
 #
 # A suite added to an existing file is found at the next configure (the sources are configure
@@ -23,6 +24,15 @@ function(magic_add_suite_tests TARGET)
     foreach(head ${heads})
       string(REGEX REPLACE "^TEST(_F)?\\(([A-Za-z0-9_]+),.*" "\\2" suite "${head}")
       list(APPEND suites ${suite})
+    endforeach()
+  endforeach()
+  foreach(source ${ARG_SOURCES})
+    file(READ ${source} text)
+    string(REGEX MATCHALL "INSTANTIATE_TEST_SUITE_P\\([ \t\r\n]*[A-Za-z0-9_]+,[ \t\r\n]*[A-Za-z0-9_]+" heads "${text}")
+    foreach(head ${heads})
+      string(REGEX REPLACE "^INSTANTIATE_TEST_SUITE_P\\([ \t\r\n]*([A-Za-z0-9_]+),[ \t\r\n]*([A-Za-z0-9_]+)$" "\\1/\\2"
+             instantiation "${head}")
+      list(APPEND suites ${instantiation})
     endforeach()
   endforeach()
   list(REMOVE_DUPLICATES suites)

@@ -148,7 +148,10 @@ std::string input_error_of(const std::function<void()>& fn) {
   return "";
 }
 
-CheckReport run_check_in_threads(const checks::CheckRequest& request) {
+CheckReport run_check_in_threads(checks::CheckRequest request) {
+  if (!request.references) {
+    request.references = std::make_shared<const checks::ReferenceRuns>(checks::run_references(request.settings));
+  }
   CheckReport report;
   dist::run_ranks_in_threads(static_cast<int>(request.settings.topology.world_size()), [&](dist::Runtime& rt) {
     CheckReport r = checks::run_check(request, rt);

@@ -90,6 +90,8 @@ class PortalTagsGuard {
 };
 
 // A magic-check run with the request's topology as ranks on threads of this process; rank 0's report.
-CheckReport run_check_in_threads(const checks::CheckRequest& request);
+// The references are computed once for all ranks, as magic-check does for ranks that share its
+// memory, unless the request carries them (SharedReferences judges the per-rank path).
+CheckReport run_check_in_threads(checks::CheckRequest request);
 
 }  // namespace magic::testing

@@ -52,6 +52,9 @@ TEST_P(EachMutation, IsCaughtAtItsLevelWithItsFactor) {
   // Three steps, not the tool's four, to keep the suite short: with two, tp-row-bias-per-rank is
   // first seen at query_grad, not grad (its biases start at zero).
   request.settings.steps = 3;
+  // As --bite gates it: the levels through the expected one, so a gradient bug trains nothing and
+  // runs no REPLAY (the first failing level is all the verdict reads).
+  request.settings.levels = request.settings.levels_through(GetParam().expected_level);
   request.mode = checks::CheckMode::kMutate;
   request.mutation = GetParam().name;
   const CheckReport report = testing::run_check_in_threads(request);
@@ -98,6 +101,7 @@ void expect_blind_spot_caught(const std::string& name, c10::ScalarType dtype) {
   const bool sharded = !m.at_least.empty() && m.at_least.front().first == "fsdp";
   request.settings.topology = dist::TopologySpec::parse(sharded ? "dp=4,fsdp=2" : "dp=3,cp=2");
   request.settings.precision = PrecisionPolicy::for_compute(dtype);
+  request.settings.levels = request.settings.levels_through(m.expected_level);  // as --bite gates it
   request.mode = checks::CheckMode::kMutate;
   request.mutation = name;
   const CheckReport report = testing::run_check_in_threads(request);
