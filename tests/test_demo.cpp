@@ -45,7 +45,7 @@ TEST(Demo, APretrainedFolderIsFineTunedWithMagicOnTheTopicSplit) {
   const std::string out = testing::fresh_dir("demo-scores");
   const testing::CommandOutcome run =
       testing::magic_run(str_cat("--config ", testing::source_path("demo/topics.yaml"), " --model.path ", folder,
-                                 " --training.steps 3 --training.weights per_token --per-query --html --out ", out));
+                                 " --training.steps 2 --training.weights per_token --per-query --html --out ", out));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("tokenizer: BPE of " + folder + " (vocab.json, merges.txt)"), std::string::npos)
       << run.output;
