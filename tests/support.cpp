@@ -152,6 +152,10 @@ CheckReport run_check_in_threads(checks::CheckRequest request) {
   if (!request.references) {
     request.references = std::make_shared<const checks::ReferenceRuns>(checks::run_references(request.settings));
   }
+  return run_check_in_threads_as_given(request);
+}
+
+CheckReport run_check_in_threads_as_given(const checks::CheckRequest& request) {
   CheckReport report;
   dist::run_ranks_in_threads(static_cast<int>(request.settings.topology.world_size()), [&](dist::Runtime& rt) {
     CheckReport r = checks::run_check(request, rt);

@@ -91,7 +91,9 @@ class PortalTagsGuard {
 
 // A magic-check run with the request's topology as ranks on threads of this process; rank 0's report.
 // The references are computed once for all ranks, as magic-check does for ranks that share its
-// memory, unless the request carries them (SharedReferences judges the per-rank path).
+// memory, unless the request carries them.
 CheckReport run_check_in_threads(checks::CheckRequest request);
+// The same with the request as given: without references, each rank computes its own.
+CheckReport run_check_in_threads_as_given(const checks::CheckRequest& request);
 
 }  // namespace magic::testing

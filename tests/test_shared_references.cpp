@@ -15,7 +15,6 @@
 #include "checks/run_check.h"
 #include "lib/distributed/runtime/launcher.h"
 #include "lib/distributed/runtime/rank_program.h"
-#include "lib/distributed/runtime/runtime.h"
 #include "tests/support.h"
 
 namespace magic {
@@ -34,12 +33,7 @@ TEST(SharedReferences, ACheckGivenTheReferencesReportsWhatItWouldHaveComputed) {
     checks::CheckRequest own = request_for(topology);
     checks::CheckRequest given = own;
     given.references = std::make_shared<const checks::ReferenceRuns>(checks::run_references(given.settings));
-    // Each rank computes its own (the helper would compute them once for all).
-    CheckReport a;
-    dist::run_ranks_in_threads(static_cast<int>(own.settings.topology.world_size()), [&](dist::Runtime& rt) {
-      CheckReport r = checks::run_check(own, rt);
-      if (rt.rank() == 0) a = r;
-    });
+    const CheckReport a = testing::run_check_in_threads_as_given(own);  // each rank computes its own
     const CheckReport b = testing::run_check_in_threads(given);
     EXPECT_TRUE(a.rows_pass()) << topology;
     ASSERT_EQ(a.rows.size(), b.rows.size()) << topology;
