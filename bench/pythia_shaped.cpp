@@ -4,14 +4,18 @@
 // single process, --topology dp=2 and cp=2. Per layout: seconds per training step and per REPLAY
 // step (magic-run's own phase timings), its memory estimate per rank beside the measured peak
 // (wait4's peak RSS: the largest process, a rank under a topology), and the scores' relative
-// error against the single process.
+// error against the single process. Then the training step's matrix-product rate: its FLOPs,
+// 3 × 2·(L·(12d² + 2Td) + dV) a token (forward and backward; every row padded to T), over its time.
 //
-//   pythia_shaped [--steps 4] [--batch 8] [--max-len 64] [--documents 64] [--dtype fp64] [--keep DIR]
-// (--keep DIR: write the folder, config and outputs there and leave them)
+//   pythia_shaped [--steps 4] [--batch 8] [--max-len 64] [--documents 64] [--dtype fp64]
+//                 [--device cpu] [--layouts single,dp=2,cp=2] [--keep DIR]
+// (--device cuda: on the GPU, a build against a CUDA LibTorch; --keep DIR: write the folder, config
+// and outputs there and leave them)
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -51,8 +55,16 @@ double number_after(const std::string& text, const std::string& pattern) {
 int main(int argc, char** argv) {
   auto flags = magic::bench::parse_flags(
       argc, argv,
-      {{"steps", "4"}, {"batch", "8"}, {"max-len", "64"}, {"documents", "64"}, {"dtype", "fp64"}, {"keep", ""}},
-      "pythia_shaped [--steps 4] [--batch 8] [--max-len 64] [--documents 64] [--dtype fp64] [--keep DIR]");
+      {{"steps", "4"},
+       {"batch", "8"},
+       {"max-len", "64"},
+       {"documents", "64"},
+       {"dtype", "fp64"},
+       {"device", "cpu"},
+       {"layouts", "single,dp=2,cp=2"},
+       {"keep", ""}},
+      "pythia_shaped [--steps 4] [--batch 8] [--max-len 64] [--documents 64] [--dtype fp64] [--device cpu] "
+      "[--layouts single,dp=2,cp=2] [--keep DIR]");
   char pattern[] = "/tmp/pythia-shaped-XXXXXX";
   const std::string root = flags["keep"].empty() ? std::string(mkdtemp(pattern)) : flags["keep"];
   fs::create_directories(root);
@@ -61,6 +73,7 @@ int main(int argc, char** argv) {
   const nlohmann::json config = {
       {"seed", 0},
       {"dtype", flags["dtype"]},
+      {"device", flags["device"]},
       {"model", {{"path", folder}, {"max_len", std::stoll(flags["max-len"])}}},
       {"data",
        {{"train", fixtures + "proverbs.jsonl"},
@@ -71,11 +84,24 @@ int main(int argc, char** argv) {
   const std::string config_path = root + "/run.json";
   std::ofstream(config_path) << config.dump(2);
   const double steps = std::stod(flags["steps"]);
-  std::cout << "Pythia-14m-shaped folder (6 layers, d 128, 4 heads, vocab 50304), GPT-2 BPE; " << flags["steps"]
-            << " steps of " << flags["batch"] << " rows of " << flags["max-len"] << " tokens, " << flags["dtype"]
-            << "\n\nlayout   train s/step  REPLAY s/step  estimate/rank  measured peak  scores vs single\n";
+  const magic::GptConfig& c = magic::pythia_14m_shape().config;
+  const double T = std::stod(flags["max-len"]), d = static_cast<double>(c.d_model);
+  const double step_flops =
+      std::stod(flags["batch"]) * T * 3 * 2 *
+      (static_cast<double>(c.n_layers) * (12 * d * d + 2 * T * d) + d * static_cast<double>(c.vocab));
+  std::cout
+      << "Pythia-14m-shaped folder (6 layers, d 128, 4 heads, vocab 50304), GPT-2 BPE; " << flags["steps"]
+      << " steps of " << flags["batch"] << " rows of " << flags["max-len"] << " tokens, " << flags["dtype"] << " on "
+      << flags["device"] << "; a training step's matrix products: " << format_fixed(step_flops / 1e9, 3) << " GFLOP"
+      << "\n\nlayout   train s/step  REPLAY s/step  estimate/rank  measured peak  scores vs single  train GFLOP/s\n";
   at::Tensor single;
-  for (const std::string layout : {"single", "dp=2", "cp=2"}) {
+  std::vector<std::string> layouts;
+  for (std::stringstream list(flags["layouts"]); list.good();) {
+    std::string layout;
+    std::getline(list, layout, ',');
+    if (!layout.empty()) layouts.push_back(layout);
+  }
+  for (const std::string& layout : layouts) {
     const std::string out = root + "/out-" + layout;
     std::vector<std::string> args = {MAGIC_RUN_BINARY, "--config", config_path, "--out", out};
     if (layout != "single") args.insert(args.end(), {"--topology", layout});
@@ -97,7 +123,8 @@ int main(int argc, char** argv) {
     }
     std::cout << layout << std::string(9 - layout.size(), ' ') << format_fixed(train / steps, 3) << "         "
               << format_fixed(replay / steps, 3) << "          " << estimate[1] << "        "
-              << format_fixed(r.peak_rss_mib, 0) << " MiB        " << error << "\n";
+              << format_fixed(r.peak_rss_mib, 0) << " MiB        " << error << "        "
+              << format_fixed(step_flops / (train / steps) / 1e9, 1) << "\n";
   }
   if (flags["keep"].empty()) fs::remove_all(root);
   return 0;

@@ -148,6 +148,17 @@ void CheckSettings::validate() const {
                              ": the three-pool workload sums each pool's gradient in the master dtype (",
                              dtype_name(precision.master), "); a compute-dtype reduction is checked on mesh layouts"));
   }
+  require_device(device, "--device cuda");
+  if (w == "spd" && device != DeviceKind::kCpu) {
+    throw InputError(str_cat("--device cuda: the three-pool workload (", topology.str(),
+                             ") computes on the host only; mesh layouts run on a GPU (docs/gpu.md)"));
+  }
+  if (backend == dist::BackendKind::kNccl) {
+    if (device != DeviceKind::kCuda) {
+      throw InputError("--backend nccl: NCCL moves GPU memory, and the check's device is cpu; add --device cuda");
+    }
+    require_gpu_per_rank(topology.world_size(), cuda_devices(), "--topology " + topology.str());
+  }
   if (w == "spd") {
     const dist::ThreePoolLayout layout(topology, spd_sites());
     layout.check_batch(global_batch(), batch_size > 0 ? "--batch" : "the default batch");

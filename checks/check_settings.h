@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "lib/core/precision_policy.h"
+#include "lib/core/run_device.h"
 #include "lib/distributed/parallel/data_parallel.h"
 #include "lib/distributed/runtime/group.h"
 #include "lib/distributed/runtime/topology.h"
@@ -66,6 +67,8 @@ struct CheckSettings {
   // copies what it fixes into the fields above.
   std::shared_ptr<const RunConfig> run_config;
   dist::BackendKind backend = dist::BackendKind::kGloo;
+  // --device: where the distributed run computes (run_device.h); the reference stays on the host.
+  DeviceKind device = DeviceKind::kCpu;
   std::chrono::milliseconds timeout = std::chrono::seconds(60);
 
   int64_t global_batch() const;

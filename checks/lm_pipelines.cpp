@@ -17,6 +17,7 @@
 #include "checks/shard_weights.h"
 
 #include "lib/core/dtype.h"
+#include "lib/core/run_device.h"
 #include "lib/core/seed.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/parallel/data_parallel.h"
@@ -106,6 +107,8 @@ RunConfig lm_unclipped_config(const CheckSettings& s) {
     c.precision = s.precision;
     c.batch_size = s.global_batch();
     c.spill_dir.reset();  // the check keeps its few checkpoints in memory
+    // The host's: the reference computes there, and --device (not the config) places the run.
+    c.device = DeviceKind::kCpu;
     return c;
   }
   return RunConfig::from_json(workload_json(s, s.optimizer_json()), "magic-check workload", s.fixtures_dir);
@@ -244,8 +247,14 @@ void record_replay(const TensorTree& query_gradient, const ReplayProducts& repla
 PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Runtime& runtime,
                                    const std::string& mutation, const ReferenceRun& reference,
                                    const std::string& trace_folder, TraceSink* live) {
-  const std::vector<TrainState>& teacher = reference.states;
-  const RunConfig config = lm_check_config(settings);
+  // The run computes on the check's device; the reference's states it starts from are the host's.
+  RunConfig config = lm_check_config(settings);
+  config.device = settings.device;
+  const at::Device device = current_device(settings.device);
+  const auto placed = [&](const TensorTree& tree) { return to_device(tree, device); };
+  std::vector<TrainState> teacher;
+  for (const TrainState& s : reference.states)
+    teacher.push_back({placed(s.params), placed(s.opt), placed(s.persistent)});
   const dist::MeshParts parts = lm_mesh_parts(runtime, settings.topology, config.model);
   const bool bridge_mutation = is_bridge_mutation(mutation);
   std::shared_ptr<const Parallelism> parallel =
@@ -318,10 +327,11 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
       dist::set_phase(str_cat("REPLAY product at step ", t));
       const TrainState state{parallel->shard(teacher[t].params), shard_optimizer_state(*parallel, teacher[t].opt), {}};
       const TrainState& lambda = reference.cotangents.at(t);
-      const TrainState cotangent{parallel->shard(lambda.params), shard_optimizer_state(*parallel, lambda.opt), {}};
+      const TrainState cotangent{
+          parallel->shard(placed(lambda.params)), shard_optimizer_state(*parallel, placed(lambda.opt)), {}};
       add_replay_products(replay_products, *step, *parallel, state, at_step, problem.weights, cotangent,
-                          parallel->shard(reference.gradient_cotangents.at(t)),
-                          parallel->shard(reference.gradients.at(t)));
+                          parallel->shard(placed(reference.gradient_cotangents.at(t))),
+                          parallel->shard(placed(reference.gradients.at(t))));
     }
     if (!settings.wants(Level::kOptimizer)) continue;
     // One whole step from the reference's parameters and optimizer state.
@@ -348,7 +358,7 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
     watch.attach(options);
     const ReplayStartWatch start(*step);  // replay/<param>[start]
     MagicResult result = run_magic(start, *query, problem.initial, problem.weights, options);
-    const TensorTree v = parallel->shard(hvp_direction(full_init, settings.seed));
+    const TensorTree v = parallel->shard(placed(hvp_direction(full_init, settings.seed)));
     const int64_t last = problem.step->num_steps() - 1;
     std::optional<NamedTensor> states;
     PipelineOutputs start_rows;

@@ -22,7 +22,7 @@ bool ReductionTap::armed() const {
 void ReductionTap::entered(const std::string& name, const at::Tensor& parameter) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!armed_ || partials_.count(name) > 0) return;
-  const at::Tensor zeros = at::zeros(parameter.sizes(), at::kDouble);
+  const at::Tensor zeros = at::zeros(parameter.sizes(), parameter.options().dtype(at::kDouble));
   partials_[name] = Partial{zeros, zeros.clone()};
 }
 

@@ -20,13 +20,28 @@
 namespace magic::checks {
 namespace {
 
+// The outputs on the host, beside the reference's: a run on a GPU computed them there (run_device.h).
+PipelineOutputs on_host(PipelineOutputs outputs) {
+  const auto host = [](const at::Tensor& t) { return t.defined() ? t.to(at::kCPU) : t; };
+  for (NamedTensor& o : outputs) {
+    o.value = host(o.value);
+    if (o.reduction) {
+      o.reduction->exact = host(o.reduction->exact);
+      o.reduction->magnitude = host(o.reduction->magnitude);
+    }
+  }
+  return outputs;
+}
+
 // `whole_records`: rank 0's records of a workload that holds them whole (three-pool).
 PipelineOutputs run_distributed(const CheckSettings& s, const dist::Runtime& runtime, const std::string& mutation,
                                 const ReferenceRun& reference, const std::string& trace_folder,
                                 std::vector<DumpSink::Entry>& whole_records, TracerSink* tracer,
                                 const std::string& pass) {
   if (tracer != nullptr) tracer->begin_run(traced_run_name(mutation) + pass);
-  if (s.resolved_workload() == "lm") return run_distributed_lm(s, runtime, mutation, reference, trace_folder, tracer);
+  if (s.resolved_workload() == "lm") {
+    return on_host(run_distributed_lm(s, runtime, mutation, reference, trace_folder, tracer));
+  }
   return run_distributed_spd(s, runtime, mutation, reference.states, reference.trace.empty() ? nullptr : &whole_records,
                              tracer);
 }

@@ -16,9 +16,11 @@
 
 #include "checks/mutations.h"
 #include "lib/core/dtype.h"
+#include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "tests/support.h"
 #include "tests/xml_reader.h"
+#include "tools/check_command.h"
 
 namespace magic {
 namespace {
@@ -29,6 +31,23 @@ testing::CommandOutcome magic_check(const std::string& args, const std::string& 
 
 std::string temp_path(const std::string& name) {
   return ::testing::TempDir() + "/" + name;
+}
+
+// What magic-check's flag parsing refuses `args` (words split on spaces) with, or "(accepted)".
+std::string refusal(const std::string& args) {
+  std::vector<std::string> words{"magic-check"};
+  for (const std::string& word : split(args, ' ')) {
+    if (!word.empty()) words.push_back(word);
+  }
+  std::vector<char*> argv;
+  for (std::string& word : words) argv.push_back(word.data());
+  int early_exit = -1;
+  try {
+    parse_check_command(static_cast<int>(argv.size()), argv.data(), early_exit);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(accepted)";
 }
 
 TEST(MagicCheckCli, FourRanksPassAtFp64PrecisionAndWriteBothReports) {
@@ -354,7 +373,9 @@ TEST(MagicCheckCli, BiteSaysWhichMutationsItSkippedAndWhy) {
   EXPECT_NE(o.output.find("cannot be told apart"), std::string::npos) << o.output;
 }
 
-TEST(MagicCheckCli, BadInputExitsTwoNamingTheInput) {
+// Judged in-process (each program start costs a second of LibTorch loading); the exit paths
+// themselves are BadInputExitsTwoNamingTheInput's.
+TEST(MagicCheckCli, BadFlagsAreRefusedNamingTheInput) {
   struct Case {
     std::string args, fragment;
   };
@@ -370,12 +391,14 @@ TEST(MagicCheckCli, BadInputExitsTwoNamingTheInput) {
            {"--topology dp=2 --dtype fp8", "unknown dtype 'fp8'"},
            {"--topology dp=2 --convention mean", "expected sum or avg"},
            {"--topology dp=2 --mutate bogus", "unknown mutation 'bogus'"},
-           {"--topology dp=2 --launch env", "RANK is not set"},
-           {"--topology dp=2 --backend nccl", "nccl"},
+           {"--topology dp=2 --backend nccl", "--backend nccl: NCCL moves GPU memory, and the check's device is cpu"},
+           {"--topology dp=2 --device tpu", "--device: unknown device 'tpu'; expected cpu or cuda"},
+#ifndef MAGIC_WITH_CUDA
+           {"--topology dp=2 --device cuda", "--device cuda: this build has no CUDA"},
+#endif
            {"--topology dp=2 --backend mpi", "unknown backend 'mpi'"},
            {"--topology dp=2 --json /nonexistent-dir/report.json", "directory /nonexistent-dir does not exist"},
            {"--topology dp=2 --junit /proc/report.xml", "--junit /proc/report.xml: cannot write in /proc"},
-           {"--steps 3", "--topology is required"},
            {"--topology n_ci=3,n_per_block=2 --batch 12", "batch splits between pools must divide each other"},
            {"--topology n_ci=4 --batch 12", "a three-pool layout needs n_per_block"},
            {"--topology n_ci=2,n_per_block=2 --mutate local-normalizer", "it needs a mesh layout"},
@@ -391,10 +414,26 @@ TEST(MagicCheckCli, BadInputExitsTwoNamingTheInput) {
             "replica 3; use a batch of at least dp*mb = 8 rows or mb <= 3"},
            {"--topology dp=2,sp", "sp needs tp > 1"},
        }) {
-    auto o = magic_check(c.args);
-    EXPECT_EQ(o.exit_code, 2) << c.args << "\n" << o.output;
-    EXPECT_NE(o.output.find(c.fragment), std::string::npos) << c.args << "\n" << o.output;
+    const std::string refused = refusal(c.args);
+    EXPECT_NE(refused.find(c.fragment), std::string::npos) << c.args << "\n" << refused;
   }
+}
+
+// Through the program: a refusal in the flags, one when the ranks start (--launch env), and one of
+// a missing flag each exit 2 with the input named on the last line.
+TEST(MagicCheckCli, BadInputExitsTwoNamingTheInput) {
+  for (const auto& [args, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {"--topology dp=0", "dp=0 must be >= 1"},
+           {"--topology dp=2 --launch env", "RANK is not set"},
+           {"--steps 3", "--topology is required"},
+           {"--topology dp=2 --json /nonexistent-dir/report.json", "directory /nonexistent-dir does not exist"},
+       }) {
+    auto o = magic_check(args);
+    EXPECT_EQ(o.exit_code, 2) << args << "\n" << o.output;
+    EXPECT_NE(o.output.find(fragment), std::string::npos) << args << "\n" << o.output;
+    EXPECT_NE(o.output.find("magic-check: error: "), std::string::npos) << args << "\n" << o.output;
+  }
+  EXPECT_EQ(refusal("--topology dp=2"), "(accepted)");  // the in-process judge accepts good flags
 }
 
 // --launch env reads torchrun's variables: each missing or malformed one is named at once (exit 2),

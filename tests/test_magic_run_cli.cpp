@@ -89,7 +89,13 @@ TEST(MagicRunCli, BadFlagsExitTwoBeforeTraining) {
            {"--subsets 8", "--subsets and --drop-fraction: need --validate lds"},
            {"--html", "--html: needs --out"},
            {"--topology dp=0", "dp=0"},
-           {"--topology dp=2 --launch ssh", "--launch ssh: expected spawn or env"}}) {
+           {"--topology dp=2 --launch ssh", "--launch ssh: expected spawn or env"},
+           {"--device tpu", "--device=tpu: unknown device 'tpu'; expected cpu or cuda"},
+           {"--topology dp=2 --backend nccl", "--backend nccl: NCCL moves GPU memory, and the run's device is cpu"},
+#ifndef MAGIC_WITH_CUDA
+           {"--device cuda", "this build has no CUDA (configure against a CUDA LibTorch: docs/gpu.md)"},
+#endif
+       }) {
     Outcome o = run_magic_run("--config " + config + " " + args);
     EXPECT_EQ(o.exit_code, 2) << args << "\n" << o.output;
     EXPECT_NE(o.output.find(fragment), std::string::npos) << args << "\n" << o.output;

@@ -180,7 +180,9 @@ Flags parse(int argc, char** argv, int& early_exit) {
                  "with --topology; spawn: start the ranks here on loopback; env: join a world made by "
                  "torchrun/srun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
       ->capture_default_str();
-  app.add_option("--backend", backend, "with --topology: gloo (CPU)")->capture_default_str();
+  app.add_option("--backend", backend,
+                 "with --topology: gloo (host memory; ranks may share a GPU) or nccl (--device cuda, a GPU a rank)")
+      ->capture_default_str();
   app.add_option("--timeout", timeout_s, "with --topology: seconds before a collective gives up on a peer")
       ->capture_default_str();
   app.allow_extras();  // --section.key VALUE overrides, read below
@@ -483,9 +485,22 @@ void require_layout_fits(const dist::TopologySpec& topology, const RunConfig& co
   require_tensor_parallel_fits(topology, config.model);
 }
 
+// Whether this build, this machine and the backend can run on the config's device (run_device.h):
+// NCCL moves GPU memory only, a GPU for each rank.
+void require_device_fits(const RunConfig& config, const std::optional<dist::RankProgram>& program) {
+  require_device(config.device, config.where("device"));
+  if (!program || program->backend != dist::BackendKind::kNccl) return;
+  if (config.device != DeviceKind::kCuda) {
+    throw InputError(str_cat("--backend nccl: NCCL moves GPU memory, and the run's device is cpu (",
+                             config.where("device"), "); set --device cuda"));
+  }
+  require_gpu_per_rank(program->topology.world_size(), cuda_devices(), "--topology " + program->topology.str());
+}
+
 // The whole run on one process or one rank (`runtime` set).
 int attribute(const Flags& f, const dist::Runtime* runtime) {
   const RunConfig config = RunConfig::load(f.config_path, f.overrides);
+  require_device_fits(config, f.program);
   if (!f.plan_dir.empty()) require_plan_expressible(config, "--export-plan");
   const bool speaks = runtime == nullptr || runtime->rank() == 0;
   // One process splits its threads between REPLAY's products and its recomputation; a rank's
@@ -556,6 +571,7 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
     std::cout << "magic-run: " << examples_summary(*problem.train, config.train_path) << ", " << queries << " queries, "
               << config.steps << " steps of " << config.batch_size << ", " << config.optimizer.name << ", "
               << checkpoint_schedule_name(config.checkpoints) << " checkpoints, " << config.precision.str()
+              << (config.device == DeviceKind::kCuda ? " on " + current_device(config.device).str() : std::string())
               << (replay_mode == ReplayMode::kPipelined ? str_cat(", REPLAY pipelined on ", threads, " threads") : "")
               << (runtime ? ", on " + f.program->topology.str() : std::string()) << "; estimated peak memory "
               << memory.str() << (runtime ? " per rank" : "") << std::endl;
@@ -615,6 +631,7 @@ int run(int argc, char** argv) {
     // Load the config here too, so a bad one is reported once, before any rank starts.
     const RunConfig config = RunConfig::load(flags.config_path, flags.overrides);
     require_layout_fits(flags.program->topology, config, flags.config_path);
+    require_device_fits(config, flags.program);
     require_memory(config, estimate_run_memory(config), available_memory_bytes(), flags.program->topology.world_size());
     std::optional<RunFolderLease> lease = acquire_run_folder(flags, config);
     if (lease) setenv("MAGIC_RUN_FOLDER", lease->path().c_str(), 1);

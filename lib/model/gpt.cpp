@@ -25,7 +25,7 @@ at::Tensor layer_norm(const GptConfig& c, const at::Tensor& x, const TensorTree&
 // and rounded to t's dtype.
 at::Tensor rotate(const GptConfig& c, const at::Tensor& t, const at::Tensor& positions) {
   const int64_t r = c.rotary_dims, half = r / 2;
-  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  const auto f64 = positions.options().dtype(at::kDouble);
   const at::Tensor inv_freq = at::pow(c.rotary_base, -at::arange(0, r, 2, f64) / static_cast<double>(r));
   const at::Tensor angles = at::outer(positions.to(at::kDouble), inv_freq);  // [T, r/2]
   const at::Tensor emb = at::cat({angles, angles}, -1);                      // [T, r]
@@ -199,10 +199,13 @@ at::Tensor gpt_forward(const GptConfig& c, const TensorTree& p, const at::Tensor
   return gpt_forward(c, p, input_ids, ModelLayout::whole(T), prefix);
 }
 
-at::Tensor gpt_forward(const GptConfig& c, const TensorTree& p, const at::Tensor& input_ids, const ModelLayout& layout,
-                       const at::Tensor& prefix) {
+at::Tensor gpt_forward(const GptConfig& c, const TensorTree& p, const at::Tensor& input_ids,
+                       const ModelLayout& host_layout, const at::Tensor& prefix) {
+  // The layout's index tensors are made on the host; the forward runs where the parameters are.
+  const at::Device device = p.at("tok_emb").device();
+  const ModelLayout layout = host_layout.to(device);
   const TensorParallel& tensor = *layout.tensor;
-  at::Tensor x = embed_tokens(c, p.at("tok_emb"), input_ids, tensor);
+  at::Tensor x = embed_tokens(c, p.at("tok_emb"), input_ids.to(device), tensor);
   if (prefix.defined()) {
     // A bridge that hands this rank another rank's rows must fail here, naming both shapes, rather
     // than reach the next collective with a batch its peers do not share.

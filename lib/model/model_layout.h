@@ -21,6 +21,12 @@ struct ModelLayout {
     return residual_position_ids.defined() ? residual_position_ids : sequence.position_ids;
   }
 
+  // The same layout with its index tensors on `device`.
+  ModelLayout to(const at::Device& device) const {
+    return {sequence.to(device), tensor,
+            residual_position_ids.defined() ? residual_position_ids.to(device) : at::Tensor()};
+  }
+
   static ModelLayout whole(int64_t length) {
     return {SequenceLayout::whole(length), std::make_shared<SingleRank>(), {}};
   }

@@ -11,4 +11,9 @@ SequenceLayout SequenceLayout::whole(int64_t length) {
   return layout;
 }
 
+SequenceLayout SequenceLayout::to(const at::Device& device) const {
+  const auto moved = [&](const at::Tensor& t) { return t.defined() ? t.to(device) : t; };
+  return {padded_length, moved(columns), moved(positions), moved(position_ids), moved(key_positions), gather_keys};
+}
+
 }  // namespace magic

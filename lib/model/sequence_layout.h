@@ -22,6 +22,9 @@ struct SequenceLayout {
   // [B, H, T_local, D] -> [B, H, T_keys, D]: this rank's keys or values -> every rank's.
   std::function<at::Tensor(const at::Tensor&)> gather_keys;
 
+  // The same layout with its index tensors on `device` (gather_keys moves what it is given).
+  SequenceLayout to(const at::Device& device) const;
+
   // The whole sequence of `length` columns, in order, on one process.
   static SequenceLayout whole(int64_t length);
 };

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "lib/core/error.h"
+#include "lib/core/run_device.h"
 #include "lib/core/strings.h"
 #include "lib/io/safetensors.h"
 #include "lib/io/sealed_file.h"
@@ -52,6 +53,7 @@ CheckpointStore::CheckpointStore(CheckpointStore&& other) noexcept
       owns_directory_(other.owns_directory_),
       memory_(std::move(other.memory_)),
       saved_(std::move(other.saved_)),
+      device_(other.device_),
       bytes_(other.bytes_) {
   other.directory_.clear();
   other.owns_directory_ = false;
@@ -88,7 +90,9 @@ std::string CheckpointStore::seal_for(int64_t step) const {
 }
 
 TrainState CheckpointStore::load_file(int64_t step) const {
-  return unflatten_state(load_sealed(path_for(step), seal_for(step), str_cat("the checkpoint of step ", step)));
+  const TrainState read =
+      unflatten_state(load_sealed(path_for(step), seal_for(step), str_cat("the checkpoint of step ", step)));
+  return TrainState{to_device(read.params, device_), to_device(read.opt, device_), to_device(read.persistent, device_)};
 }
 
 TrainState CheckpointStore::load(int64_t step) const {

@@ -27,6 +27,9 @@ class CheckpointStore {
   CheckpointStore(const CheckpointStore&) = delete;
   CheckpointStore& operator=(const CheckpointStore&) = delete;
 
+  // Checkpoints read back from files go to `device`, the run's (run_device.h); the host by default.
+  void place_loaded_on(const at::Device& device) { device_ = device; }
+
   const std::vector<int64_t>& steps() const { return steps_; }
   bool wants(int64_t step) const;
   bool has(int64_t step) const { return saved_.count(step) > 0; }
@@ -54,6 +57,7 @@ class CheckpointStore {
   bool owns_directory_ = false;  // a private folder, removed with the store
   std::map<int64_t, TrainState> memory_;
   std::map<int64_t, bool> saved_;
+  at::Device device_ = at::Device(at::kCPU);
   int64_t bytes_ = 0;
 };
 

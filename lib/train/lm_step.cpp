@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "lib/core/error.h"
+#include "lib/core/run_device.h"
 #include "lib/core/strings.h"
 #include "lib/data/patch_features.h"
 #include "lib/data/tokenizer.h"
@@ -55,6 +56,10 @@ namespace {
 // one index_select of the padded batch (its adjoint scatters dw back to the original columns).
 struct LocalColumns {
   at::Tensor input_ids, targets, weights;
+  // The batch is gathered on the host; the step computes where its parameters are (run_device.h).
+  LocalColumns to(const at::Device& device) const {
+    return {input_ids.to(device), targets.to(device), weights.to(device)};
+  }
 };
 
 LocalColumns local_columns(const SequenceLayout& layout, const at::Tensor& input_ids, const at::Tensor& labels,
@@ -104,8 +109,10 @@ at::Tensor LmStep::micro_batch_loss(const TensorTree& params, int64_t t, int64_t
                                     double mean_denominator) const {
   const Batch& batch = micro_batches_.at(t).at(m);
   const ModelLayout layout = parallelism_->model_layout(batch.input_ids.size(1));
+  const at::Device device = device_of(params);
   const LocalColumns local =
-      local_columns(layout.sequence, batch.input_ids, batch.labels, gather_weights(w, batch.rows), data_->pad_id);
+      local_columns(layout.sequence, batch.input_ids, batch.labels, gather_weights(w, batch.rows), data_->pad_id)
+          .to(device);
   // The model's activation records (its blocks' outputs) are placed as the residual stream of this
   // rank's rows and columns: a shard of the columns over tp under sp.
   const int64_t length = batch.input_ids.size(1);
@@ -120,8 +127,8 @@ at::Tensor LmStep::micro_batch_loss(const TensorTree& params, int64_t t, int64_t
   const TensorTree computed = precision_->compute_params(*parallelism_, params);
   at::Tensor prefix;
   if (prefix_) {
-    prefix = prefix_->embed(computed, patches_of_rows(data_->patches, step_rows_.at(t)),
-                            prefix_columns(layout.sequence.columns, prefix_->length()));
+    prefix = prefix_->embed(computed, patches_of_rows(data_->patches, step_rows_.at(t)).to(device),
+                            prefix_columns(layout.sequence.columns, prefix_->length()).to(device));
   }
   at::Tensor logits = gpt_forward(model_, computed, local.input_ids, layout, prefix);
   if (tracing()) trace_activation(logits, "logits", "logits", "head", trace_layout_.logits(length));
@@ -129,7 +136,7 @@ at::Tensor LmStep::micro_batch_loss(const TensorTree& params, int64_t t, int64_t
       vocab_parallel_position_losses(precision_->to_master(logits), local.targets, token_loss_, *layout.tensor);
   at::Tensor mask = local.targets.ne(kIgnoreLabel).to(losses.scalar_type());
   const double denominator = reduction_ == Reduction::kMean ? mean_denominator : 1.0;
-  at::Tensor row_labels = label_mask(batch.labels, losses.scalar_type()).sum(1);
+  at::Tensor row_labels = label_mask(batch.labels, losses.scalar_type()).sum(1).to(device);
   at::Tensor loss = reduce_aligned_loss(losses, mask, local.weights, reduction_, denominator, row_labels);
   if (tracing() && trace_context().active) {
     trace_point(loss, [&] {
@@ -266,12 +273,15 @@ at::Tensor LmQuery::loss(const TensorTree& params, std::optional<int64_t> index)
   // Every rank runs the same operations (possibly on zero rows), so the collectives inside
   // enter()'s backward line up across ranks; a selection vector picks the queries that count.
   const ModelLayout layout = parallelism_->model_layout(local_ids_.size(1));
+  const at::Device device = device_of(params);
   const LocalColumns local =
-      local_columns(layout.sequence, local_ids_, local_labels_, at::ones({local_ids_.size(0)}), queries_.pad_id);
+      local_columns(layout.sequence, local_ids_, local_labels_, at::ones({local_ids_.size(0)}), queries_.pad_id)
+          .to(device);
   const TensorTree computed = precision_->compute_params(*parallelism_, params);
   at::Tensor prefix;
   if (prefix_) {
-    prefix = prefix_->embed(computed, all_patches_, prefix_columns(layout.sequence.columns, prefix_->length()));
+    prefix = prefix_->embed(computed, all_patches_.to(device),
+                            prefix_columns(layout.sequence.columns, prefix_->length()).to(device));
   }
   at::Tensor logits = gpt_forward(model_, computed, local.input_ids, layout, prefix);
   // The query loss is the plain cross-entropy: label smoothing is a training option (Q measures the model).
@@ -288,7 +298,7 @@ at::Tensor LmQuery::loss(const TensorTree& params, std::optional<int64_t> index)
     weight[k] = chosen / document_labels_[d];
   }
   at::Tensor per_chunk = (losses * mask).sum(1);
-  at::Tensor select = at::tensor(weight, at::TensorOptions().dtype(at::kDouble)).to(per_chunk.scalar_type());
+  at::Tensor select = at::tensor(weight, at::TensorOptions().dtype(at::kDouble)).to(per_chunk.options());
   return with_global_value(*parallelism_, (per_chunk * select).sum());
 }
 

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "lib/core/run_device.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/progress.h"
 #include "lib/trace/trace_sink.h"
@@ -39,6 +40,7 @@ MagicResult run_magic(const StepFunction& step, const QueryFunction& query, cons
                       const at::Tensor& w, const MagicOptions& options) {
   MagicResult result;
   CheckpointStore store = make_store(step, options);
+  store.place_loaded_on(device_of(initial.params));
   // A resumed run trains on from the latest checkpoint every rank holds (s_N is recomputed from
   // the last one: REPLAY needs ∂Q/∂θ_N).
   const int64_t resume_step = options.resume_folder ? least(options, store.latest_saved()) : -1;

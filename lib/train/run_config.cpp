@@ -83,6 +83,10 @@ RunConfig RunConfig::from_json(const nlohmann::json& json, std::shared_ptr<const
   if (seed < 0) root.fail("seed", "expected an integer >= 0");
   c.seed = static_cast<uint64_t>(seed);
   c.precision = PrecisionPolicy::from_json(root, "dtype", "fp64");
+  const std::string device = root.optional_string("device").value_or("cpu");
+  if (device != "cpu" && device != "cuda")
+    root.fail("device", str_cat("unknown device '", device, "'; expected cpu or cuda"));
+  c.device = parse_device(device, "device");
   const JsonFields model = root.object("model");
   if (model.has("path")) {
     // A model folder (hf_model_folder.h) brings its architecture, weights and tokenizer; the run
@@ -282,8 +286,11 @@ LmProblem build_lm_problem(const RunConfig& c, std::shared_ptr<const Parallelism
                           : c.model_init ? load_gpt_init(*c.model_init, p.model, c.precision.master)
                                          : gpt_init(p.model, c.precision.master, c.seed);
   const TensorTree whole = c.encoder ? merge(init, patch_encoder_init(*c.encoder, c.precision.master, c.seed)) : init;
-  p.initial = TrainState{parallelism->shard(whole), {}, {}};
-  p.initial.opt = optimizer->init(p.initial.params);
+  // Parameters and optimizer state on the rank's device (run_device.h); made on the host from the
+  // seed first, so that every device starts from the same values.
+  const at::Device device = current_device(c.device);
+  p.initial = TrainState{parallelism->shard(to_device(whole, device)), {}, {}};
+  p.initial.opt = to_device(optimizer->init(p.initial.params), device);
   p.weights = initial_weights(*train, c.weights, c.precision.master);
   return p;
 }

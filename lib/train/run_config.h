@@ -1,6 +1,7 @@
 // The magic-run configuration file (JSON or YAML). Relative data paths are resolved against the
 // directory of the config file, so a config works from any working directory.
-//   {"seed": 0, "dtype": "fp64" | "bf16" | {"compute", "master", "reduce", "loss_scale"} (precision_policy.h),
+//   {"seed": 0, "device": "cpu" | "cuda" (run_device.h),
+//    "dtype": "fp64" | "bf16" | {"compute", "master", "reduce", "loss_scale"} (precision_policy.h),
 //    "model": {"vocab", "d_model", "n_layers", "n_heads", "max_len", "init": safetensors path (gpt_init_file.h)}
 //             or {"path": a model folder (hf_model_folder.h), "max_len": the sequence length},
 //    "data": {"train": path, "queries": path or {"path" (default: the train file), "slice": [begin, end]},
@@ -23,6 +24,7 @@
 
 #include "lib/core/config_file.h"
 #include "lib/core/precision_policy.h"
+#include "lib/core/run_device.h"
 #include "lib/data/data_stream.h"
 #include "lib/model/gpt.h"
 #include "lib/model/lm_loss.h"
@@ -34,12 +36,13 @@
 namespace magic {
 
 // The config's keys outside any section: the command line sets them as --seed VALUE, --dtype VALUE.
-inline const std::vector<std::string> kRunConfigTopLevelKeys{"seed", "dtype"};
+inline const std::vector<std::string> kRunConfigTopLevelKeys{"seed", "dtype", "device"};
 
 struct RunConfig {
   std::string source = "config";
   uint64_t seed = 0;
   PrecisionPolicy precision;
+  DeviceKind device = DeviceKind::kCpu;  // "device": where the run computes (run_device.h)
   GptConfig model;
   std::optional<std::string> model_init;    // initial parameters from this file instead of gpt_init
   std::optional<std::string> model_folder;  // architecture, weights and tokenizer from this folder

@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "lib/core/error.h"
+#include "lib/core/run_device.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/progress.h"
 
@@ -117,6 +118,9 @@ std::shared_ptr<Group> Group::create(const std::string& name, std::vector<int> r
       backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, options);
     } else {
 #ifdef MAGIC_WITH_NCCL
+      // A wait blocks the host until the operation is done or the timeout passes, and throws
+      // (rather than the watchdog ending the process), as a Gloo wait does.
+      setenv("TORCH_NCCL_BLOCKING_WAIT", "1", /*overwrite=*/0);
       auto options = c10d::ProcessGroupNCCL::Options::create();
       options->timeout = timeout;
       backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, rank, size, options);
@@ -132,19 +136,22 @@ std::shared_ptr<Group> Group::create(const std::string& name, std::vector<int> r
         str_cat("rank ", global_rank, ": creating ", backend_name(kind), " group '", name, "' of ", size,
                 " ranks failed (a member did not arrive within the timeout, or died): ", one_line_error(e)));
   }
-  std::shared_ptr<Group> group(new Group(name, std::move(ranks), rank, backend, kind));
+  // NCCL's members are the ranks' GPUs: this rank's is its thread's current CUDA device (use_device).
+  const at::Device device = kind == BackendKind::kNccl ? current_device(DeviceKind::kCuda) : at::Device(at::kCPU);
+  std::shared_ptr<Group> group(new Group(name, std::move(ranks), rank, backend, kind, device));
   std::lock_guard<std::mutex> lock(registry_mutex);
   registry()[group->id_] = group;
   return group;
 }
 
 Group::Group(std::string name, std::vector<int> ranks, int rank, c10::intrusive_ptr<compat::CollectiveBackend> backend,
-             BackendKind kind)
+             BackendKind kind, at::Device device)
     : name_(std::move(name)),
       ranks_(std::move(ranks)),
       rank_(rank),
       backend_(std::move(backend)),
       kind_(kind),
+      device_(device),
       id_(next_id++) {}
 
 Group::~Group() {
@@ -175,8 +182,9 @@ void Group::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* operati
 }
 
 at::Tensor Group::on_wire(const at::Tensor& tensor) const {
-  const bool widen = kind_ == BackendKind::kGloo && tensor.scalar_type() == at::kBFloat16;
-  return widen ? tensor.to(at::kFloat) : tensor.is_contiguous() ? tensor : tensor.contiguous();
+  const at::Tensor placed = tensor.device() == device_ ? tensor : tensor.to(device_);
+  const bool widen = kind_ == BackendKind::kGloo && placed.scalar_type() == at::kBFloat16;
+  return widen ? placed.to(at::kFloat) : placed.is_contiguous() ? placed : placed.contiguous();
 }
 
 void Group::all_reduce_sum_(at::Tensor& tensor) const {
@@ -200,7 +208,7 @@ at::Tensor Group::all_gather(const at::Tensor& tensor, int64_t dim) const {
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < size(); ++r) outputs[0].push_back(at::empty_like(inputs[0]));
   wait(backend_->allgather(outputs, inputs), "all_gather");
-  return at::cat(outputs[0], dim).to(tensor.scalar_type());
+  return at::cat(outputs[0], dim).to(tensor.device(), tensor.scalar_type());
 }
 
 at::Tensor Group::reduce_scatter_sum(const at::Tensor& tensor, int64_t dim) const {

@@ -1,5 +1,5 @@
-// Group: a c10d communicator over a fixed set of global ranks (Gloo for CPU tensors, NCCL for
-// CUDA tensors in CUDA builds). Collectives block until done and throw DistributedError naming
+// Group: a c10d communicator over a fixed set of global ranks (Gloo moves host memory, NCCL in
+// CUDA builds the ranks' GPUs' memory; docs/gpu.md). Collectives block until done and throw DistributedError naming
 // the operation, the group and this rank when a peer is lost or the timeout passes. Groups are
 // registered by id so that autograd Functions (which can only save plain values) can find them.
 #pragma once
@@ -71,10 +71,12 @@ class Group {
 
  private:
   Group(std::string name, std::vector<int> ranks, int rank, c10::intrusive_ptr<compat::CollectiveBackend> backend,
-        BackendKind kind);
+        BackendKind kind, at::Device device);
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* operation) const;
-  // The buffer a tensor travels in: Gloo has no bf16, so bf16 travels as fp32 (exactly) and a
-  // sum of bf16 tensors is rounded to bf16 once, after the sum (NCCL rounds each partial sum).
+  // The buffer a tensor travels in, on the backend's device (device_): a tensor elsewhere travels
+  // as a copy and the result is copied back, so host bookkeeping runs over NCCL and GPU ranks
+  // share one GPU over Gloo. Gloo has no bf16, so bf16 travels as fp32 (exactly) and a sum of
+  // bf16 tensors is rounded to bf16 once, after the sum (NCCL rounds each partial sum).
   at::Tensor on_wire(const at::Tensor& tensor) const;
 
   std::string name_;
@@ -82,6 +84,7 @@ class Group {
   int rank_;
   c10::intrusive_ptr<compat::CollectiveBackend> backend_;
   BackendKind kind_;
+  at::Device device_;  // where the backend moves tensors: the CPU (Gloo) or this rank's GPU (NCCL)
   int64_t id_;
 };
 

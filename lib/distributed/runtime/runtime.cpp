@@ -15,6 +15,7 @@
 
 #include "lib/core/error.h"
 #include "lib/core/library_log.h"
+#include "lib/core/run_device.h"
 #include "lib/core/strings.h"
 
 namespace magic::dist {
@@ -130,6 +131,9 @@ Runtime::Runtime(int rank, int world_size, c10::intrusive_ptr<c10d::Store> store
       timeout_(timeout),
       progress_store_(progress_store ? std::move(progress_store) : store_) {
   store_->setTimeout(timeout);
+  // Rank r computes on GPU r mod the GPUs seen (its local rank where every host runs one rank a
+  // GPU); the current device is per thread, so rank threads each set their own.
+  if (const int gpus = cuda_devices(); gpus > 0) use_device(at::Device(at::kCUDA, static_cast<int8_t>(rank % gpus)));
   progress_ = std::make_unique<ProgressPublisher>(progress_store_, rank);
   std::vector<int> all(world_size);
   for (int i = 0; i < world_size; ++i) all[i] = i;
