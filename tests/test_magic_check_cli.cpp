@@ -18,6 +18,7 @@
 #include "lib/core/dtype.h"
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
+#include "tests/flag_refusal.h"
 #include "tests/support.h"
 #include "tests/xml_reader.h"
 #include "tools/check_command.h"
@@ -33,21 +34,14 @@ std::string temp_path(const std::string& name) {
   return ::testing::TempDir() + "/" + name;
 }
 
-// What magic-check's flag parsing refuses `args` (words split on spaces) with, or "(accepted)".
+// What magic-check's flag parsing refuses `args` with, or "(accepted)".
 std::string refusal(const std::string& args) {
-  std::vector<std::string> words{"magic-check"};
-  for (const std::string& word : split(args, ' ')) {
-    if (!word.empty()) words.push_back(word);
-  }
-  std::vector<char*> argv;
-  for (std::string& word : words) argv.push_back(word.data());
-  int early_exit = -1;
-  try {
-    parse_check_command(static_cast<int>(argv.size()), argv.data(), early_exit);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(accepted)";
+  return testing::flag_refusal(
+      [](int argc, char** argv) {
+        int early_exit = -1;
+        parse_check_command(argc, argv, early_exit);
+      },
+      args);
 }
 
 TEST(MagicCheckCli, FourRanksPassAtFp64PrecisionAndWriteBothReports) {

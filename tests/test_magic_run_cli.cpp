@@ -11,7 +11,9 @@
 #include "lib/core/utf8.h"
 #include "lib/data/text_loader.h"
 #include "lib/io/safetensors.h"
+#include "tests/flag_refusal.h"
 #include "tests/support.h"
+#include "tools/run_flags.h"
 
 namespace magic {
 namespace {
@@ -71,12 +73,21 @@ TEST(MagicRunCli, BadInputsExitTwoWithAClearMessage) {
 
 // Flags and the output directory are checked before the config is even loaded: each exits 2 at
 // once, naming the flag, with nothing trained and nothing created.
-TEST(MagicRunCli, BadFlagsExitTwoBeforeTraining) {
+// Judged in-process (each program start costs a second of LibTorch loading); the exit paths
+// themselves, and the refusals that need the config, are BadFlagsExitTwoBeforeTraining's.
+TEST(MagicRunCli, BadFlagsAreRefusedNamingTheFlag) {
   const std::string config = config_with("flags", [](nlohmann::json&) {});
   const std::string file = ::testing::TempDir() + "/not-a-directory";
   std::ofstream(file) << "x";
+  const auto refusal = [&](const std::string& args) {
+    return testing::flag_refusal(
+        [](int argc, char** argv) {
+          int early_exit = -1;
+          parse_run_flags(argc, argv, early_exit);
+        },
+        "--config " + config + " " + args);
+  };
   for (const auto& [args, fragment] : std::vector<std::pair<std::string, std::string>>{
-           {"--top -3", "--top -3: expected a count >= 0"},
            {"--query 1", "--query 1: needs --per-query"},
            {"--per-query --query -1", "--query -1: expected an index >= 0"},
            {"--out " + file, "--out " + file + ": is a file; expected a directory"},
@@ -90,6 +101,19 @@ TEST(MagicRunCli, BadFlagsExitTwoBeforeTraining) {
            {"--html", "--html: needs --out"},
            {"--topology dp=0", "dp=0"},
            {"--topology dp=2 --launch ssh", "--launch ssh: expected spawn or env"},
+       }) {
+    const std::string refused = refusal(args);
+    EXPECT_NE(refused.find(fragment), std::string::npos) << args << "\n" << refused;
+  }
+  EXPECT_EQ(refusal("--top 3"), "(accepted)");  // the in-process judge accepts good flags
+}
+
+// Through the program: a flag, and the refusals that need the config (its device, the backend's
+// device), each exit 2 naming the input before anything trains.
+TEST(MagicRunCli, BadFlagsExitTwoBeforeTraining) {
+  const std::string config = config_with("flags", [](nlohmann::json&) {});
+  for (const auto& [args, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {"--top -3", "--top -3: expected a count >= 0"},
            {"--device tpu", "--device=tpu: unknown device 'tpu'; expected cpu or cuda"},
            {"--topology dp=2 --backend nccl", "--backend nccl: NCCL moves GPU memory, and the run's device is cpu"},
 #ifndef MAGIC_WITH_CUDA

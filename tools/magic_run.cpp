@@ -39,6 +39,7 @@
 #include "lib/train/run_config.h"
 #include "lib/train/run_folder.h"
 #include "lib/train/run_record.h"
+#include "tools/run_flags.h"
 #include "tools/trace_flags.h"
 #include "tools/viewer_assets.h"
 
@@ -47,8 +48,6 @@ namespace {
 using namespace magic;
 
 constexpr size_t kRowText = 90;  // bytes of text a row shows
-// What --out holds after a run: a rerun replaces these, and refuses a folder holding anything else.
-const std::vector<std::string> kOutFiles = {"scores.safetensors", "scores.tsv", "run.json", "report.html"};
 
 // A ranking holds only the examples of its own sign (`order`, best first), and says when fewer
 // than --top have it: "Most helpful (most negative score; 2 of the 3 examples lower the query
@@ -85,163 +84,6 @@ void print_queries(const LmProblem& problem, const std::string& path) {
   if (n > kShown) std::cout << "  ... and " << n - kShown << " more (every id in scores.safetensors' query_ids)\n";
 }
 
-struct Flags {
-  std::string config_path, out_dir;
-  std::string plan_dir;  // --export-plan: the run's plan for another implementation (docs/plan-format.md)
-  int64_t top = 5;
-  bool per_query = false;
-  std::optional<int64_t> query_index;
-  std::optional<dist::RankProgram> program;  // --topology: a distributed run
-  bool html = false;
-  std::optional<LdsOptions> lds;  // --validate lds
-  ResumeMode resume = ResumeMode::kFresh;
-  bool keep_checkpoints = false;
-  std::string dump_dir;                      // --dump: the run's trace records (docs/dump-format.md)
-  std::optional<CheckedTraceOptions> trace;  // --trace-port, --trace-file: the live tracer (docs/tracer.md)
-  std::vector<ConfigOverride> overrides;     // --section.key VALUE: config keys set on the command line
-  std::vector<std::string> command;          // the command line, for run.json
-  bool explain_layout = false;               // --explain-layout: print the layout's ranks and groups, run nothing
-};
-
-// Whether one of the two paths is the other or lies inside it.
-bool nested(const std::string& a, const std::string& b) {
-  const auto normal = [](const std::string& p) {
-    std::filesystem::path n = std::filesystem::absolute(p).lexically_normal();
-    return n.filename().empty() ? n.parent_path() : n;
-  };
-  const std::filesystem::path x = normal(a), y = normal(b);
-  const auto within = [](const std::filesystem::path& inner, const std::filesystem::path& outer) {
-    const auto r = inner.lexically_relative(outer);
-    return !r.empty() && *r.begin() != "..";
-  };
-  return within(x, y) || within(y, x);
-}
-
-// --export-plan describes a single-process run into a folder of its own (plan_export.h).
-void check_plan_flags(const Flags& f) {
-  if (f.program) {
-    throw InputError(
-        "--export-plan: a plan describes the single-process run; drop --topology (a distributed run's scores equal "
-        "the single-process run's to summation order: docs/magic-run.md)");
-  }
-  if (!f.out_dir.empty() && nested(f.plan_dir, f.out_dir)) {
-    throw InputError(str_cat("--export-plan ", f.plan_dir, " and --out ", f.out_dir,
-                             ": name two separate directories (the plan's folder holds only the plan)"));
-  }
-  require_new_folder(f.plan_dir, "--export-plan");
-}
-
-// Parses and checks every flag and the output directory before anything is loaded or trained.
-Flags parse(int argc, char** argv, int& early_exit) {
-  Flags f;
-  CLI::App app{
-      "magic-run: MAGIC data attribution (metagradients through the whole training run).\n"
-      "Example: magic-run --config fixtures/runs/demo.json --out out/demo\n"
-      "Distributed: magic-run --config run.json --topology dp=4 (check it first: magic-check --config run.json "
-      "--topology dp=4)"};
-  std::string topology, backend = "gloo";
-  bool resume = false, restart = false;
-  dist::RankProgram program;
-  program.name = "magic-run";
-  double timeout_s = 60;
-  app.add_option("--config", f.config_path,
-                 "run configuration (JSON or YAML; every key in docs/magic-run.md; any key can be set on the command "
-                 "line as --section.key VALUE)")
-      ->required();
-  app.add_option("--out", f.out_dir, "directory for scores.safetensors and scores.tsv (not written if omitted)");
-  app.add_option("--top", f.top, "how many helpful and harmful examples to print")->capture_default_str();
-  app.add_flag("--per-query", f.per_query, "one REPLAY per query: scores [queries, examples]");
-  app.add_option("--query", f.query_index, "rank examples for this query index (with --per-query)");
-  app.add_flag("--html", f.html, "also write a self-contained report.html into --out");
-  app.add_option("--export-plan", f.plan_dir,
-                 "also write the run's plan (initial weights, batches, optimizer settings, queries) into this new "
-                 "or empty directory, for another implementation to replay (docs/plan-format.md)");
-  std::string validate;
-  LdsOptions lds;
-  app.add_option("--validate", validate,
-                 "lds: measure the linear datamodeling score by retraining without random subsets (docs/magic-run.md)");
-  app.add_option("--subsets", lds.subsets, "with --validate lds: how many random subsets")->capture_default_str();
-  app.add_option("--drop-fraction", lds.drop_fraction, "with --validate lds: the share of examples each drops")
-      ->capture_default_str();
-  app.add_flag("--resume", resume,
-               "continue an interrupted run of this config from its checkpoints in training.spill_dir");
-  app.add_flag("--restart", restart, "discard an interrupted run's checkpoints and begin again");
-  app.add_option("--dump", f.dump_dir,
-                 "write the run's trace records to this new folder, for magic-compare (docs/dump-format.md)");
-  TraceOptions trace;
-  add_trace_flags(app, trace);
-  app.add_flag("--keep-checkpoints", f.keep_checkpoints,
-               "keep the run's checkpoints in training.spill_dir when it ends (removed by default)");
-  app.add_option("--topology", topology, "run distributed on this mesh layout: dp=N[,cp=C][,tp=T][,fsdp=F][,mb=M]");
-  app.add_flag("--explain-layout", f.explain_layout,
-               "with --topology: print the layout's rank order and every rank's coordinates and groups, then exit "
-               "without running (the config and the other flags are checked first)");
-  app.add_option("--launch", program.launch,
-                 "with --topology; spawn: start the ranks here on loopback; env: join a world made by "
-                 "torchrun/srun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
-      ->capture_default_str();
-  app.add_option("--backend", backend,
-                 "with --topology: gloo (host memory; ranks may share a GPU) or nccl (--device cuda, a GPU a rank)")
-      ->capture_default_str();
-  app.add_option("--timeout", timeout_s, "with --topology: seconds before a collective gives up on a peer")
-      ->capture_default_str();
-  app.allow_extras();  // --section.key VALUE overrides, read below
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    std::cout << app.help();
-    early_exit = kExitOk;
-    return f;
-  } catch (const CLI::ParseError& e) {
-    throw InputError(str_cat(e.what(), " (run with --help for usage)"));
-  }
-  f.overrides = parse_overrides(app.remaining(), kRunConfigTopLevelKeys);
-  f.command.assign(argv, argv + argc);
-  if (f.top < 0) throw InputError(str_cat("--top ", f.top, ": expected a count >= 0"));
-  if (f.query_index && !f.per_query) {
-    throw InputError(str_cat("--query ", *f.query_index, ": needs --per-query (one REPLAY per query)"));
-  }
-  if (f.query_index && *f.query_index < 0) {
-    throw InputError(str_cat("--query ", *f.query_index, ": expected an index >= 0"));
-  }
-  if (!validate.empty()) {
-    if (validate != "lds") throw InputError("--validate " + validate + ": expected lds");
-    validate_lds_options(lds, "--subsets", "--drop-fraction");
-    f.lds = lds;
-  } else if (app.count("--subsets") + app.count("--drop-fraction") > 0) {
-    throw InputError("--subsets and --drop-fraction: need --validate lds");
-  }
-  if (resume && restart) throw InputError("--resume and --restart: choose one");
-  f.resume = resume ? ResumeMode::kResume : restart ? ResumeMode::kRestart : ResumeMode::kFresh;
-  if (f.html && f.out_dir.empty()) throw InputError("--html: needs --out (report.html is written there)");
-  if (!topology.empty()) {
-    program.topology = dist::TopologySpec::parse(topology);
-    require_mesh_topology(program.topology, "magic-run");
-    program.backend = dist::parse_backend(backend);
-    if (!(timeout_s > 0)) throw InputError("--timeout: expected seconds > 0");
-    program.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-    program.validate();
-    f.program = program;
-  } else {
-    program.validate();  // --launch is checked even where one process runs
-  }
-  if (!f.out_dir.empty()) require_replaceable_folder(f.out_dir, "--out", kOutFiles);
-  if (!f.dump_dir.empty()) require_new_folder(f.dump_dir, "--dump");  // a dump goes to a new folder
-  if (app.count("--export-plan") > 0) check_plan_flags(f);
-  f.trace = checked_trace_flags(app, trace, f.program ? std::optional<double>(timeout_s) : std::nullopt);
-  // A dump places the encoder's records on a grid of their own (format version 3); the live
-  // tracer's reassembly knows one mesh.
-  if (f.program && f.program->topology.is_bridge() && f.trace) {
-    throw InputError(str_cat("the live tracer (--trace-port, --trace-file) on a bridge layout (",
-                             f.program->topology.str(),
-                             "): the tracer places records on one mesh, and a bridge's encoder has its own (--dump "
-                             "writes both)"));
-  }
-  if (f.explain_layout && !f.program)
-    throw InputError("--explain-layout: needs --topology (one process has no layout)");
-  return f;
-}
-
 void print_lds(const LdsResult& r, const LdsOptions& o) {
   const auto interval = [&](const LdsEstimate& e) {
     return str_cat(format_fixed(e.value, 3), " [", format_fixed(e.low, 3), ", ", format_fixed(e.high, 3), "]");
@@ -255,7 +97,7 @@ void print_lds(const LdsResult& r, const LdsOptions& o) {
 }
 
 // Rank 0 (or the single process) reports: the summary, the rankings, the LDS, the files.
-void report(const Flags& f, const RunConfig& config, const Attribution& a, const std::optional<LdsResult>& lds,
+void report(const RunFlags& f, const RunConfig& config, const Attribution& a, const std::optional<LdsResult>& lds,
             const std::string& layout) {
   const LmProblem& problem = a.problem;
   const MagicResult& result = a.result;
@@ -344,12 +186,12 @@ void report(const Flags& f, const RunConfig& config, const Attribution& a, const
   if (html) std::cout << "wrote " << f.out_dir << "/report.html\n";
 }
 
-std::string layout_of(const Flags& f) {
+std::string layout_of(const RunFlags& f) {
   return f.program ? f.program->topology.str() : "single process";
 }
 
 // Every resume flag needs a spill_dir; the folder itself is checked and locked here (exit 2 at once).
-std::optional<RunFolderLease> acquire_run_folder(const Flags& f, const RunConfig& config) {
+std::optional<RunFolderLease> acquire_run_folder(const RunFlags& f, const RunConfig& config) {
   if (!config.spill_dir) {
     if (f.resume == ResumeMode::kResume) require_spill_dir(config, "--resume");
     if (f.resume == ResumeMode::kRestart) require_spill_dir(config, "--restart");
@@ -361,7 +203,7 @@ std::optional<RunFolderLease> acquire_run_folder(const Flags& f, const RunConfig
 }
 
 // Runs `body` and then removes the run's folder or keeps it for --resume (run_folder.h).
-int settling(std::optional<RunFolderLease>& lease, const Flags& f, const std::function<int()>& body) {
+int settling(std::optional<RunFolderLease>& lease, const RunFlags& f, const std::function<int()>& body) {
   const auto settle = [&](RunOutcome outcome) {
     if (lease) settle_run_folder(*lease, outcome, f.keep_checkpoints, std::cerr);
   };
@@ -380,7 +222,7 @@ int settling(std::optional<RunFolderLease>& lease, const Flags& f, const std::fu
 
 // This rank's run folder: made by our launcher (MAGIC_RUN_FOLDER), or, under torchrun/srun, by
 // rank 0 while the others wait to hear whether it could.
-std::optional<std::string> rank_run_folder(const Flags& f, const RunConfig& config, const dist::Runtime& runtime,
+std::optional<std::string> rank_run_folder(const RunFlags& f, const RunConfig& config, const dist::Runtime& runtime,
                                            std::optional<RunFolderLease>& lease) {
   if (!config.spill_dir) return std::nullopt;
   if (f.program->launch == "spawn") {
@@ -408,7 +250,7 @@ std::optional<std::string> rank_run_folder(const Flags& f, const RunConfig& conf
 
 // --dump's records are held until the run ends: with them counted, the run must still fit (each
 // rank holds its shards; ranks our launcher spawned share this machine). `memory` gains them.
-void require_dump_memory(const Flags& f, const RunConfig& config, const dist::Runtime* runtime,
+void require_dump_memory(const RunFlags& f, const RunConfig& config, const dist::Runtime* runtime,
                          const LmProblem& problem, MemoryEstimate& memory) {
   DumpShards shards;
   int64_t ranks = 1;
@@ -423,7 +265,7 @@ void require_dump_memory(const Flags& f, const RunConfig& config, const dist::Ru
 
 // Writes the records: one process's file and manifest, or every rank's file and rank 0's manifest
 // (dist::write_mesh_dump). A dump that cannot be written fails the run.
-void write_dump(const Flags& f, const dist::Runtime* runtime, const Parallelism& parallelism,
+void write_dump(const RunFlags& f, const dist::Runtime* runtime, const Parallelism& parallelism,
                 const std::vector<DumpSink::Entry>& entries) {
   if (runtime == nullptr) {
     write_single_process_dump(f.dump_dir, f.config_path, entries);
@@ -438,7 +280,7 @@ void write_dump(const Flags& f, const dist::Runtime* runtime, const Parallelism&
 }
 
 // Who the tracer's records come from: the run, this rank and its place in the mesh.
-TraceOrigin trace_origin(const Flags& f, const dist::Runtime* runtime, const Parallelism& parallelism) {
+TraceOrigin trace_origin(const RunFlags& f, const dist::Runtime* runtime, const Parallelism& parallelism) {
   TraceOrigin o;
   o.run = f.config_path;
   if (runtime) {
@@ -451,7 +293,7 @@ TraceOrigin trace_origin(const Flags& f, const dist::Runtime* runtime, const Par
 }
 
 // The attribution, its validation and its report, once the run's folder is settled.
-int attribute_with(const Flags& f, const RunConfig& config, const dist::Runtime* runtime, LmProblem problem,
+int attribute_with(const RunFlags& f, const RunConfig& config, const dist::Runtime* runtime, LmProblem problem,
                    const AttributionOptions& options) {
   const Attribution a = run_attribution(config, std::move(problem), options);
   std::optional<LdsResult> lds;
@@ -498,7 +340,7 @@ void require_device_fits(const RunConfig& config, const std::optional<dist::Rank
 }
 
 // The whole run on one process or one rank (`runtime` set).
-int attribute(const Flags& f, const dist::Runtime* runtime) {
+int attribute(const RunFlags& f, const dist::Runtime* runtime) {
   const RunConfig config = RunConfig::load(f.config_path, f.overrides);
   require_device_fits(config, f.program);
   if (!f.plan_dir.empty()) require_plan_expressible(config, "--export-plan");
@@ -610,7 +452,7 @@ int attribute(const Flags& f, const dist::Runtime* runtime) {
 
 // --explain-layout: the layout's ranks and groups, once the config and the layout are known to fit
 // each other (docs/magic-check.md, "Explaining a layout"); nothing is run.
-int explain_layout(const Flags& f) {
+int explain_layout(const RunFlags& f) {
   const RunConfig config = RunConfig::load(f.config_path, f.overrides);
   require_layout_fits(f.program->topology, config, f.config_path);
   std::cout << (f.program->topology.is_bridge() ? dist::explain_bridge_layout(f.program->topology.bridge())
@@ -622,7 +464,7 @@ int run_main(int argc, char** argv);
 
 int run(int argc, char** argv) {
   int early_exit = -1;
-  Flags flags = parse(argc, argv, early_exit);
+  RunFlags flags = parse_run_flags(argc, argv, early_exit);
   if (early_exit >= 0) return early_exit;
   if (flags.program) flags.program->entry = run_main;
   if (!flags.program) return attribute(flags, nullptr);

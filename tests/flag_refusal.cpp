@@ -1,0 +1,25 @@
+#include "tests/flag_refusal.h"
+
+#include <vector>
+
+#include "lib/core/error.h"
+#include "lib/core/strings.h"
+
+namespace magic::testing {
+
+std::string flag_refusal(const std::function<void(int, char**)>& parse, const std::string& args) {
+  std::vector<std::string> words{"tool"};
+  for (const std::string& word : split(args, ' ')) {
+    if (!word.empty()) words.push_back(word);
+  }
+  std::vector<char*> argv;
+  for (std::string& word : words) argv.push_back(word.data());
+  try {
+    parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+}  // namespace magic::testing
