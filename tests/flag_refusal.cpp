@@ -2,8 +2,8 @@
 
 #include <vector>
 
-#include "lib/core/error.h"
 #include "lib/core/strings.h"
+#include "tests/support.h"
 
 namespace magic::testing {
 
@@ -14,12 +14,8 @@ std::string flag_refusal(const std::function<void(int, char**)>& parse, const st
   }
   std::vector<char*> argv;
   for (std::string& word : words) argv.push_back(word.data());
-  try {
-    parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(accepted)";
+  const std::string refused = input_error_of([&] { parse(static_cast<int>(argv.size()), argv.data()); });
+  return refused.empty() ? "(accepted)" : refused;
 }
 
 }  // namespace magic::testing

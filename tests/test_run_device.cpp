@@ -21,13 +21,10 @@ DeviceKind test_device() {
   return parse_device(name != nullptr ? name : "cpu", "MAGIC_TEST_DEVICE");
 }
 
+// The InputError's message, or "(no InputError)" (testing::input_error_of).
 std::string input_error(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no InputError)";
+  const std::string message = testing::input_error_of(fn);
+  return message.empty() ? "(no InputError)" : message;
 }
 
 TEST(RunDevice, NamesAndRefusals) {
