@@ -4,7 +4,9 @@
 // n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3, 12 ranks), so that the factor the diagnosis observes
 // names exactly one size, in fp64 unless the mutation needs a lower precision (then fp16, whose
 // loss scale 1024 is a size of its own); fp32 is judged against fp64; empty shards are fine.
-// The reduction bugs are caught by the reduction rows alone.
+// The reduction bugs are caught by the reduction rows alone. The mutations that
+// MagicCheckCli.MeshBite... judges through the program on dp=4,cp=3,fsdp=2 (sizes that all differ,
+// tests/mesh_bite.h) run here under the long label only (long.more_cases).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -17,12 +19,14 @@
 
 #include "checks/mutations.h"
 #include "checks/run_check.h"
+#include "tests/mesh_bite.h"
 #include "tests/support.h"
 
 namespace magic {
 namespace {
 
 class EachMutation : public ::testing::TestWithParam<checks::Mutation> {};
+class EachMutationLong : public EachMutation {};
 
 // The first (layout, precision) among the distinct layouts and fp64, fp16 the mutation applies to.
 checks::CheckSettings distinct_settings_for(const checks::Mutation& m) {
@@ -43,31 +47,40 @@ checks::CheckSettings distinct_settings_for(const checks::Mutation& m) {
   throw std::logic_error("no test layout for " + m.name);
 }
 
-TEST_P(EachMutation, IsCaughtAtItsLevelWithItsFactor) {
-  if (GetParam().ends_the_run) {
+void expect_caught_at_its_level_with_its_factor(const checks::Mutation& m) {
+  if (m.ends_the_run) {
     GTEST_SKIP() << "ends the run with a named rank failure: BridgeCheck.AFanOutSliceFromTheCpZeroView...";
   }
   checks::CheckRequest request;
-  request.settings = distinct_settings_for(GetParam());
+  request.settings = distinct_settings_for(m);
   // Three steps, not the tool's four, to keep the suite short: with two, tp-row-bias-per-rank is
   // first seen at query_grad, not grad (its biases start at zero).
   request.settings.steps = 3;
   // As --bite gates it: the levels through the expected one, so a gradient bug trains nothing and
   // runs no REPLAY (the first failing level is all the verdict reads).
-  request.settings.levels = request.settings.levels_through(GetParam().expected_level);
+  request.settings.levels = request.settings.levels_through(m.expected_level);
   request.mode = checks::CheckMode::kMutate;
-  request.mutation = GetParam().name;
+  request.mutation = m.name;
   const CheckReport report = testing::run_check_in_threads(request);
   ASSERT_EQ(report.bite.size(), 1u);
   const BiteOutcome& b = report.bite.front();
   EXPECT_TRUE(b.caught) << b.mutation << ": observed " << b.observed_level << ": " << b.observed_diagnosis;
-  EXPECT_EQ(b.observed_level, GetParam().expected_level);
-  if (!GetParam().expected_factor.empty()) {
+  EXPECT_EQ(b.observed_level, m.expected_level);
+  if (!m.expected_factor.empty()) {
     // The names the observed scale matches, from the diagnosis: exactly the expected one.
-    EXPECT_EQ(b.observed_factor, GetParam().expected_factor) << b.observed_diagnosis;
+    EXPECT_EQ(b.observed_factor, m.expected_factor) << b.observed_diagnosis;
     EXPECT_TRUE(b.factor_distinct);
   }
   EXPECT_EQ(report.exit_code(), 1) << "a planted bug fails the run";
+}
+
+TEST_P(EachMutation, IsCaughtAtItsLevelWithItsFactor) {
+  expect_caught_at_its_level_with_its_factor(GetParam());
+}
+
+TEST_P(EachMutationLong, IsCaughtAtItsLevelWithItsFactor) {
+  if (std::getenv("MAGIC_LONG_TESTS") == nullptr) GTEST_SKIP() << "long: ctest --preset long";
+  expect_caught_at_its_level_with_its_factor(GetParam());
 }
 
 }  // namespace
@@ -88,7 +101,18 @@ std::string mutation_name(const ::testing::TestParamInfo<checks::Mutation>& info
   return name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Catalog, EachMutation, ::testing::ValuesIn(checks::mutation_catalog()), mutation_name);
+// The catalog split by whether the default suite's mesh bite runs a mutation.
+std::vector<checks::Mutation> catalog_part(bool on_mesh_bite) {
+  const std::vector<std::string> judged = testing::mesh_bite_mutations();
+  std::vector<checks::Mutation> part;
+  for (const auto& m : checks::mutation_catalog()) {
+    if ((std::find(judged.begin(), judged.end(), m.name) != judged.end()) == on_mesh_bite) part.push_back(m);
+  }
+  return part;
+}
+
+INSTANTIATE_TEST_SUITE_P(Catalog, EachMutation, ::testing::ValuesIn(catalog_part(false)), mutation_name);
+INSTANTIATE_TEST_SUITE_P(MeshBiteLayout, EachMutationLong, ::testing::ValuesIn(catalog_part(true)), mutation_name);
 
 // The mutations of the gate's former blind spots (clipping, the optimizer's input, the query
 // gradient per parameter, REPLAY's restore and products): each caught at its level, with its factor, in fp64,

@@ -8,7 +8,9 @@
 #include <filesystem>
 
 #include "lib/io/safetensors.h"
+#include "tests/flag_refusal.h"
 #include "tests/support.h"
+#include "tools/check_command.h"
 
 namespace magic {
 namespace {
@@ -39,14 +41,30 @@ TEST(LabelSmoothingCli, MagicCheckPassesAtEveryLevelAndRecordsEpsilon) {
 }
 
 TEST(LabelSmoothingCli, OutOfRangeExitsTwoNamingTheFlagOrKey) {
+  // magic-check's flags judged in-process, as the program parses them (tools/check_command.h).
+  const auto refusal = [](const std::string& args) {
+    return testing::flag_refusal(
+        [](int argc, char** argv) {
+          int early_exit = -1;
+          parse_check_command(argc, argv, early_exit);
+        },
+        args);
+  };
   for (const std::string bad : {"1", "-0.1", "1.5"}) {
-    auto o = magic_check("--launch threads --topology dp=2 --steps 1 --label-smoothing " + bad);
-    EXPECT_EQ(o.exit_code, 2) << o.output;
-    EXPECT_NE(o.output.find("--label-smoothing: expected a number in [0, 1), got"), std::string::npos) << o.output;
+    const std::string refused = refusal("--launch threads --topology dp=2 --steps 1 --label-smoothing " + bad);
+    EXPECT_NE(refused.find("--label-smoothing: expected a number in [0, 1), got"), std::string::npos) << refused;
   }
-  auto spd = magic_check("--launch threads --topology n_ci=2,n_per_block=1,n_blocks=2,n_ppgd=1 --label-smoothing 0.1");
-  EXPECT_EQ(spd.exit_code, 2) << spd.output;
-  EXPECT_NE(spd.output.find("--label-smoothing: the three-pool workload"), std::string::npos) << spd.output;
+  const std::string spd =
+      refusal("--launch threads --topology n_ci=2,n_per_block=1,n_blocks=2,n_ppgd=1 --label-smoothing 0.1");
+  EXPECT_NE(spd.find("--label-smoothing: the three-pool workload"), std::string::npos) << spd;
+  const std::string both =
+      refusal("--launch threads --topology dp=2 --config " + smoothed_config("ls-ok", 0.1) + " --label-smoothing 0.2");
+  EXPECT_NE(both.find("--label-smoothing: comes from --config"), std::string::npos) << both;
+  EXPECT_EQ(refusal("--launch threads --topology dp=2 --label-smoothing 0.1"), "(accepted)");
+  // Through the programs: exit 2, and magic-run leaves nothing half-written.
+  auto o = magic_check("--launch threads --topology dp=2 --steps 1 --label-smoothing 1");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("--label-smoothing: expected a number in [0, 1), got"), std::string::npos) << o.output;
   const std::string config = smoothed_config("ls-bad", 1.0);
   const std::string out = testing::fresh_dir("ls-bad-out");
   auto run = testing::magic_run("--config " + config + " --out " + out);
@@ -54,10 +72,6 @@ TEST(LabelSmoothingCli, OutOfRangeExitsTwoNamingTheFlagOrKey) {
   EXPECT_NE(run.output.find("training.label_smoothing"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("expected a number in [0, 1), got 1"), std::string::npos) << run.output;
   EXPECT_FALSE(std::filesystem::exists(out)) << "nothing half-written";
-  auto both = magic_check("--launch threads --topology dp=2 --config " + smoothed_config("ls-ok", 0.1) +
-                          " --label-smoothing 0.2");
-  EXPECT_EQ(both.exit_code, 2) << both.output;
-  EXPECT_NE(both.output.find("--label-smoothing: comes from --config"), std::string::npos) << both.output;
 }
 
 TEST(LabelSmoothingCli, MagicRunScoresOnDpTwoEqualTheSingleProcess) {

@@ -10,8 +10,10 @@
 #include "lib/io/safetensors.h"
 #include "lib/live/trace_server.h"
 #include "lib/trace/dump_reader.h"
+#include "tests/flag_refusal.h"
 #include "tests/live_run.h"
 #include "tests/support.h"
+#include "tools/run_flags.h"
 
 namespace magic {
 namespace {
@@ -250,13 +252,17 @@ TEST(LiveRun, BadTraceFlagsAreRefusedByNameBeforeTheRunStarts) {
   std::ofstream(full + "/x") << "x";
   const std::string bad_points = write_text("live-flags-points.json", R"({"points": [{"compressor": "zip"}]})");
   const std::string not_vectors = write_text("live-flags-vectors.safetensors", "not a safetensors file");
-  // A port another server holds.
-  TraceServer busy(
-      TraceServerOptions{},
-      TraceServerHooks{[] { return std::string("{}"); }, [](const std::string&) { return ClientReply{}; }, {}});
-  const std::string taken = std::to_string(busy.port());
+  // Judged as magic-run parses its command line, in-process (a program start is a second of
+  // LibTorch loading): each refusal one line naming the flag.
+  const auto refusal = [&](const std::string& args) {
+    return testing::flag_refusal(
+        [](int argc, char** argv) {
+          int early_exit = -1;
+          parse_run_flags(argc, argv, early_exit);
+        },
+        "--config " + config + " " + args);
+  };
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"--trace-port " + taken, "--trace-port " + taken + ": cannot bind 127.0.0.1:" + taken},
       {"--trace-port 70000", "--trace-port 70000: expected a port from 0 to 65535"},
       {"--trace-file " + full, "--trace-file " + full},
       {"--trace-port 0 --trace-points " + bad_points, "points[0].compressor: expected one of none, stats"},
@@ -269,11 +275,23 @@ TEST(LiveRun, BadTraceFlagsAreRefusedByNameBeforeTheRunStarts) {
       {"--trace-port 0 --trace-wait 90 --topology dp=2", "expected less than --timeout"},
   };
   for (const auto& [flags, expected] : cases) {
-    const auto r = testing::magic_run("--config " + config + " " + flags);
-    EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.output;
-    EXPECT_NE(r.output.find(expected), std::string::npos) << flags << "\n" << r.output;
-    EXPECT_EQ(r.output.find("magic-run:"), r.output.rfind("magic-run:")) << "one line: " << r.output;
+    const std::string refused = refusal(flags);
+    EXPECT_NE(refused.find(expected), std::string::npos) << flags << "\n" << refused;
+    EXPECT_EQ(refused.find('\n'), std::string::npos) << "one line: " << refused;
   }
+  EXPECT_EQ(refusal("--trace-port 0 --trace-wait 5"), "(accepted)");  // the judge accepts good flags
+  EXPECT_FALSE(std::filesystem::exists(full + "-new"));
+
+  // Through the program: a port another server holds is found when the tracer binds it, exit 2.
+  TraceServer busy(
+      TraceServerOptions{},
+      TraceServerHooks{[] { return std::string("{}"); }, [](const std::string&) { return ClientReply{}; }, {}});
+  const std::string taken = std::to_string(busy.port());
+  const auto bound = testing::magic_run("--config " + config + " --trace-port " + taken);
+  EXPECT_EQ(bound.exit_code, 2) << bound.output;
+  EXPECT_NE(bound.output.find("--trace-port " + taken + ": cannot bind 127.0.0.1:" + taken), std::string::npos)
+      << bound.output;
+  EXPECT_EQ(bound.output.find("magic-run:"), bound.output.rfind("magic-run:")) << "one line: " << bound.output;
   // Refused after the tracer started (a query index checked once the data is loaded): the trace
   // folder it began is gone again.
   const std::string folder = testing::fresh_dir("live-flags-late");

@@ -19,6 +19,7 @@
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "tests/flag_refusal.h"
+#include "tests/mesh_bite.h"
 #include "tests/support.h"
 #include "tests/xml_reader.h"
 #include "tools/check_command.h"
@@ -262,7 +263,9 @@ TEST(MagicCheckCli, MeshBiteNamesWhereEachMutationsDifferenceBegins) {
   std::filesystem::remove_all(tmp);
   std::filesystem::create_directories(tmp);
   // Three steps, not four, to keep the suite short: the differences asserted begin by then.
-  auto o = magic_check("--topology dp=4,cp=3,fsdp=2 --steps 3 --bite --json " + json, "TMPDIR=" + tmp);
+  auto o = magic_check(
+      str_cat("--topology ", testing::kMeshBiteLayout, " --steps ", testing::kMeshBiteSteps, " --bite --json ", json),
+      "TMPDIR=" + tmp);
   ASSERT_EQ(o.exit_code, 0) << o.output;
   const std::map<std::string, std::vector<std::string>> begins = {
       {"avg-on-uneven-shards", {"step 0, forward, loss, "}},
@@ -297,6 +300,8 @@ TEST(MagicCheckCli, MeshBiteNamesWhereEachMutationsDifferenceBegins) {
     }
   }
   for (const auto& [mutation, parts] : begins) EXPECT_TRUE(seen.count(mutation)) << mutation;
+  // Each caught at its level with its factor (exit 0): Catalog/EachMutation leaves these to this run.
+  for (const auto& mutation : testing::mesh_bite_mutations()) EXPECT_TRUE(seen.count(mutation)) << mutation;
   EXPECT_NE(o.output.find("where each mutation's difference began:"), std::string::npos) << o.output;
   // The ranks' records went to a folder under TMPDIR that the run removed.
   EXPECT_TRUE(std::filesystem::is_empty(tmp)) << tmp;

@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "tests/flag_refusal.h"
 #include "tests/support.h"
+#include "tools/check_command.h"
 
 namespace magic {
 namespace {
@@ -113,17 +115,27 @@ TEST(MagicCheckConfigLong, ACorrectBf16ConfigWithIllConditionedRowsPasses) {
 // What the config fixes cannot also come from a flag; the config is read before any rank starts.
 TEST(MagicCheckConfig, FlagsThatTheConfigFixesAreRefused) {
   const std::string config = run_config();
+  // Judged in-process as magic-check parses its flags (tools/check_command.h).
+  const auto refusal = [](const std::string& args) {
+    return testing::flag_refusal(
+        [](int argc, char** argv) {
+          int early_exit = -1;
+          parse_check_command(argc, argv, early_exit);
+        },
+        args);
+  };
   for (const std::string flag : {"--dtype bf16", "--optimizer sgd", "--batch 4", "--seed 3"}) {
-    auto o = magic_check("--config " + config + " --topology dp=2 " + flag);
-    EXPECT_EQ(o.exit_code, 2) << flag << "\n" << o.output;
-    EXPECT_NE(o.output.find(": comes from --config " + config), std::string::npos) << o.output;
+    const std::string refused = refusal("--config " + config + " --topology dp=2 " + flag);
+    EXPECT_NE(refused.find(": comes from --config " + config), std::string::npos) << flag << "\n" << refused;
   }
-  auto o = magic_check("--config /nonexistent/run.json --topology dp=2");
+  EXPECT_NE(refusal("--config /nonexistent/run.json --topology dp=2").find("/nonexistent/run.json"), std::string::npos);
+  const std::string spd = refusal("--config " + config + " --topology n_ci=2,n_per_block=1");
+  EXPECT_NE(spd.find("runs on mesh layouts"), std::string::npos) << spd;
+  EXPECT_EQ(refusal("--config " + config + " --topology dp=2"), "(accepted)");
+  // Through the program: exit 2 naming the flag.
+  auto o = magic_check("--config " + config + " --topology dp=2 --seed 3");
   EXPECT_EQ(o.exit_code, 2) << o.output;
-  EXPECT_NE(o.output.find("/nonexistent/run.json"), std::string::npos) << o.output;
-  o = magic_check("--config " + config + " --topology n_ci=2,n_per_block=1");
-  EXPECT_EQ(o.exit_code, 2) << o.output;
-  EXPECT_NE(o.output.find("runs on mesh layouts"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("--seed: comes from --config " + config), std::string::npos) << o.output;
 }
 
 // A config on a model folder: the check says its memory estimate before any rank starts, and one

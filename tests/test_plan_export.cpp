@@ -16,7 +16,9 @@
 #include "lib/io/safetensors.h"
 #include "lib/model/gpt.h"
 #include "lib/train/plan_export.h"
+#include "tests/flag_refusal.h"
 #include "tests/support.h"
+#include "tools/run_flags.h"
 
 namespace magic {
 namespace {
@@ -79,6 +81,15 @@ TEST(PlanExport, IncompatibleFlagsAndRunsAreRefused) {
   const std::string file = temp_path("plan-a-file");
   std::ofstream(file) << "x";
   const std::string plan = temp_path("plan-never");
+  // The flags, judged in-process as magic-run parses them (tools/run_flags.h).
+  const auto refusal = [](const std::string& args) {
+    return testing::flag_refusal(
+        [](int argc, char** argv) {
+          int early_exit = -1;
+          parse_run_flags(argc, argv, early_exit);
+        },
+        args);
+  };
   for (const auto& [args, fragment] : std::vector<std::pair<std::string, std::string>>{
            {"--config " + config + " --export-plan " + plan + " --topology dp=2",
             "--export-plan: a plan describes the single-process run; drop --topology"},
@@ -88,9 +99,17 @@ TEST(PlanExport, IncompatibleFlagsAndRunsAreRefused) {
            {"--config " + config + " --export-plan " + plan + "/inner --out " + plan, "name two separate directories"},
            {"--config " + config + " --export-plan " + file,
             "--export-plan " + file + ": is a file; expected a directory"},
-           {"--config " + config + " --export-plan ''", "--export-plan: expected a directory name"},
            {"--config " + config + " --export-plan /proc/magic-plan",
-            "--export-plan /proc/magic-plan: cannot create it"},
+            "--export-plan /proc/magic-plan: cannot create it"}}) {
+    const std::string refused = refusal(args);
+    EXPECT_NE(refused.find(fragment), std::string::npos) << args << "\n" << refused;
+    EXPECT_FALSE(fs::exists(plan)) << args;
+  }
+  EXPECT_EQ(refusal("--config " + config + " --export-plan " + plan), "(accepted)");
+  // Through the program: an empty name (which the in-process judge's split on spaces cannot
+  // pass), and the refusals that need the config, each exit 2 before anything trains.
+  for (const auto& [args, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {"--config " + config + " --export-plan ''", "--export-plan: expected a directory name"},
            {"--config " + config_with("bf16", {}, [](nlohmann::json& j) { j["dtype"] = "bf16"; }) + " --export-plan " +
                 plan,
             "runs the mixed-precision policy 'bf16', which a plan cannot state"},
