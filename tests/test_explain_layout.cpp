@@ -9,9 +9,8 @@
 #include <vector>
 
 #include "lib/core/strings.h"
-#include "tests/flag_refusal.h"
 #include "tests/support.h"
-#include "tools/check_command.h"
+#include "tests/tool_refusals.h"
 
 namespace magic {
 namespace {
@@ -144,12 +143,7 @@ TEST(ExplainLayout, ABadLayoutIsRefusedFirst) {
             "--topology dp=1,tp=4: tp=4 does not divide the model's 2 attention heads"},
            {"--topology n_ci=2,n_per_block=1", "--explain-layout: explains mesh layouts"},
        }) {
-    const std::string refused = testing::flag_refusal(
-        [](int argc, char** argv) {
-          int early_exit = -1;
-          parse_check_command(argc, argv, early_exit);
-        },
-        c.args + " --explain-layout");
+    const std::string refused = testing::magic_check_refusal(c.args + " --explain-layout");
     EXPECT_NE(refused.find(c.fragment), std::string::npos) << c.args << "\n" << refused;
   }
   const testing::CommandOutcome o = magic_check("--topology dp=2,sp --explain-layout");

@@ -8,9 +8,8 @@
 #include <filesystem>
 
 #include "lib/io/safetensors.h"
-#include "tests/flag_refusal.h"
 #include "tests/support.h"
-#include "tools/check_command.h"
+#include "tests/tool_refusals.h"
 
 namespace magic {
 namespace {
@@ -42,14 +41,7 @@ TEST(LabelSmoothingCli, MagicCheckPassesAtEveryLevelAndRecordsEpsilon) {
 
 TEST(LabelSmoothingCli, OutOfRangeExitsTwoNamingTheFlagOrKey) {
   // magic-check's flags judged in-process, as the program parses them (tools/check_command.h).
-  const auto refusal = [](const std::string& args) {
-    return testing::flag_refusal(
-        [](int argc, char** argv) {
-          int early_exit = -1;
-          parse_check_command(argc, argv, early_exit);
-        },
-        args);
-  };
+  const auto refusal = testing::magic_check_refusal;
   for (const std::string bad : {"1", "-0.1", "1.5"}) {
     const std::string refused = refusal("--launch threads --topology dp=2 --steps 1 --label-smoothing " + bad);
     EXPECT_NE(refused.find("--label-smoothing: expected a number in [0, 1), got"), std::string::npos) << refused;

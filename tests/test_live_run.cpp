@@ -10,10 +10,9 @@
 #include "lib/io/safetensors.h"
 #include "lib/live/trace_server.h"
 #include "lib/trace/dump_reader.h"
-#include "tests/flag_refusal.h"
 #include "tests/live_run.h"
 #include "tests/support.h"
-#include "tools/run_flags.h"
+#include "tests/tool_refusals.h"
 
 namespace magic {
 namespace {
@@ -255,12 +254,7 @@ TEST(LiveRun, BadTraceFlagsAreRefusedByNameBeforeTheRunStarts) {
   // Judged as magic-run parses its command line, in-process (a program start is a second of
   // LibTorch loading): each refusal one line naming the flag.
   const auto refusal = [&](const std::string& args) {
-    return testing::flag_refusal(
-        [](int argc, char** argv) {
-          int early_exit = -1;
-          parse_run_flags(argc, argv, early_exit);
-        },
-        "--config " + config + " " + args);
+    return testing::magic_run_refusal("--config " + config + " " + args);
   };
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--trace-port 70000", "--trace-port 70000: expected a port from 0 to 65535"},

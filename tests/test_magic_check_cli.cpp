@@ -18,11 +18,10 @@
 #include "lib/core/dtype.h"
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
-#include "tests/flag_refusal.h"
 #include "tests/mesh_bite.h"
 #include "tests/support.h"
+#include "tests/tool_refusals.h"
 #include "tests/xml_reader.h"
-#include "tools/check_command.h"
 
 namespace magic {
 namespace {
@@ -37,12 +36,7 @@ std::string temp_path(const std::string& name) {
 
 // What magic-check's flag parsing refuses `args` with, or "(accepted)".
 std::string refusal(const std::string& args) {
-  return testing::flag_refusal(
-      [](int argc, char** argv) {
-        int early_exit = -1;
-        parse_check_command(argc, argv, early_exit);
-      },
-      args);
+  return testing::magic_check_refusal(args);
 }
 
 TEST(MagicCheckCli, FourRanksPassAtFp64PrecisionAndWriteBothReports) {

@@ -8,9 +8,8 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "tests/flag_refusal.h"
 #include "tests/support.h"
-#include "tools/check_command.h"
+#include "tests/tool_refusals.h"
 
 namespace magic {
 namespace {
@@ -116,14 +115,7 @@ TEST(MagicCheckConfigLong, ACorrectBf16ConfigWithIllConditionedRowsPasses) {
 TEST(MagicCheckConfig, FlagsThatTheConfigFixesAreRefused) {
   const std::string config = run_config();
   // Judged in-process as magic-check parses its flags (tools/check_command.h).
-  const auto refusal = [](const std::string& args) {
-    return testing::flag_refusal(
-        [](int argc, char** argv) {
-          int early_exit = -1;
-          parse_check_command(argc, argv, early_exit);
-        },
-        args);
-  };
+  const auto refusal = testing::magic_check_refusal;
   for (const std::string flag : {"--dtype bf16", "--optimizer sgd", "--batch 4", "--seed 3"}) {
     const std::string refused = refusal("--config " + config + " --topology dp=2 " + flag);
     EXPECT_NE(refused.find(": comes from --config " + config), std::string::npos) << flag << "\n" << refused;

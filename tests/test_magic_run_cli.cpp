@@ -11,9 +11,8 @@
 #include "lib/core/utf8.h"
 #include "lib/data/text_loader.h"
 #include "lib/io/safetensors.h"
-#include "tests/flag_refusal.h"
 #include "tests/support.h"
-#include "tools/run_flags.h"
+#include "tests/tool_refusals.h"
 
 namespace magic {
 namespace {
@@ -80,12 +79,7 @@ TEST(MagicRunCli, BadFlagsAreRefusedNamingTheFlag) {
   const std::string file = ::testing::TempDir() + "/not-a-directory";
   std::ofstream(file) << "x";
   const auto refusal = [&](const std::string& args) {
-    return testing::flag_refusal(
-        [](int argc, char** argv) {
-          int early_exit = -1;
-          parse_run_flags(argc, argv, early_exit);
-        },
-        "--config " + config + " " + args);
+    return testing::magic_run_refusal("--config " + config + " " + args);
   };
   for (const auto& [args, fragment] : std::vector<std::pair<std::string, std::string>>{
            {"--query 1", "--query 1: needs --per-query"},

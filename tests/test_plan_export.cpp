@@ -16,9 +16,8 @@
 #include "lib/io/safetensors.h"
 #include "lib/model/gpt.h"
 #include "lib/train/plan_export.h"
-#include "tests/flag_refusal.h"
 #include "tests/support.h"
-#include "tools/run_flags.h"
+#include "tests/tool_refusals.h"
 
 namespace magic {
 namespace {
@@ -82,14 +81,7 @@ TEST(PlanExport, IncompatibleFlagsAndRunsAreRefused) {
   std::ofstream(file) << "x";
   const std::string plan = temp_path("plan-never");
   // The flags, judged in-process as magic-run parses them (tools/run_flags.h).
-  const auto refusal = [](const std::string& args) {
-    return testing::flag_refusal(
-        [](int argc, char** argv) {
-          int early_exit = -1;
-          parse_run_flags(argc, argv, early_exit);
-        },
-        args);
-  };
+  const auto refusal = testing::magic_run_refusal;
   for (const auto& [args, fragment] : std::vector<std::pair<std::string, std::string>>{
            {"--config " + config + " --export-plan " + plan + " --topology dp=2",
             "--export-plan: a plan describes the single-process run; drop --topology"},
