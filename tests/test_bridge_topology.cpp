@@ -49,6 +49,8 @@ TEST(BridgeTopology, EachRuleRefusesNamingTheInput) {
       {"enc=dp4;lm=dp4;enc=dp4", "enc= given twice"},
       {"enc=dp3,fsdp2;lm=dp3", "enc: fsdp2 must divide dp3"},
       {"enc=dp2;vision=dp2", "'vision=dp2' is neither enc=... nor lm=..."},
+      // UBSan's finding through fuzz.topology: the product overflowed int64 before this bound.
+      {"enc=tp999999992,dp22147483648;lm=dp2", "enc: tp999999992 x dp22147483648 x cp1 is more than the 2147483647"},
   };
   for (const auto& [text, why] : cases) {
     try {

@@ -42,6 +42,15 @@ TEST(Topology, RejectsBadStringsNamingTheProblemAndTheValidKeys) {
   EXPECT_NE(error_of("dp=4,fsdp=3").find("fsdp=3 must divide dp=4"), std::string::npos);
   EXPECT_NE(error_of("cp=2,n_ci=2,n_per_block=1").find("cp cannot be combined"), std::string::npos);
   EXPECT_NE(error_of("").find("empty topology"), std::string::npos);
+  // A product of sizes past what c10d numbers (and past int64 for the first): refused before any
+  // size is multiplied (UBSan found the overflow through fuzz.topology).
+  for (const std::string huge :
+       {"dp=4294967296,cp=4294967296,tp=4294967296", "dp=65536,cp=32768",
+        "n_ci=2,n_per_block=3037000500,n_blocks=3037000500", "n_ci=2147483647,n_per_block=1"}) {
+    EXPECT_NE(error_of(huge).find("a world of more than the 2147483647 ranks c10d can number"), std::string::npos)
+        << huge;
+  }
+  EXPECT_EQ(error_of("dp=65536,cp=32767"), "");  // 2^31 - 65536 ranks: a world c10d can number
   EXPECT_NE(error_of("dq=2").find("keys from: dp, cp, tp, fsdp, sp, mb, n_ci, n_per_block, n_blocks, n_ppgd"),
             std::string::npos);
 }

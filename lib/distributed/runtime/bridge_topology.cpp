@@ -8,6 +8,7 @@
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
+#include "lib/distributed/runtime/world_bound.h"
 
 namespace magic::dist {
 namespace {
@@ -66,6 +67,10 @@ BridgeSide parse_side(const std::string& text, const std::string& side, const st
                          "position; context parallelism belongs to the language model"));
   }
   if (s.dp % s.fsdp != 0) reject(text, str_cat(side, ": fsdp", s.fsdp, " must divide dp", s.dp));
+  if (!bounded_product({s.tp, s.dp, s.cp})) {
+    reject(text, str_cat(side, ": tp", s.tp, " x dp", s.dp, " x cp", s.cp, " is more than the ", kMaxWorldSize,
+                         " ranks c10d can number"));
+  }
   return s;
 }
 

@@ -7,6 +7,7 @@
 #include "lib/core/error.h"
 #include "lib/core/nearest_word.h"
 #include "lib/core/strings.h"
+#include "lib/distributed/runtime/world_bound.h"
 
 namespace magic::dist {
 namespace {
@@ -122,6 +123,12 @@ TopologySpec TopologySpec::parse(const std::string& text) {
       if (!spec.values.count(required)) reject(text, str_cat("a three-pool layout needs ", required));
     }
   }
+  const bool bounded =
+      spec.family() == TopologyFamily::kMesh
+          ? bounded_product({spec.dp(), spec.cp(), spec.tp()}).has_value()
+          : bounded_sum({spec.n_ci(), bounded_product({spec.n_blocks(), spec.n_per_block()}), spec.n_ppgd()})
+                .has_value();
+  if (!bounded) reject(text, str_cat("a world of more than the ", kMaxWorldSize, " ranks c10d can number"));
   if (spec.family() == TopologyFamily::kMesh && spec.dp() % spec.fsdp() != 0) {
     reject(text, str_cat("fsdp=", spec.fsdp(), " must divide dp=", spec.dp(),
                          " (parameters are sharded fsdp ways inside groups of data-parallel replicas)"));
