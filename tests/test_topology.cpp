@@ -50,6 +50,7 @@ TEST(Topology, RejectsBadStringsNamingTheProblemAndTheValidKeys) {
     EXPECT_NE(error_of(huge).find("a world of more than the 2147483647 ranks c10d can number"), std::string::npos)
         << huge;
   }
+  EXPECT_NE(error_of("dp=2,mb=4611686018427387904").find("is more than 2147483647 micro-batches"), std::string::npos);
   EXPECT_EQ(error_of("dp=65536,cp=32767"), "");  // 2^31 - 65536 ranks: a world c10d can number
   EXPECT_NE(error_of("dq=2").find("keys from: dp, cp, tp, fsdp, sp, mb, n_ci, n_per_block, n_blocks, n_ppgd"),
             std::string::npos);

@@ -129,6 +129,10 @@ TopologySpec TopologySpec::parse(const std::string& text) {
           : bounded_sum({spec.n_ci(), bounded_product({spec.n_blocks(), spec.n_per_block()}), spec.n_ppgd()})
                 .has_value();
   if (!bounded) reject(text, str_cat("a world of more than the ", kMaxWorldSize, " ranks c10d can number"));
+  // Batch sizes are formed from dp x mb (a replica's rows, the default batch): mb is held to the
+  // same bound, so that they fit int64.
+  if (spec.mb() > kMaxWorldSize)
+    reject(text, str_cat("mb=", spec.mb(), " is more than ", kMaxWorldSize, " micro-batches"));
   if (spec.family() == TopologyFamily::kMesh && spec.dp() % spec.fsdp() != 0) {
     reject(text, str_cat("fsdp=", spec.fsdp(), " must divide dp=", spec.dp(),
                          " (parameters are sharded fsdp ways inside groups of data-parallel replicas)"));
