@@ -63,6 +63,12 @@ TEST(MemoryEstimate, OneStateIsABuiltProblemsState) {
 // With one thread magic-run replays sequentially; with two it pipelines REPLAY (replay_mode.h),
 // holding the next step's traced graph and the next segment's states, and its estimate adds them.
 TEST(MemoryEstimate, BoundsWhatARealRunAddsToLibTorch) {
+#ifdef __SANITIZE_ADDRESS__
+  // ASan's allocator (redzones, a quarantine of freed memory, its own size classes) replaces the
+  // one whose resident memory this measures, in both directions: 268 MiB above LibTorch against an
+  // estimate of 270 with the quarantine off, 174 against the far-above bound's 203 with it on.
+  GTEST_SKIP() << "measures the default build's allocator; AddressSanitizer replaces it";
+#endif
   const nlohmann::json j = activation_heavy_run();
   const std::string path = ::testing::TempDir() + "/memory-heavy.json";
   std::ofstream(path) << j.dump(2);
