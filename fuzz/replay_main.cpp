@@ -7,6 +7,7 @@
 // A crash or a kill ends the process without that line: --verbose names each input before it runs,
 // and --write M FILE writes mutant M (of --seed) to FILE, to add to the corpus as a regression.
 //   fuzz-NAME CORPUS_DIR [--mutants N] [--seed S] [--min-inputs K] [--verbose 1] [--write M FILE]
+// Bad arguments (a folder that is not one, a count that is not decimal): exit 2 naming them.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -92,6 +93,25 @@ bool run_one(const std::string& input, const std::string& origin) {
   return false;
 }
 
+// A decimal count in [0, 2^63), or -1.
+int64_t count_of(const char* text) {
+  int64_t value = 0;
+  if (*text == '\0') return -1;
+  for (const char* c = text; *c != '\0'; ++c) {
+    if (*c < '0' || *c > '9' || value > (INT64_MAX - (*c - '0')) / 10) return -1;
+    value = value * 10 + (*c - '0');
+  }
+  return value;
+}
+
+int refuse(const char* program, const std::string& what) {
+  std::fprintf(stderr,
+               "%s: %s: expected CORPUS_DIR (a folder) [--mutants N] [--seed S] [--min-inputs K] "
+               "[--verbose 0|1] [--write M FILE], counts decimal\n",
+               fs::path(program).filename().c_str(), what.c_str());
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,18 +122,25 @@ int main(int argc, char** argv) {
   int64_t mutants = 0, min_inputs = 1, write_mutant = -1;
   std::string write_path;
   uint64_t seed = 0;
-  for (int i = 2; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--write") == 0 && i + 2 < argc) {
-      write_mutant = std::stoll(argv[i + 1]);
+  for (int i = 2; i < argc; i += 2) {
+    const std::string flag = argv[i];
+    const bool known =
+        flag == "--write" || flag == "--mutants" || flag == "--seed" || flag == "--min-inputs" || flag == "--verbose";
+    if (!known || i + 1 >= argc || (flag == "--write" && i + 2 >= argc)) return refuse(argv[0], "flag " + flag);
+    const auto number = count_of(argv[i + 1]);
+    if (number < 0 && flag != "--verbose") return refuse(argv[0], flag + " " + argv[i + 1]);
+    if (flag == "--write") {
+      write_mutant = number;
       write_path = argv[i + 2];
       ++i;
-      continue;
     }
-    if (std::strcmp(argv[i], "--mutants") == 0) mutants = std::stoll(argv[i + 1]);
-    if (std::strcmp(argv[i], "--seed") == 0) seed = std::stoull(argv[i + 1]);
-    if (std::strcmp(argv[i], "--min-inputs") == 0) min_inputs = std::stoll(argv[i + 1]);
-    if (std::strcmp(argv[i], "--verbose") == 0) g_verbose = std::strcmp(argv[i + 1], "0") != 0;
+    if (flag == "--mutants") mutants = number;
+    if (flag == "--seed") seed = static_cast<uint64_t>(number);
+    if (flag == "--min-inputs") min_inputs = number;
+    if (flag == "--verbose") g_verbose = std::strcmp(argv[i + 1], "0") != 0;
   }
+  std::error_code error;
+  if (!fs::is_directory(argv[1], error)) return refuse(argv[0], std::string("corpus folder ") + argv[1]);
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(argv[1])) {
     if (entry.is_regular_file()) files.push_back(entry.path());

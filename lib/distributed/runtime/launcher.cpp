@@ -378,7 +378,7 @@ void report_progress(std::ostream& out, const std::string& name, c10::intrusive_
   }
   // The rank's own objects are gone with rank_main's scope; the static destructors would copy
   // each dispatcher page this process shares with the launcher (~0.3 s per rank).
-  exit_without_static_destructors(code);
+  exit_without_static_destructors(code, LeakCheck::kSkipInForkedRank);
 }
 
 }  // namespace
