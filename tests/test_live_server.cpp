@@ -3,6 +3,7 @@
 // that vanishes or stops reading (it loses records and is told how many; publishing never waits).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <thread>
 
 #include "lib/live/trace_client.h"
@@ -18,11 +19,15 @@ using nlohmann::json;
 struct Served {
   TraceControl control = default_control();
   std::unique_ptr<TraceServer> server;
+  std::chrono::milliseconds hello_delay{0};  // a slow greeting, as under a sanitizer
 
   explicit Served(TraceServerOptions options = {}) {
     options.assets["/"] = {"text/html; charset=utf-8", "<html>viewer</html>"};
     TraceServerHooks hooks;
-    hooks.hello = [this] { return json({{"type", "hello"}, {"control", control_json(control)}}).dump(); };
+    hooks.hello = [this] {
+      std::this_thread::sleep_for(hello_delay);
+      return json({{"type", "hello"}, {"control", control_json(control)}}).dump();
+    };
     hooks.message = [this](const std::string& text) {
       ClientReply reply;
       try {
@@ -186,6 +191,25 @@ TEST(TraceServer, AClientThatComesLateGetsTheHistoryThenTheLiveRecordsAndTheEnd)
   EXPECT_EQ(next(after_end)["records"], 8);
   for (int i = 0; i < 8; ++i) EXPECT_EQ(next(after_end)["type"], "record");
   EXPECT_EQ(next(after_end)["type"], "end");
+}
+
+// --trace-wait starts the run once clients() counts one: a client counts once it is subscribed,
+// so the run's first record reaches it live, not as history. Under ThreadSanitizer the greeting
+// was slow enough for a run to publish its first records while the client was only accepted.
+TEST(TraceServer, AClientCountsOnceSubscribedSoTheRecordsAfterTheWaitReachItLive) {
+  Served s;
+  s.hello_delay = std::chrono::milliseconds(300);
+  TraceClient viewer(s.port());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (s.server->clients() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(s.server->clients(), 1);
+  s.record(0);
+  EXPECT_EQ(next(viewer)["type"], "hello");
+  const json first = next(viewer);
+  EXPECT_EQ(first["type"], "record") << first.dump();
+  EXPECT_EQ(first["seq"], 0);
 }
 
 TEST(TraceServer, APortInUseIsRefusedByName) {

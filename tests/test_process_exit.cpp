@@ -8,61 +8,54 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
-#include <utility>
 
 #include "lib/core/process_exit.h"
 
 namespace magic {
 namespace {
 
-// Runs `body` in a forked child that ends with exit_without_static_destructors(0, leaks) and
-// returns its exit code and what it wrote to stderr.
+struct ChildEnd {
+  int code = -1;     // its exit code, -1 when it did not exit
+  std::string text;  // what it wrote to `captured`
+};
+
+// Runs `body` in a forked child whose `captured` descriptor is a pipe, ending it with
+// exit_without_static_destructors(code, leaks).
 template <typename Body>
-std::pair<int, std::string> run_child(const Body& body, LeakCheck leaks) {
-  int err[2];
-  if (pipe(err) != 0) return {-1, "pipe failed"};
+ChildEnd run_child(const Body& body, int captured, int code, LeakCheck leaks = LeakCheck::kRun) {
+  int pipe_ends[2];
+  if (pipe(pipe_ends) != 0) return {-1, "pipe failed"};
   const pid_t child = fork();
+  if (child < 0) return {-1, "fork failed"};
   if (child == 0) {
-    dup2(err[1], STDERR_FILENO);
-    close(err[0]);
-    close(err[1]);
+    dup2(pipe_ends[1], captured);
+    close(pipe_ends[0]);
+    close(pipe_ends[1]);
     body();
-    exit_without_static_destructors(0, leaks);
+    exit_without_static_destructors(code, leaks);
   }
-  close(err[1]);
-  std::string text;
+  close(pipe_ends[1]);
+  ChildEnd end;
   char buffer[4096];
-  for (ssize_t n; (n = read(err[0], buffer, sizeof(buffer))) > 0;) text.append(buffer, static_cast<size_t>(n));
-  close(err[0]);
+  for (ssize_t n; (n = read(pipe_ends[0], buffer, sizeof(buffer))) > 0;)
+    end.text.append(buffer, static_cast<size_t>(n));
+  close(pipe_ends[0]);
   int status = 0;
   waitpid(child, &status, 0);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
+  if (WIFEXITED(status)) end.code = WEXITSTATUS(status);
+  return end;
 }
 
 TEST(ProcessExit, WritesWhatTheStreamsHoldKeepsTheCodeAndRunsNoExitHandler) {
-  int out[2];
-  ASSERT_EQ(pipe(out), 0);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    dup2(out[1], STDOUT_FILENO);
-    close(out[0]);
-    close(out[1]);
-    std::atexit([] { std::fputs(" at-exit", stdout); });
-    std::cout << "buffered";         // no newline, no flush
-    std::fputs(" c-stdio", stdout);  // a full buffer of its own, stdout being a pipe
-    exit_without_static_destructors(3);
-  }
-  close(out[1]);
-  std::string text;
-  char buffer[256];
-  for (ssize_t n; (n = read(out[0], buffer, sizeof(buffer))) > 0;) text.append(buffer, static_cast<size_t>(n));
-  close(out[0]);
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 3);
-  EXPECT_EQ(text, "buffered c-stdio");
+  const ChildEnd end = run_child(
+      [] {
+        std::atexit([] { std::fputs(" at-exit", stdout); });
+        std::cout << "buffered";         // no newline, no flush
+        std::fputs(" c-stdio", stdout);  // a full buffer of its own, stdout being a pipe
+      },
+      STDOUT_FILENO, 3);
+  EXPECT_EQ(end.code, 3);
+  EXPECT_EQ(end.text, "buffered c-stdio");
 }
 
 // _Exit skips LeakSanitizer's check at exit; a tool's process checks before it (ASan's exit code,
@@ -76,14 +69,14 @@ TEST(ProcessExit, UnderLeakSanitizerAToolsLeakEndsItsProcessNamingTheAllocation)
     int* lost = new int[7];
     asm volatile("" : : "r"(lost) : "memory");  // kept, so the allocation happens; then forgotten
   };
-  const auto [code, text] = run_child(leak, LeakCheck::kRun);
-  EXPECT_NE(code, 0) << text;
-  EXPECT_NE(text.find("LeakSanitizer: detected memory leaks"), std::string::npos) << text;
-  EXPECT_NE(text.find("Direct leak of 28 byte(s)"), std::string::npos) << text;
-  const auto skipped = run_child(leak, LeakCheck::kSkipInForkedRank);
-  EXPECT_EQ(skipped.first, 0) << skipped.second;
-  const auto clean = run_child([] {}, LeakCheck::kRun);
-  EXPECT_EQ(clean.first, 0) << clean.second;
+  const ChildEnd leaked = run_child(leak, STDERR_FILENO, 0);
+  EXPECT_NE(leaked.code, 0) << leaked.text;
+  EXPECT_NE(leaked.text.find("LeakSanitizer: detected memory leaks"), std::string::npos) << leaked.text;
+  EXPECT_NE(leaked.text.find("Direct leak of 28 byte(s)"), std::string::npos) << leaked.text;
+  const ChildEnd skipped = run_child(leak, STDERR_FILENO, 0, LeakCheck::kSkipInForkedRank);
+  EXPECT_EQ(skipped.code, 0) << skipped.text;
+  const ChildEnd clean = run_child([] {}, STDERR_FILENO, 0);
+  EXPECT_EQ(clean.code, 0) << clean.text;
 #endif
 }
 

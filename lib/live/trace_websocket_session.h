@@ -67,7 +67,6 @@ class WebSocketSession : public std::enable_shared_from_this<WebSocketSession> {
       return fail();
     }
     ++server_->clients_served;
-    ++server_->live_clients;
     accepted_ = true;
     try {
       join();
@@ -95,6 +94,10 @@ class WebSocketSession : public std::enable_shared_from_this<WebSocketSession> {
       }
       if (server_->end_message) enqueue(server_->end_message, false);
       server_->add(shared_from_this());
+      // Counted once subscribed, not once accepted: --trace-wait starts the run on this count,
+      // and a record published between the two would reach the first client only as history.
+      ++server_->live_clients;
+      joined_ = true;
       return;
     }
   }
@@ -180,8 +183,11 @@ class WebSocketSession : public std::enable_shared_from_this<WebSocketSession> {
     release_websocket_slot();
     if (accepted_) {
       server_->dropped_by_gone += queue_.dropped_total();
-      --server_->live_clients;
       server_->remove(this);
+    }
+    if (joined_) {
+      joined_ = false;
+      --server_->live_clients;
     }
   }
 
@@ -193,7 +199,7 @@ class WebSocketSession : public std::enable_shared_from_this<WebSocketSession> {
   beast::flat_buffer buffer_;
   std::shared_ptr<const std::string> current_;
   std::atomic<bool> write_posted_{false};
-  bool writing_ = false, closing_ = false, closed_ = false, accepted_ = false, holds_slot_ = true;
+  bool writing_ = false, closing_ = false, closed_ = false, accepted_ = false, joined_ = false, holds_slot_ = true;
   double allowance_;  // control messages this client may send now
   std::chrono::steady_clock::time_point refilled_;
 };

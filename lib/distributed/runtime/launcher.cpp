@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -52,9 +53,13 @@ struct RankProcess {
   Clock::time_point stopped_since;
 };
 
-volatile sig_atomic_t interrupted = 0;
+// Set by the handler, read by the thread that runs the launcher, which need not be the one the
+// signal interrupts: a lock-free atomic, which is both signal-safe and ordered across threads
+// (ThreadSanitizer named a volatile sig_atomic_t here as a race).
+std::atomic<int> interrupted{0};
+static_assert(std::atomic<int>::is_always_lock_free);
 void on_interrupt(int sig) {
-  interrupted = sig;
+  interrupted.store(sig);
 }
 
 // For the launcher's lifetime: SIGINT and SIGTERM stop the ranks, and SIGCHLD has its default
@@ -390,7 +395,15 @@ bool single_threaded_process() {
        !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
     ++threads;
   }
-  return !ec && threads == 1;
+  // ThreadSanitizer keeps a thread of its own from the first thread a process starts (and starts
+  // it again in a forked child), so a TSan build's single-threaded process lists two: any thread
+  // of ours beside it makes three.
+#if defined(__SANITIZE_THREAD__)
+  constexpr int kSanitizerThreads = 1;
+#else
+  constexpr int kSanitizerThreads = 0;
+#endif
+  return !ec && threads <= 1 + kSanitizerThreads;
 }
 
 bool running_as_rank() {
@@ -613,7 +626,7 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
 
   const std::string prefix = name + ": ";
   if (interrupted) {
-    log << prefix << "interrupted by " << signal_name(interrupted) << "\n";
+    log << prefix << "interrupted by " << signal_name(interrupted.load()) << "\n";
   }
   if (!read) {
     log << prefix << "the store did not answer within " << format_number(kProgressReadLimit.count() / 1000.0)
