@@ -6,6 +6,7 @@
 // empty corpus folder must not pass).
 // A crash or a kill ends the process without that line: --verbose names each input before it runs,
 // and --write M FILE writes mutant M (of --seed) to FILE, to add to the corpus as a regression.
+// Every 100,000 mutants a line on stderr says how many have run.
 //   fuzz-NAME CORPUS_DIR [--mutants N] [--seed S] [--min-inputs K] [--verbose 1] [--write M FILE]
 // Bad arguments (a folder that is not one, a count that is not decimal): exit 2 naming them.
 #include <algorithm>
@@ -79,6 +80,7 @@ std::string mutate(const std::vector<std::string>& corpus, std::mt19937_64& rng)
 }
 
 bool g_verbose = false;
+constexpr int64_t kProgressEvery = 100'000;
 
 bool run_one(const std::string& input, const std::string& origin) {
   if (g_verbose) std::fprintf(stderr, "running %s (%zu bytes)\n", origin.c_str(), input.size());
@@ -166,6 +168,11 @@ int main(int argc, char** argv) {
   for (int64_t m = 0; m < mutants && !corpus.empty(); ++m, ++ran) {
     findings +=
         run_one(mutate(corpus, rng), "mutant " + std::to_string(m) + " of seed " + std::to_string(seed)) ? 0 : 1;
+    // A long run that is stopped still says how far it got.
+    if ((m + 1) % kProgressEvery == 0 && m + 1 < mutants) {
+      std::fprintf(stderr, "%s: %lld of %lld mutants, %lld findings\n", fs::path(argv[0]).filename().c_str(),
+                   static_cast<long long>(m + 1), static_cast<long long>(mutants), static_cast<long long>(findings));
+    }
   }
   std::printf("%s: %lld inputs (%zu corpus, %lld mutants), %lld findings\n", fs::path(argv[0]).filename().c_str(),
               static_cast<long long>(ran), corpus.size(),

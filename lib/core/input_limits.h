@@ -11,7 +11,8 @@ namespace magic::limits {
 // tokenizer.json, a dump manifest, a tracer control message, a JSON Lines record.
 constexpr int kNesting = 128;
 // The values a YAML document reads into, an alias counted at each use (so "billion laughs" stops).
-constexpr int64_t kYamlValues = 1'000'000;
+// A run config holds about a hundred; at a million a bomb took 25 ms and 75 MB to refuse.
+constexpr int64_t kYamlValues = 100'000;
 // A run config, config.json, tokenizer_config.json, a dump manifest: read whole.
 constexpr int64_t kConfigBytes = 64LL << 20;
 // tokenizer.json and vocab.json (GPT-NeoX's tokenizer.json is 2.1 MB).

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "lib/core/error.h"
+#include "lib/core/ignored_sigpipe.h"
 #include "lib/core/process_exit.h"
 #include "lib/core/scratch_folder.h"
 #include "lib/core/strings.h"
@@ -574,17 +575,15 @@ int spawn_ranks(const SpawnOptions& options, std::ostream& log) {
     } catch (const std::exception& e) {
       give_up(str_cat("launcher: cannot start the store: ", e.what()));
     }
-    // A rank already dead has closed its pipe: EPIPE, not SIGPIPE (the supervision below names it).
-    struct sigaction ignore {};
-    ignore.sa_handler = SIG_IGN;
-    struct sigaction saved {};
-    sigaction(SIGPIPE, &ignore, &saved);
-    const std::string text = std::to_string(port);
-    for (int fd : port_pipes) {
-      [[maybe_unused]] const ssize_t written = write(fd, text.data(), text.size());
-      close(fd);
+    {
+      // A rank already dead has closed its pipe: EPIPE, not SIGPIPE (the supervision below names it).
+      const IgnoredSigpipe ignored_sigpipe;
+      const std::string text = std::to_string(port);
+      for (int fd : port_pipes) {
+        [[maybe_unused]] const ssize_t written = write(fd, text.data(), text.size());
+        close(fd);
+      }
     }
-    sigaction(SIGPIPE, &saved, nullptr);
     port_pipes.clear();
   }
 

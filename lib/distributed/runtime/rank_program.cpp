@@ -1,7 +1,5 @@
 #include "lib/distributed/runtime/rank_program.h"
 
-#include <signal.h>
-
 #include <ATen/Parallel.h>
 
 #include <iostream>
@@ -11,6 +9,7 @@
 #include <vector>
 
 #include "lib/core/error.h"
+#include "lib/core/ignored_sigpipe.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/launcher.h"
 
@@ -63,27 +62,10 @@ void report_thread_failure(const RankFailed& failed, const std::string& name, st
   }
 }
 
-// For the rank threads' lifetime SIGPIPE is ignored: a thread whose peer thread failed and closed
-// its sockets then gets EPIPE from its next Gloo write and fails naming itself, where SIGPIPE
-// would end the whole process without a word (exit 141, seen with --timeout 0.001).
-class IgnoredSigpipe {
- public:
-  IgnoredSigpipe() {
-    struct sigaction ignore {};
-    ignore.sa_handler = SIG_IGN;
-    sigemptyset(&ignore.sa_mask);
-    sigaction(SIGPIPE, &ignore, &saved_);
-  }
-  ~IgnoredSigpipe() { sigaction(SIGPIPE, &saved_, nullptr); }
-  IgnoredSigpipe(const IgnoredSigpipe&) = delete;
-  IgnoredSigpipe& operator=(const IgnoredSigpipe&) = delete;
-
- private:
-  struct sigaction saved_ {};
-};
-
 int run_threads(const RankProgram& program, const std::function<int(const Runtime&)>& body, std::ostream& log) {
   at::set_num_threads(1);
+  // A thread whose peer thread failed and closed its sockets gets EPIPE from its next Gloo write
+  // and fails naming itself (SIGPIPE would end the process: exit 141, seen with --timeout 0.001).
   const IgnoredSigpipe ignored_sigpipe;
   int exit_code = kExitOk;
   try {
