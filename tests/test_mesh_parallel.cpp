@@ -57,7 +57,7 @@ TEST(ContextParallel, ZigZagLogitsAndGradientsEqualTheWholeSequence) {
     TensorTree local_params = params.requires_grad();
     const at::Tensor local_ids = padded.index_select(1, layout.columns);
     const at::Tensor logits =
-        gpt_forward(config, local_params, local_ids, ModelLayout{layout, std::make_shared<SingleRank>(), {}});
+        gpt_forward(config, local_params, local_ids, ModelLayout{layout, std::make_shared<SingleRank>(), {}, {}});
     // Only the real columns (< T) are compared: padding columns see the padding tokens.
     const at::Tensor real = layout.columns.lt(T).nonzero().squeeze(1);
     const at::Tensor expected = whole.detach().index_select(1, layout.columns.index_select(0, real));

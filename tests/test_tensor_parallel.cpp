@@ -106,7 +106,8 @@ void expect_tensor_parallel_matches_single_process(const GptConfig& config, bool
     // Under sp this rank's residual stream holds columns 4·index .. 4·index + 3.
     const ModelLayout layout{SequenceLayout::whole(8),
                              std::make_shared<dist::TensorParallelGroup>(groups.tp, sequence_parallel),
-                             sequence_parallel ? at::arange(4 * index, 4 * index + 4, at::kLong) : at::Tensor()};
+                             sequence_parallel ? at::arange(4 * index, 4 * index + 4, at::kLong) : at::Tensor(),
+                             {}};
     TensorTree pieces = params.map_named([&](const std::string& name, const at::Tensor& p) {
       return tensor_parallel_piece(p, split_of(gpt_parallel_plan(), name), kTp, index);
     });

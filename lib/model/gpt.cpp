@@ -86,6 +86,26 @@ at::Tensor embed_tokens(const GptConfig& c, const at::Tensor& table, const at::T
   return tensor.leave_row(at::where(here.unsqueeze(-1), found, at::zeros({}, found.options())), 1);
 }
 
+// The blocks of layout.stage from the residual stream x, then the final LayerNorm and the head
+// when the chunk is the last.
+at::Tensor run_layers(const GptConfig& c, const TensorTree& p, at::Tensor x, const ModelLayout& layout) {
+  const TensorParallel& tensor = *layout.tensor;
+  const PipelineStage& stage = layout.stage;
+  for (int64_t l = stage.begin_layer; l < stage.end(c.n_layers); ++l) {
+    if (c.parallel_residual) {
+      x = x + causal_self_attention(c, layer_norm(c, x, p, block(l, "ln1")), p, l, layout) +
+          mlp(c, layer_norm(c, x, p, block(l, "ln2")), p, l, tensor);
+    } else {
+      x = x + causal_self_attention(c, layer_norm(c, x, p, block(l, "ln1")), p, l, layout);
+      x = x + mlp(c, layer_norm(c, x, p, block(l, "ln2")), p, l, tensor);
+    }
+    if (tracing()) trace_activation(x, str_cat("blocks.", l), "activation", str_cat("blocks.", l));
+  }
+  if (!stage.heads) return x;
+  x = layer_norm(c, x, p, "ln_f");
+  return kernels::matmul(tensor.enter_column(x, 1), p.at(c.tied_head ? "tok_emb" : "head.weight").t());
+}
+
 }  // namespace
 
 GptConfig GptConfig::from_json(const JsonFields& f) {
@@ -199,20 +219,29 @@ at::Tensor gpt_forward(const GptConfig& c, const TensorTree& p, const at::Tensor
   return gpt_forward(c, p, input_ids, ModelLayout::whole(T), prefix);
 }
 
-at::Tensor gpt_forward(const GptConfig& c, const TensorTree& p, const at::Tensor& input_ids,
-                       const ModelLayout& host_layout, const at::Tensor& prefix) {
+at::Tensor gpt_forward(const GptConfig& c, const TensorTree& p, const at::Tensor& input, const ModelLayout& host_layout,
+                       const at::Tensor& prefix) {
   // The layout's index tensors are made on the host; the forward runs where the parameters are.
-  const at::Device device = p.at("tok_emb").device();
+  if (p.empty()) throw std::logic_error("gpt_forward: no parameters");
+  const at::Device device = p.begin()->tensor.device();
   const ModelLayout layout = host_layout.to(device);
   const TensorParallel& tensor = *layout.tensor;
-  at::Tensor x = embed_tokens(c, p.at("tok_emb"), input_ids.to(device), tensor);
+  const PipelineStage& stage = layout.stage;
+  if (!stage.embeds) {
+    if (prefix.defined() || input.dim() != 3) {
+      throw std::logic_error(str_cat("gpt_forward: a chunk after the first takes hidden states [B, T, d], got ",
+                                     input.sizes(), prefix.defined() ? " and a prefix" : ""));
+    }
+    return run_layers(c, p, input.to(device), layout);
+  }
+  at::Tensor x = embed_tokens(c, p.at("tok_emb"), input.to(device), tensor);
   if (prefix.defined()) {
     // A bridge that hands this rank another rank's rows must fail here, naming both shapes, rather
     // than reach the next collective with a batch its peers do not share.
     if (layout.residual_position_ids.defined() || prefix.dim() != 3 || prefix.size(0) != x.size(0) ||
         prefix.size(1) > x.size(1) || prefix.size(2) != x.size(2)) {
       throw std::logic_error(str_cat("gpt_forward: a prefix shaped ", prefix.sizes(), " does not fit the input ids ",
-                                     input_ids.sizes(), " (expected [", x.size(0), ", <= ", x.size(1), ", ", x.size(2),
+                                     input.sizes(), " (expected [", x.size(0), ", <= ", x.size(1), ", ", x.size(2),
                                      "])", layout.residual_position_ids.defined() ? " under sp" : ""));
     }
     // cat, not an in-place write: differentiable to any order, as REPLAY needs.
@@ -222,18 +251,27 @@ at::Tensor gpt_forward(const GptConfig& c, const TensorTree& p, const at::Tensor
   if (c.positions == Positions::kLearned) {
     x = x + p.at("pos_emb").index_select(0, layout.embedded_positions().clamp_max(c.max_len - 1));
   }
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    if (c.parallel_residual) {
-      x = x + causal_self_attention(c, layer_norm(c, x, p, block(l, "ln1")), p, l, layout) +
-          mlp(c, layer_norm(c, x, p, block(l, "ln2")), p, l, tensor);
-    } else {
-      x = x + causal_self_attention(c, layer_norm(c, x, p, block(l, "ln1")), p, l, layout);
-      x = x + mlp(c, layer_norm(c, x, p, block(l, "ln2")), p, l, tensor);
-    }
-    if (tracing()) trace_activation(x, str_cat("blocks.", l), "activation", str_cat("blocks.", l));
+  return run_layers(c, p, x, layout);
+}
+
+bool gpt_stage_uses(const GptConfig& c, const PipelineStage& stage, const std::string& name) {
+  if (name.rfind("blocks.", 0) == 0) {
+    const int64_t layer = std::stoll(name.substr(7, name.find('.', 7) - 7));
+    return layer >= stage.begin_layer && layer < stage.end(c.n_layers);
   }
-  x = layer_norm(c, x, p, "ln_f");
-  return kernels::matmul(tensor.enter_column(x, 1), p.at(c.tied_head ? "tok_emb" : "head.weight").t());
+  if (name == "tok_emb") return stage.embeds || (stage.heads && c.tied_head);
+  if (name == "pos_emb") return stage.embeds;
+  return stage.heads;  // ln_f, head.weight
+}
+
+TensorTree gpt_stage_parameters(const GptConfig& c, const std::vector<PipelineStage>& chunks,
+                                const TensorTree& params) {
+  return params.filter([&](const std::string& name, const at::Tensor&) {
+    for (const PipelineStage& stage : chunks) {
+      if (gpt_stage_uses(c, stage, name)) return true;
+    }
+    return false;
+  });
 }
 
 const ParallelPlan& gpt_parallel_plan() {

@@ -8,6 +8,8 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "lib/core/json_fields.h"
 #include "lib/core/tensor_tree.h"
@@ -75,8 +77,19 @@ at::Tensor gpt_forward(const GptConfig& config, const TensorTree& params, const 
 // (vocab_parallel_loss.h takes them from there). `prefix` [B, k, d_model] replaces the first k
 // local columns' token embeddings (the columns at positions below the prefix length come first in
 // any layout's order); not with sequence parallelism.
-at::Tensor gpt_forward(const GptConfig& config, const TensorTree& params, const at::Tensor& input_ids,
+// A pipeline chunk (layout.stage) runs its layers only: a chunk that does not embed takes the
+// previous chunk's hidden states [B, T_local, d] as `input`, one without the head returns its own
+// (before the final LayerNorm); `params` need hold only the chunk's (gpt_stage_parameters).
+at::Tensor gpt_forward(const GptConfig& config, const TensorTree& params, const at::Tensor& input,
                        const ModelLayout& layout, const at::Tensor& prefix = {});
+
+// Whether the parameter `name` of the model is used by pipeline chunk `stage`: the embeddings by
+// the first, a block's by the chunk of its layer, the final LayerNorm and head by the last, and
+// with a tied head the token embedding by the last as well (its copy of the first's).
+bool gpt_stage_uses(const GptConfig& config, const PipelineStage& stage, const std::string& name);
+// The entries of `params` that any of `chunks` uses, in `params`' order.
+TensorTree gpt_stage_parameters(const GptConfig& config, const std::vector<PipelineStage>& chunks,
+                                const TensorTree& params);
 
 // Megatron's split of the model across tp ranks: qkv column-parallel by heads (each of q, k, v),
 // attention and MLP output projections row-parallel (their biases replicated, added once after

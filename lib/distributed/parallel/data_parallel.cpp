@@ -157,7 +157,7 @@ at::Tensor DataParallel::sum_over_batch(const at::Tensor& local) const {
 }
 
 ModelLayout DataParallel::model_layout(int64_t length) const {
-  ModelLayout out{parts_.context->layout(length), parts_.tensor, {}};
+  ModelLayout out{parts_.context->layout(length), parts_.tensor, {}, {}};
   if (parts_.sequence_parallel) {
     // The residual stream's columns on this tp rank: a contiguous 1/tp of the rank's columns (the
     // context layout pads them to a multiple of tp), gathered back in tp-rank order.
