@@ -82,9 +82,11 @@ RC_GTEST_PROP(MeshLayout, EveryGroupFamilyPartitionsTheWorld, ()) {
   const int64_t dp = fsdp * *rc::gen::inRange<int64_t>(1, 4);
   const int64_t cp = *rc::gen::inRange<int64_t>(1, 5);
   const int64_t tp = *rc::gen::inRange<int64_t>(1, 4);
-  const MeshLayout mesh(dp, cp, fsdp, tp);
-  for (auto members_of : {&MeshLayout::tp_group, &MeshLayout::cp_group, &MeshLayout::shard_group,
-                          &MeshLayout::replica_group, &MeshLayout::replica_tp_group, &MeshLayout::batch_group}) {
+  const int64_t pp = *rc::gen::inRange<int64_t>(1, 4);
+  const MeshLayout mesh(dp, cp, fsdp, tp, pp);
+  for (auto members_of :
+       {&MeshLayout::tp_group, &MeshLayout::cp_group, &MeshLayout::shard_group, &MeshLayout::replica_group,
+        &MeshLayout::replica_tp_group, &MeshLayout::batch_group, &MeshLayout::pp_group, &MeshLayout::embedding_group}) {
     for (int r = 0; r < mesh.world_size(); ++r) {
       const std::vector<int> members = (mesh.*members_of)(r);
       RC_ASSERT(std::find(members.begin(), members.end(), r) != members.end());
@@ -97,6 +99,36 @@ RC_GTEST_PROP(MeshLayout, EveryGroupFamilyPartitionsTheWorld, ()) {
   RC_ASSERT(static_cast<int64_t>(mesh.replica_tp_group(0).size()) == dp / fsdp * cp * tp);
   RC_ASSERT(static_cast<int64_t>(mesh.tp_group(0).size()) == tp);
   RC_ASSERT(static_cast<int64_t>(mesh.batch_group(0).size()) == dp * cp);
+  RC_ASSERT(static_cast<int64_t>(mesh.pp_group(0).size()) == pp);
+  RC_ASSERT(mesh.embedding_group(0).size() == (pp > 1 ? 2u : 1u));
+  // Every group but the pipeline's and the embedding's stays within one stage.
+  for (int r = 0; r < mesh.world_size(); ++r) {
+    for (int m : mesh.batch_group(r)) RC_ASSERT(mesh.pp_index(m) == mesh.pp_index(r));
+    for (int m : mesh.replica_tp_group(r)) RC_ASSERT(mesh.pp_index(m) == mesh.pp_index(r));
+    for (int m : mesh.cp_group(r)) RC_ASSERT(mesh.pp_index(m) == mesh.pp_index(r));
+    for (int m : mesh.shard_group(r)) RC_ASSERT(mesh.pp_index(m) == mesh.pp_index(r));
+  }
+}
+
+// pp = 2, dp = 2, tp = 2: rank = (2·p + d)·2 + t, so rank 5 is (p = 1, d = 0, t = 1).
+TEST(MeshLayout, StagesComeLastInTheRankOrderAndPairTheirEnds) {
+  const MeshLayout mesh(2, 1, 1, 2, 2);
+  EXPECT_EQ(mesh.world_size(), 8);
+  EXPECT_EQ(mesh.rank_of(0, 0, 1, 1), 5);
+  EXPECT_EQ(mesh.pp_index(5), 1);
+  EXPECT_EQ(mesh.dp_index(5), 0);
+  EXPECT_EQ(mesh.tp_index(5), 1);
+  EXPECT_EQ(mesh.tp_group(5), (std::vector<int>{4, 5}));         // p = 1, d = 0, every t
+  EXPECT_EQ(mesh.replica_group(5), (std::vector<int>{5, 7}));    // p = 1, t = 1, every d
+  EXPECT_EQ(mesh.batch_group(5), (std::vector<int>{5, 7}));      // the same rows' split, stage 1 only
+  EXPECT_EQ(mesh.pp_group(5), (std::vector<int>{1, 5}));         // d = 0, t = 1, every p
+  EXPECT_EQ(mesh.embedding_group(5), (std::vector<int>{1, 5}));  // stages 0 and 1: the ends
+  // pp = 3: the middle stage holds no copy of a tied embedding.
+  const MeshLayout three(1, 1, 1, 1, 3);
+  EXPECT_EQ(three.pp_group(1), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(three.embedding_group(0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(three.embedding_group(1), (std::vector<int>{1}));
+  EXPECT_EQ(three.embedding_group(2), (std::vector<int>{0, 2}));
 }
 
 // T = 16, cp = 2: chunks of 4; rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2.

@@ -4,7 +4,9 @@
 //     Σ logits·c (c a fixed random tensor) summed over ranks equals the single-process one;
 //   - sharded parameters: shard then unshard is the identity, the gathered parameters are the
 //     full ones, the differentiable gather's gradient is the full gradient's shard summed over
-//     the ranks holding that shard, and the global norm is the full tensor's norm.
+//     the ranks holding that shard, and the global norm is the full tensor's norm;
+//   - pipeline groups: made collectively on every rank although the embedding group's parts
+//     differ in size, each with the members MeshLayout names.
 #include <gtest/gtest.h>
 
 #include <torch/csrc/autograd/autograd.h>
@@ -109,6 +111,30 @@ TEST(ShardedParameters, GatherIsTheFullTensorAndItsGradientTheSummedShard) {
     // The norm of the whole tensor from its shards.
     EXPECT_NEAR(sharded.sum_squares(dot(local, local)).sqrt().item<double>(), norm(full).item<double>(), 1e-13);
   });
+}
+
+// pp = 3, dp = 2 (6 ranks as threads): the groups are made collectively although the embedding
+// group's parts differ in size (stage 0 and stage 2 paired, stage 1 alone); each group's sum of
+// its members' rank numbers shows who is in it: the pipeline of rank r is {r % 2, r % 2 + 2,
+// r % 2 + 4}, the embedding group of stage 0 and 2 ranks {r % 2, r % 2 + 4}.
+TEST(MeshGroups, APipelinesGroupsSpanItsStagesAndTheEmbeddingGroupPairsItsEnds) {
+  std::mutex mutex;
+  std::vector<double> pipeline_sums(6), embedding_sums(6, -1.0);
+  dist::run_ranks_in_threads(6, [&](dist::Runtime& rt) {
+    const dist::MeshGroups groups = dist::make_mesh_groups(rt, dist::MeshLayout(2, 1, 1, 1, 3));
+    const at::Tensor me = at::full({}, static_cast<double>(rt.rank()), at::kDouble);
+    const double pipeline = groups.pp->sum(me).item<double>();
+    const double embedding = groups.embedding ? groups.embedding->sum(me).item<double>() : -1.0;
+    EXPECT_TRUE(groups.replica && groups.replica->size() == 2);  // the stage's two data-parallel ranks
+    std::lock_guard<std::mutex> lock(mutex);
+    pipeline_sums[static_cast<size_t>(rt.rank())] = pipeline;
+    embedding_sums[static_cast<size_t>(rt.rank())] = embedding;
+  });
+  for (int r = 0; r < 6; ++r) {
+    const int d = r % 2;
+    EXPECT_EQ(pipeline_sums[static_cast<size_t>(r)], 3 * d + 6) << "rank " << r;
+    EXPECT_EQ(embedding_sums[static_cast<size_t>(r)], r / 2 == 1 ? -1.0 : 2 * d + 4) << "rank " << r;
+  }
 }
 
 }  // namespace

@@ -7,9 +7,10 @@
 
 namespace magic::dist {
 
-MeshLayout::MeshLayout(int64_t dp, int64_t cp, int64_t fsdp, int64_t tp) : dp_(dp), cp_(cp), fsdp_(fsdp), tp_(tp) {
-  if (dp < 1 || cp < 1 || fsdp < 1 || tp < 1 || dp % fsdp != 0) {
-    throw std::invalid_argument(str_cat("MeshLayout: dp=", dp, ", cp=", cp, ", fsdp=", fsdp, ", tp=", tp));
+MeshLayout::MeshLayout(int64_t dp, int64_t cp, int64_t fsdp, int64_t tp, int64_t pp)
+    : dp_(dp), cp_(cp), fsdp_(fsdp), tp_(tp), pp_(pp) {
+  if (dp < 1 || cp < 1 || fsdp < 1 || tp < 1 || pp < 1 || dp % fsdp != 0) {
+    throw std::invalid_argument(str_cat("MeshLayout: dp=", dp, ", cp=", cp, ", fsdp=", fsdp, ", tp=", tp, ", pp=", pp));
   }
 }
 
@@ -33,42 +34,59 @@ std::vector<int> MeshLayout::tp_group(int rank) const {
 }
 
 std::vector<int> MeshLayout::cp_group(int rank) const {
-  return members_where(*this, [&](int r) { return dp_index(r) == dp_index(rank) && tp_index(r) == tp_index(rank); });
+  return members_where(*this, [&](int r) {
+    return pp_index(r) == pp_index(rank) && dp_index(r) == dp_index(rank) && tp_index(r) == tp_index(rank);
+  });
 }
 
 std::vector<int> MeshLayout::shard_group(int rank) const {
   return members_where(*this, [&](int r) {
-    return dp_index(r) / fsdp_ == dp_index(rank) / fsdp_ && cp_index(r) == cp_index(rank) &&
-           tp_index(r) == tp_index(rank);
+    return pp_index(r) == pp_index(rank) && dp_index(r) / fsdp_ == dp_index(rank) / fsdp_ &&
+           cp_index(r) == cp_index(rank) && tp_index(r) == tp_index(rank);
   });
 }
 
 std::vector<int> MeshLayout::replica_group(int rank) const {
-  return members_where(*this,
-                       [&](int r) { return shard_index(r) == shard_index(rank) && tp_index(r) == tp_index(rank); });
+  return members_where(*this, [&](int r) {
+    return pp_index(r) == pp_index(rank) && shard_index(r) == shard_index(rank) && tp_index(r) == tp_index(rank);
+  });
 }
 
 std::vector<int> MeshLayout::replica_tp_group(int rank) const {
-  return members_where(*this, [&](int r) { return shard_index(r) == shard_index(rank); });
+  return members_where(*this,
+                       [&](int r) { return pp_index(r) == pp_index(rank) && shard_index(r) == shard_index(rank); });
 }
 
 std::vector<int> MeshLayout::batch_group(int rank) const {
-  return members_where(*this, [&](int r) { return tp_index(r) == tp_index(rank); });
+  return members_where(*this, [&](int r) { return pp_index(r) == pp_index(rank) && tp_index(r) == tp_index(rank); });
+}
+
+std::vector<int> MeshLayout::pp_group(int rank) const {
+  // The ranks of the other stages at this rank's place within its stage.
+  const int stage_size = static_cast<int>(dp_ * cp_ * tp_);
+  return members_where(*this, [&](int r) { return r % stage_size == rank % stage_size; });
+}
+
+std::vector<int> MeshLayout::embedding_group(int rank) const {
+  const int64_t p = pp_index(rank);
+  if (pp_ == 1 || (p != 0 && p != pp_ - 1)) return {rank};
+  const std::vector<int> pipeline = pp_group(rank);
+  return {pipeline.front(), pipeline.back()};
 }
 
 std::shared_ptr<const Group> partition_group(const Runtime& runtime, const std::string& kind,
                                              const std::function<std::vector<int>(int)>& members_of) {
   // Every rank creates every group in rank order (shared_group is collective); each keeps its own.
   // A group of one rank is not created (nullptr: its collectives are identities), and a group
-  // spanning the world is the world group.
+  // spanning the world is the world group. Parts may differ in size (the embedding group: the
+  // first and last stages paired, a middle stage alone), so every rank walks every part.
   const int world = runtime.world_size();
-  if (members_of(runtime.rank()).size() == 1) return nullptr;
   if (static_cast<int>(members_of(runtime.rank()).size()) == world) return runtime.world();
   std::shared_ptr<const Group> mine;
   int64_t created = 0;
   for (int r = 0; r < world; ++r) {
     const std::vector<int> members = members_of(r);
-    if (members.front() != r) continue;  // each group once, on its first member's turn
+    if (members.front() != r || members.size() == 1) continue;  // each group once, on its first member's turn
     auto group = runtime.shared_group(str_cat(kind, "-", created++), members);
     if (group) mine = group;
   }
@@ -97,6 +115,8 @@ MeshGroups make_mesh_groups(const Runtime& runtime, const MeshLayout& layout) {
   g.replica = collect("replica", [&](int r) { return layout.replica_group(r); });
   g.replica_tp = collect("replica_tp", [&](int r) { return layout.replica_tp_group(r); });
   g.batch = collect("batch", [&](int r) { return layout.batch_group(r); });
+  g.pp = collect("pp", [&](int r) { return layout.pp_group(r); });
+  g.embedding = collect("embedding", [&](int r) { return layout.embedding_group(r); });
   return g;
 }
 

@@ -1,18 +1,23 @@
-// MeshLayout: where each rank sits in a dp x cp x tp mesh whose parameters are sharded fsdp ways
-// (docs/magic-check.md, "Mesh: context parallel and sharded parameters").
-// Rank order: tp varies fastest, then cp, then dp (Megatron's order):
-//   rank = (dp_index * cp + cp_index) * tp + tp_index.
-// Groups of a rank (dp_index d, cp_index c, tp_index t):
-//   tp group         {(d, c, t') : every t'}                        tensor-parallel collectives
-//   cp group         {(d, c', t) : every c'}                        K/V gather of attention
-//   shard group      {(d', c, t) : d' / fsdp = d / fsdp}            all_gather of parameter shards
-//   replica group    {(d', c', t) : d' % fsdp = d % fsdp}           ranks holding the same shard
-//   replica_tp group {(d', c', t') : d' % fsdp = d % fsdp}          the same for a parameter every tp
+// MeshLayout: where each rank sits in a pp x dp x cp x tp mesh whose parameters are sharded fsdp
+// ways (docs/magic-check.md, "Mesh: context parallel and sharded parameters").
+// Rank order: tp varies fastest, then cp, then dp, then pp (Megatron's order):
+//   rank = ((pp_index * dp + dp_index) * cp + cp_index) * tp + tp_index.
+// Groups of a rank (pp_index p, dp_index d, cp_index c, tp_index t); all but the last two lie
+// within the rank's pipeline stage p:
+//   tp group         {(p, d, c, t') : every t'}                     tensor-parallel collectives
+//   cp group         {(p, d, c', t) : every c'}                     K/V gather of attention
+//   shard group      {(p, d', c, t) : d' / fsdp = d / fsdp}         all_gather of parameter shards
+//   replica group    {(p, d', c', t) : d' % fsdp = d % fsdp}        ranks holding the same shard
+//   replica_tp group {(p, d', c', t') : d' % fsdp = d % fsdp}       the same for a parameter every tp
 //                                                                   rank holds whole (sp sums it)
-//   batch group      {(d', c', t) : every d', c'}                   ranks splitting the batch's rows
+//   batch group      {(p, d', c', t) : every d', c'}                ranks splitting the batch's rows
 //                                                                   and columns (loss sums)
-// Shard index d % fsdp; with fsdp = 1 and tp = 1 the replica group is the whole world (plain data
-// parallelism), with fsdp = dp and cp = tp = 1 it is the rank alone.
+//   pp group         {(p', d, c, t) : every p'}                     the pipeline: rank p' is stage p'
+//   embedding group  {(0, d, c, t), (pp − 1, d, c, t)}              the first and last stage, which
+//                                                                   hold a tied head's two copies
+//                                                                   (a middle stage: itself alone)
+// Shard index d % fsdp; with fsdp = 1 and tp = pp = 1 the replica group is the whole world (plain
+// data parallelism), with fsdp = dp and cp = tp = 1 it is the rank's stage alone.
 #pragma once
 
 #include <functional>
@@ -27,19 +32,21 @@ namespace magic::dist {
 
 class MeshLayout {
  public:
-  MeshLayout(int64_t dp, int64_t cp, int64_t fsdp, int64_t tp = 1);
+  MeshLayout(int64_t dp, int64_t cp, int64_t fsdp, int64_t tp = 1, int64_t pp = 1);
   explicit MeshLayout(const TopologySpec& topology);
 
   int64_t dp() const { return dp_; }
   int64_t cp() const { return cp_; }
   int64_t fsdp() const { return fsdp_; }
   int64_t tp() const { return tp_; }
-  int world_size() const { return static_cast<int>(dp_ * cp_ * tp_); }
+  int64_t pp() const { return pp_; }
+  int world_size() const { return static_cast<int>(pp_ * dp_ * cp_ * tp_); }
 
-  int rank_of(int64_t dp_index, int64_t cp_index, int64_t tp_index = 0) const {
-    return static_cast<int>((dp_index * cp_ + cp_index) * tp_ + tp_index);
+  int rank_of(int64_t dp_index, int64_t cp_index, int64_t tp_index = 0, int64_t pp_index = 0) const {
+    return static_cast<int>(((pp_index * dp_ + dp_index) * cp_ + cp_index) * tp_ + tp_index);
   }
-  int64_t dp_index(int rank) const { return rank / tp_ / cp_; }
+  int64_t pp_index(int rank) const { return rank / tp_ / cp_ / dp_; }
+  int64_t dp_index(int rank) const { return rank / tp_ / cp_ % dp_; }
   int64_t cp_index(int rank) const { return rank / tp_ % cp_; }
   int64_t tp_index(int rank) const { return rank % tp_; }
   int64_t shard_index(int rank) const { return dp_index(rank) % fsdp_; }
@@ -51,9 +58,11 @@ class MeshLayout {
   std::vector<int> replica_group(int rank) const;
   std::vector<int> replica_tp_group(int rank) const;
   std::vector<int> batch_group(int rank) const;
+  std::vector<int> pp_group(int rank) const;
+  std::vector<int> embedding_group(int rank) const;
 
  private:
-  int64_t dp_, cp_, fsdp_, tp_;
+  int64_t dp_, cp_, fsdp_, tp_, pp_;
 };
 
 // This rank's groups of the mesh. Every rank of the world calls make_mesh_groups with the same
@@ -63,7 +72,7 @@ class MeshLayout {
 struct MeshGroups {
   MeshLayout layout{1, 1, 1};
   int rank = 0;
-  std::shared_ptr<const Group> world, tp, cp, shard, replica, replica_tp, batch;
+  std::shared_ptr<const Group> world, tp, cp, shard, replica, replica_tp, batch, pp, embedding;
 };
 MeshGroups make_mesh_groups(const Runtime& runtime, const MeshLayout& layout);
 
