@@ -3,8 +3,9 @@
 //   - each stage's gradient, summed over micro-batches, is its parameters' part of the single
 //     process's (a tied head's two copies of tok_emb add up to its gradient);
 //   - the Hessian-vector product, each micro-batch's gradient differentiated again across the
-//     stages, likewise: the portals carry the second-order cotangents both ways;
-//   - GPipe and 1F1B give the same bits.
+//     stages in one pass through ordered_gradient_sum, likewise: the portals carry the
+//     second-order cotangents both ways;
+//   - GPipe and 1F1B give the same bits, at second order too (a plain sum's pass does not).
 // Layouts: pp = 2 with 4 micro-batches; pp = 4 (one layer a stage) with a tied head; pp = 2 with
 // two virtual stages each and a tied head.
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 
 #include "lib/core/seed.h"
 #include "lib/core/strings.h"
+#include "lib/distributed/parallel/ordered_gradient_sum.h"
 #include "lib/distributed/parallel/pipeline_stage_runner.h"
 #include "lib/distributed/runtime/runtime.h"
 #include "lib/model/gpt.h"
@@ -69,8 +71,15 @@ Derivatives single_process(const Problem& p) {
   return {g.detach(), with_values(params, torch::autograd::grad({dot(g, p.v)}, leaves))};
 }
 
+TensorTree sum_of(const std::vector<TensorTree>& trees) {
+  TensorTree sum = trees.front();
+  for (size_t m = 1; m < trees.size(); ++m) sum = add(sum, trees[m]);
+  return sum;
+}
+
 // Each stage's gradient and HVP (summed over micro-batches in order), by stage.
-std::vector<Derivatives> pipelined(const Problem& p, int64_t pp, int64_t vpp, dist::PipelineSchedule schedule) {
+std::vector<Derivatives> pipelined(const Problem& p, int64_t pp, int64_t vpp, dist::PipelineSchedule schedule,
+                                   bool plain_sum = false) {
   std::vector<Derivatives> out(static_cast<size_t>(pp));
   std::mutex mutex;
   dist::run_ranks_in_threads(static_cast<int>(pp), [&](dist::Runtime& rt) {
@@ -86,16 +95,14 @@ std::vector<Derivatives> pipelined(const Problem& p, int64_t pp, int64_t vpp, di
     };
     const auto shape = [&](int64_t) { return std::vector<int64_t>{kRows, kLength, p.config.d_model}; };
     const dist::PipelineStageResult result = dist::run_pipeline_stage(run, params, forward, shape, true);
-    TensorTree grad = result.gradients[0];
-    for (int64_t m = 1; m < p.micro_batches; ++m) grad = add(grad, result.gradients[static_cast<size_t>(m)]);
-    // H v one micro-batch at a time, in order on every stage, so each pass sends one message a
-    // direction over each boundary.
+    const TensorTree grad = sum_of(result.gradients);
+    // H v in one pass through the micro-batches' sum, which differentiates them one at a time in
+    // order (ordered_gradient_sum.h); a plain sum's pass gives schedules that differ in the last bits.
     const TensorTree v = gpt_stage_parameters(p.config, chunks, p.v);
-    TensorTree hvp = params.zeros_like();
-    for (int64_t m = 0; m < p.micro_batches; ++m) {
-      const TensorTree& g = result.gradients[static_cast<size_t>(m)];
-      hvp = add(hvp, with_values(params, torch::autograd::grad({dot(g, v)}, params.tensors(), {}, true, false, true)));
-    }
+    const TensorTree g =
+        plain_sum ? sum_of(result.gradients) : dist::ordered_gradient_sum(result.gradients, params.tensors());
+    const TensorTree hvp =
+        with_values(params, torch::autograd::grad({dot(g, v)}, params.tensors(), {}, true, false, true));
     dist::wait_portal_sends(*rt.world());
     std::lock_guard<std::mutex> lock(mutex);
     out[static_cast<size_t>(stage)] = {grad.detach(), hvp.detach()};
@@ -141,6 +148,50 @@ TEST_P(PipelineStageRunner, StagesGiveTheSingleProcessGradientAndHvpAndSchedules
     EXPECT_GT(testing::relative_error(first, expected.grad.at("tok_emb")), 1e-3);
     EXPECT_GT(testing::relative_error(last, expected.grad.at("tok_emb")), 1e-3);
   }
+}
+
+// In one process: the ordered sum's value is the sum, and its derivative the plain sum's; an
+// entry no micro-batch differentiates (zeros, no graph) and a micro-batch that does not reach an
+// entry pass through.
+TEST(OrderedGradientSum, ItsValueAndDerivativeAreThePlainSums) {
+  at::Generator gen = make_generator(3);
+  const at::Tensor a = at::randn({4}, gen, at::kDouble).requires_grad_(true);
+  const at::Tensor b = at::randn({3}, gen, at::kDouble).requires_grad_(true);
+  const at::Tensor va = at::randn({4}, gen, at::kDouble), vb = at::randn({3}, gen, at::kDouble);
+  std::vector<TensorTree> parts;
+  for (int m = 0; m < 3; ++m) {
+    // f_m = Σ sin((m+1)·a)·Σ b² for m < 2; f_2 = Σ a³ (b not reached).
+    const at::Tensor f = m < 2 ? ((m + 1.0) * a).sin().sum() * (b * b).sum() : (a * a * a).sum();
+    auto g = torch::autograd::grad({f}, {a, b}, {}, true, true, true);
+    TensorTree t;
+    t.insert("a", g[0]);
+    t.insert("b", g[1].defined() ? g[1] : at::zeros_like(b));
+    t.insert("c", at::zeros({2}, at::kDouble));
+    parts.push_back(t);
+  }
+  const TensorTree ordered = dist::ordered_gradient_sum(parts, {a, b});
+  TensorTree plain = parts[0];
+  for (size_t m = 1; m < parts.size(); ++m) plain = add(plain, parts[m]);
+  for (const auto& e : plain) EXPECT_TRUE(at::allclose(ordered.at(e.name), e.tensor, 0, 1e-15)) << e.name;
+  const auto h_ordered = torch::autograd::grad({(ordered.at("a") * va).sum() + (ordered.at("b") * vb).sum()}, {a, b});
+  const auto h_plain = torch::autograd::grad({(plain.at("a") * va).sum() + (plain.at("b") * vb).sum()}, {a, b});
+  EXPECT_TRUE(at::allclose(h_ordered[0], h_plain[0], 1e-14, 1e-14));
+  EXPECT_TRUE(at::allclose(h_ordered[1], h_plain[1], 1e-14, 1e-14));
+  EXPECT_FALSE(ordered.at("c").requires_grad());
+}
+
+// Planted: the HVP's pass through a plain sum of the micro-batches' gradients. As accurate, but
+// the schedules accumulate in the orders their graphs were built in: not the same bits.
+TEST(PipelineStageRunnerPlanted, APlainSumsPassGivesSchedulesThatDifferInTheLastBits) {
+  const Problem p = problem(false, 4);
+  const auto a = pipelined(p, 2, 1, dist::PipelineSchedule::kOneForwardOneBackward, true);
+  const auto b = pipelined(p, 2, 1, dist::PipelineSchedule::kGpipe, true);
+  bool all_equal = true;
+  for (int64_t s = 0; s < 2; ++s) {
+    for (const auto& e : a[static_cast<size_t>(s)].hvp)
+      all_equal = all_equal && at::equal(e.tensor, b[static_cast<size_t>(s)].hvp.at(e.name));
+  }
+  EXPECT_FALSE(all_equal);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, PipelineStageRunner,
