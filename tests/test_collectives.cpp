@@ -1,8 +1,9 @@
 // The differentiable collectives across real Gloo ranks (threads of this process): first
 // derivatives and Hessian-vector products on every rank equal the same math done on the
 // concatenated tensors in one process, and the lockstep finite-difference gradcheck agrees at
-// both orders. The two planted variants of copy_to_group keep first derivatives right and break
-// second derivatives, as the mutations they stand for must.
+// both orders (shift_ring, the ring step, included). The two planted variants of copy_to_group
+// keep first derivatives right and break second derivatives, as the mutations they stand for
+// must; the planted ring step that sends its cotangents onward breaks the first derivatives.
 #include <gtest/gtest.h>
 
 #include <torch/csrc/autograd/autograd.h>
@@ -97,6 +98,20 @@ std::vector<CollectiveCase> cases(int size) {
                    for (int r = 0; r < size; ++r) total = total + (coefficient(r) * xs[0].narrow(0, r, 1).pow(3)).sum();
                    return total;
                  }});
+  // Two ring steps of different offsets: member r sees sin(x) of member r − 1 and x of r − 2.
+  out.push_back({"shift_ring", RankSemantics::kDistinctTerms,
+                 [](const at::Tensor& x, const Group& g) {
+                   return (coefficient(g.rank()) * dist::shift_ring(x.sin(), g, 1) * dist::shift_ring(x, g, 2)).sum();
+                 },
+                 [=](const std::vector<at::Tensor>& xs) {
+                   at::Tensor total = at::zeros({}, at::kDouble);
+                   for (int r = 0; r < size; ++r) {
+                     const at::Tensor& one_back = xs[static_cast<size_t>((r + size - 1) % size)];
+                     const at::Tensor& two_back = xs[static_cast<size_t>((r + 2 * size - 2) % size)];
+                     total = total + (coefficient(r) * one_back.sin() * two_back).sum();
+                   }
+                   return total;
+                 }});
   return out;
 }
 
@@ -189,6 +204,31 @@ TEST(PlantedCollectives, AllReduceBackwardCountsTheReplicatedCotangentOncePerRan
     auto second = checks::rank_gradcheck(g, local, inputs, RankSemantics::kReplicatedInput, true);
     EXPECT_FALSE(second.passed);
     EXPECT_NE(second.message.find("second derivative across 3 ranks"), std::string::npos) << second.message;
+  });
+}
+
+// Three members: the cotangent of what member r received from r − 1 goes on to r + 1 instead of
+// back to r − 1, so every member's gradient is another's; the gradcheck names it at first order.
+TEST(PlantedCollectives, ARingStepWhoseCotangentsGoOnwardMisroutesTheGradients) {
+  const int size = 3;
+  const auto c = cases(size).back();  // shift_ring
+  ASSERT_EQ(c.name, "shift_ring");
+  const auto inputs = inputs_for(c, size, 8), directions = inputs_for(c, size, 9);
+  const Derivatives expected = single_process(c, inputs, directions);
+  dist::run_ranks_in_threads(size, [&](dist::Runtime& rt) {
+    const Group& g = *rt.world();
+    auto variant = [](const at::Tensor& x, const Group& grp) {
+      return (coefficient(grp.rank()) * dist::shift_ring_cotangent_onward(x.sin(), grp, 1) *
+              dist::shift_ring_cotangent_onward(x, grp, 2))
+          .sum();
+    };
+    auto [grad, hvp] =
+        on_rank(variant, g, inputs[static_cast<size_t>(g.rank())], directions[static_cast<size_t>(g.rank())]);
+    EXPECT_FALSE(at::allclose(grad, expected.grad[static_cast<size_t>(g.rank())], 1e-6, 1e-6));
+    auto local = [&](const at::Tensor& x) { return variant(x, g); };
+    auto first = checks::rank_gradcheck(g, local, inputs, RankSemantics::kDistinctTerms, false);
+    EXPECT_FALSE(first.passed);
+    EXPECT_NE(first.message.find("across 3 ranks"), std::string::npos) << first.message;
   });
 }
 

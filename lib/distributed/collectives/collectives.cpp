@@ -118,6 +118,38 @@ variable_list GatherFromGroup::backward(AutogradContext* ctx, variable_list grad
   return {SplitToGroup::apply(grad[0], saved_group(ctx), ctx->saved_data["dim"].toInt()), at::Tensor(), at::Tensor()};
 }
 
+// The wire tag of ring shifts, apart from the portals' (multiples of 8 plus a derivative order).
+constexpr int kRingShiftTag = 1 << 28;
+
+at::Tensor shifted(const at::Tensor& x, int64_t group, int64_t offset) {
+  const auto g = find_group(group);
+  const int64_t n = g->size(), r = g->rank();
+  const auto to = static_cast<int>(((r + offset) % n + n) % n), from = static_cast<int>(((r - offset) % n + n) % n);
+  if (to == r) return x.detach().clone();
+  const at::Tensor sent = x.detach().contiguous().clone();
+  const auto work = g->send_async(sent, to, kRingShiftTag);
+  at::Tensor received = at::empty_like(sent);
+  g->recv_(received, from, kRingShiftTag);
+  g->wait_send(work);
+  return received;
+}
+
+// `onward`: the mutation whose backward shifts by +offset again (its own backward likewise).
+struct ShiftRing : Function<ShiftRing> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group, int64_t offset, bool onward) {
+    ctx->saved_data["group"] = group;
+    ctx->saved_data["offset"] = offset;
+    ctx->saved_data["onward"] = onward;
+    return shifted(x, group, offset);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const bool onward = ctx->saved_data["onward"].toBool();
+    const int64_t offset = ctx->saved_data["offset"].toInt();
+    return {ShiftRing::apply(grad[0], saved_group(ctx), onward ? offset : -offset, onward), at::Tensor(), at::Tensor(),
+            at::Tensor()};
+  }
+};
+
 // Mutation: copy_to_group whose backward sums with all_reduce_sum (backward Σ again).
 struct CopyToGroupAllReduceBackward : Function<CopyToGroupAllReduceBackward> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
@@ -156,6 +188,10 @@ at::Tensor split_to_group(const at::Tensor& x, const Group& group, int64_t dim) 
   }
   return SplitToGroup::apply(x, group.id(), dim);
 }
+at::Tensor shift_ring(const at::Tensor& x, const Group& group, int64_t offset) {
+  group.require_equal_shapes(x, "shift_ring");
+  return ShiftRing::apply(x, group.id(), offset, false);
+}
 at::Tensor all_reduce_sum_detached(const at::Tensor& x, const Group& group) {
   return with_global_value(x, group);
 }
@@ -166,6 +202,10 @@ at::Tensor with_global_value(const at::Tensor& local, const Group& group) {
 }
 at::Tensor copy_to_group_allreduce_backward(const at::Tensor& x, const Group& group) {
   return CopyToGroupAllReduceBackward::apply(x, group.id());
+}
+at::Tensor shift_ring_cotangent_onward(const at::Tensor& x, const Group& group, int64_t offset) {
+  group.require_equal_shapes(x, "shift_ring");
+  return ShiftRing::apply(x, group.id(), offset, true);
 }
 
 }  // namespace magic::dist

@@ -11,6 +11,7 @@
 //   gather_from_group   concat_r x_r (replicated)      this rank's slice (its cotangent replicated)
 //   split_to_group      this rank's slice (of a        gather_from_group
 //                       replicated input)
+//   shift_ring(k)       member r − k's x (cyclic)      shift_ring(−k)
 //
 // Pairing: a replicated value consumed identically on every rank must come out of
 // reduce_from_group; reduced with a plain all_reduce_sum its cotangent is counted once per rank.
@@ -36,6 +37,13 @@ at::Tensor reduce_scatter_sum(const at::Tensor& x, const Group& group, int64_t d
 at::Tensor gather_from_group(const at::Tensor& x, const Group& group, int64_t dim = 0);
 at::Tensor split_to_group(const at::Tensor& x, const Group& group, int64_t dim = 0);
 
+// The ring step of ring attention: each member sends x to member (r + offset) mod n and returns
+// what member (r − offset) mod n sent; its adjoint shifts the cotangents back by −offset (a dK,
+// dV block returns to the member that owns it). Point to point, so every member must run the
+// same shifts in the same order, in the backward too: identical graphs on every member, as the
+// ring's blocks of equal shape give. x has the same shape on every member.
+at::Tensor shift_ring(const at::Tensor& x, const Group& group, int64_t offset = 1);
+
 // A sum over ranks outside autograd, DDP-hook style: x + (Σ_r x_r - x) with the bracket
 // detached. The value is the global sum, the derivative keeps only this rank's term, so a
 // gradient reduced this way loses its cross-rank second-order terms (the bug class of a
@@ -51,5 +59,8 @@ at::Tensor with_global_value(const at::Tensor& local, const Group& group);
 // A copy_to_group whose backward reduces with all_reduce_sum: the replicated-allreduce-backward
 // mutation (second derivatives counted once per rank).
 at::Tensor copy_to_group_allreduce_backward(const at::Tensor& x, const Group& group);
+// A shift_ring whose backward shifts the cotangents on by +offset instead of back: ring
+// attention's dK/dV not returned to its owner (the same as shift_ring on two members).
+at::Tensor shift_ring_cotangent_onward(const at::Tensor& x, const Group& group, int64_t offset = 1);
 
 }  // namespace magic::dist
