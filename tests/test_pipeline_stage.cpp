@@ -148,18 +148,30 @@ Derivatives chunked(const GptConfig& c, const TensorTree& params, const at::Tens
   return d;
 }
 
+// A model, its parameters, a batch, the cotangent w of its logits and an HVP direction v.
+struct ChunkProblem {
+  GptConfig config;
+  TensorTree params, v;
+  at::Tensor ids, w;
+};
+
+ChunkProblem problem(bool tied, int64_t rows, uint64_t seed) {
+  ChunkProblem s{small_model(tied), {}, {}, {}, {}};
+  s.params = gpt_init(s.config, at::kDouble, 7);
+  at::Generator gen = make_generator(seed);
+  s.ids = at::randint(0, s.config.vocab, {rows, 5}, gen, at::kLong);
+  s.w = at::randn({rows, 5, s.config.vocab}, gen, at::kDouble);
+  s.v = s.params.map([&](const at::Tensor& t) { return at::randn(t.sizes(), gen, at::kDouble); });
+  return s;
+}
+
 class ChunkedGpt : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, bool>> {};
 
 TEST_P(ChunkedGpt, ChunksInOrderGiveTheWholeModelsLogitsGradientAndHvp) {
   const auto [pp, vpp, tied] = GetParam();
-  const GptConfig c = small_model(tied);
-  const TensorTree params = gpt_init(c, at::kDouble, 7);
-  at::Generator gen = make_generator(11);
-  const at::Tensor ids = at::randint(0, c.vocab, {3, 5}, gen, at::kLong);
-  const at::Tensor w = at::randn({3, 5, c.vocab}, gen, at::kDouble);
-  const TensorTree v = params.map([&](const at::Tensor& t) { return at::randn(t.sizes(), gen, at::kDouble); });
-  const Derivatives a = whole(c, params, ids, w, v);
-  const Derivatives b = chunked(c, params, ids, w, v, pp, vpp);
+  const ChunkProblem s = problem(tied, 3, 11);
+  const Derivatives a = whole(s.config, s.params, s.ids, s.w, s.v);
+  const Derivatives b = chunked(s.config, s.params, s.ids, s.w, s.v, pp, vpp);
   EXPECT_TRUE(at::equal(a.logits, b.logits));
   for (const auto& e : a.grad) {
     EXPECT_TRUE(at::allclose(e.tensor, b.grad.at(e.name), 1e-12, 1e-14)) << e.name;
@@ -176,14 +188,9 @@ TEST_P(ChunkedGpt, ChunksInOrderGiveTheWholeModelsLogitsGradientAndHvp) {
 // Planted: the cotangent a chunk hands to the one before detached (a send whose backward is not
 // differentiable again). First order cannot see it; the HVP of an early chunk's parameters can.
 TEST(ChunkedGptPlanted, ADetachedSendKeepsTheGradientAndBreaksTheHvp) {
-  const GptConfig c = small_model(false);
-  const TensorTree params = gpt_init(c, at::kDouble, 7);
-  at::Generator gen = make_generator(12);
-  const at::Tensor ids = at::randint(0, c.vocab, {2, 5}, gen, at::kLong);
-  const at::Tensor w = at::randn({2, 5, c.vocab}, gen, at::kDouble);
-  const TensorTree v = params.map([&](const at::Tensor& t) { return at::randn(t.sizes(), gen, at::kDouble); });
-  const Derivatives a = whole(c, params, ids, w, v);
-  const Derivatives b = chunked(c, params, ids, w, v, 2, 1, Plant::kDetachedSend);
+  const ChunkProblem s = problem(false, 2, 12);
+  const Derivatives a = whole(s.config, s.params, s.ids, s.w, s.v);
+  const Derivatives b = chunked(s.config, s.params, s.ids, s.w, s.v, 2, 1, Plant::kDetachedSend);
   for (const auto& e : a.grad) EXPECT_TRUE(at::allclose(e.tensor, b.grad.at(e.name), 1e-12, 1e-14)) << e.name;
   EXPECT_FALSE(at::allclose(a.hvp.at("blocks.0.mlp.fc.weight"), b.hvp.at("blocks.0.mlp.fc.weight"), 1e-6, 1e-8));
 }

@@ -7,6 +7,7 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include <functional>
 #include <limits>
 #include <mutex>
 
@@ -59,6 +60,24 @@ Derivatives single_process(const Whole& p) {
   return d;
 }
 
+// One rank's columns of the whole problem and its ring attention's output, leaves q, k, v.
+struct OnRank {
+  std::function<at::Tensor(const at::Tensor&)> mine;  // this rank's columns of a whole tensor
+  std::vector<at::Tensor> leaves;
+  at::Tensor y;
+};
+
+OnRank ring_on_rank(const Whole& p, int cp, const dist::Runtime& rt, dist::RingShift shift = dist::shift_ring) {
+  const int64_t P = p.q.size(2);
+  const at::Tensor columns = dist::zigzag_columns(P, cp, rt.rank());
+  OnRank o;
+  o.mine = [columns](const at::Tensor& t) { return t.index_select(2, columns); };
+  o.leaves = {o.mine(p.q).requires_grad_(true), o.mine(p.k).requires_grad_(true), o.mine(p.v).requires_grad_(true)};
+  o.y = dist::ring_attention(o.leaves[0], o.leaves[1], o.leaves[2], columns, columns,
+                             cp > 1 ? rt.world().get() : nullptr, shift);
+  return o;
+}
+
 class RingAttention : public ::testing::TestWithParam<std::tuple<int, int64_t>> {};
 
 TEST_P(RingAttention, EveryRanksColumnsGetTheWholeSequencesOutputGradientAndHvp) {
@@ -69,12 +88,7 @@ TEST_P(RingAttention, EveryRanksColumnsGetTheWholeSequencesOutputGradientAndHvp)
   std::mutex mutex;
   int ranks_checked = 0;
   dist::run_ranks_in_threads(cp, [&](dist::Runtime& rt) {
-    const at::Tensor columns = dist::zigzag_columns(P, cp, rt.rank());
-    auto mine = [&](const at::Tensor& t) { return t.index_select(2, columns); };
-    std::vector<at::Tensor> leaves = {mine(p.q).requires_grad_(true), mine(p.k).requires_grad_(true),
-                                      mine(p.v).requires_grad_(true)};
-    const at::Tensor y =
-        dist::ring_attention(leaves[0], leaves[1], leaves[2], columns, columns, cp > 1 ? rt.world().get() : nullptr);
+    const auto [mine, leaves, y] = ring_on_rank(p, cp, rt);
     const auto grad = torch::autograd::grad({loss_of(y, mine(p.w))}, leaves, {}, true, true);
     const at::Tensor gv = (grad[0] * mine(p.dq)).sum() + (grad[1] * mine(p.dk)).sum() + (grad[2] * mine(p.dv)).sum();
     const auto hvp = torch::autograd::grad({gv}, leaves);
@@ -101,12 +115,7 @@ TEST(RingAttentionPlanted, DkDvThatDoNotReturnToTheirOwnersAreWrong) {
   std::mutex mutex;
   int wrong_keys = 0;
   dist::run_ranks_in_threads(cp, [&](dist::Runtime& rt) {
-    const at::Tensor columns = dist::zigzag_columns(P, cp, rt.rank());
-    auto mine = [&](const at::Tensor& t) { return t.index_select(2, columns); };
-    std::vector<at::Tensor> leaves = {mine(p.q).requires_grad_(true), mine(p.k).requires_grad_(true),
-                                      mine(p.v).requires_grad_(true)};
-    const at::Tensor y = dist::ring_attention(leaves[0], leaves[1], leaves[2], columns, columns, rt.world().get(),
-                                              dist::shift_ring_cotangent_onward);
+    const auto [mine, leaves, y] = ring_on_rank(p, cp, rt, dist::shift_ring_cotangent_onward);
     const auto grad = torch::autograd::grad({loss_of(y, mine(p.w))}, leaves);
     std::lock_guard<std::mutex> lock(mutex);
     EXPECT_LT(testing::relative_error(y, mine(expected.y)), 1e-13);
