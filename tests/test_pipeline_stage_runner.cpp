@@ -5,19 +5,24 @@
 //   - the Hessian-vector product, each micro-batch's gradient differentiated again across the
 //     stages in one pass through ordered_gradient_sum, likewise: the portals carry the
 //     second-order cotangents both ways;
-//   - GPipe and 1F1B give the same bits, at second order too (a plain sum's pass does not).
+//   - GPipe and 1F1B give the same bits, at second order too (a plain sum's pass does not);
+//   - a stage that never runs is named by its peer within the timeout.
 // Layouts: pp = 2 with 4 micro-batches; pp = 4 (one layer a stage) with a tied head; pp = 2 with
 // two virtual stages each and a tied head.
 #include <gtest/gtest.h>
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include <chrono>
 #include <mutex>
+#include <thread>
 
+#include "lib/core/error.h"
 #include "lib/core/seed.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/parallel/ordered_gradient_sum.h"
 #include "lib/distributed/parallel/pipeline_stage_runner.h"
+#include "lib/distributed/runtime/progress.h"
 #include "lib/distributed/runtime/runtime.h"
 #include "lib/model/gpt.h"
 #include "tests/support.h"
@@ -192,6 +197,49 @@ TEST(PipelineStageRunnerPlanted, APlainSumsPassGivesSchedulesThatDifferInTheLast
       all_equal = all_equal && at::equal(e.tensor, b[static_cast<size_t>(s)].hvp.at(e.name));
   }
   EXPECT_FALSE(all_equal);
+}
+
+// pp = 2: stage 1 never runs (alive elsewhere past the timeout). Stage 0's forward only posts its
+// send; its first backward waits for the cotangent and fails within the timeout, naming the
+// portal, the phase, the derivative order and both ranks.
+TEST(PipelineStageRunnerPlanted, AStageThatNeverRunsIsNamedByItsPeerWithinTheTimeout) {
+  const Problem p = problem(false, 2);
+  std::string error;
+  const auto started = std::chrono::steady_clock::now();
+  dist::run_ranks_in_threads(
+      2,
+      [&](dist::Runtime& rt) {
+        dist::set_phase("training step 2");
+        if (rt.rank() == 1) {
+          std::this_thread::sleep_for(std::chrono::seconds(3));
+          return;
+        }
+        const std::vector<PipelineStage> chunks = pipeline_chunks(p.config.n_layers, 2, 1, 0, "test");
+        const TensorTree params = gpt_stage_parameters(p.config, chunks, p.params).requires_grad();
+        const dist::PipelineStageRun run{rt.world().get(), 2, 1, 0, dist::PipelineSchedule::kGpipe, 2,
+                                         "activations",    8};
+        const auto forward = [&](int64_t m, int64_t, const at::Tensor&) {
+          ModelLayout layout = ModelLayout::whole(kLength);
+          layout.stage = chunks[0];
+          return gpt_forward(p.config, params, p.rows(p.ids, m), layout);
+        };
+        const auto shape = [&](int64_t) { return std::vector<int64_t>{kRows, kLength, p.config.d_model}; };
+        try {
+          dist::run_pipeline_stage(run, params, forward, shape, false);
+        } catch (const DistributedError& e) {
+          error = e.what();
+        }
+        // Its forward's send was never received: clear it, so that no later wait on this rank sees it.
+        try {
+          dist::wait_portal_sends(*rt.world());
+        } catch (const DistributedError&) {
+        }
+      },
+      std::chrono::seconds(2));
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_NE(error.find("portal 'activations' (training step 2, derivative order 1)"), std::string::npos) << error;
+  EXPECT_NE(error.find("rank 0 waited for rank 1, which never sent"), std::string::npos) << error;
+  EXPECT_LT(waited, 2.0 + 5.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, PipelineStageRunner,
