@@ -41,7 +41,8 @@ at::Tensor split_to_group(const at::Tensor& x, const Group& group, int64_t dim =
 // what member (r − offset) mod n sent; its adjoint shifts the cotangents back by −offset (a dK,
 // dV block returns to the member that owns it). Point to point, so every member must run the
 // same shifts in the same order, in the backward too: identical graphs on every member, as the
-// ring's blocks of equal shape give. x has the same shape on every member.
+// ring's blocks of equal shape give. x must have the same shape on every member; the caller checks
+// that once (Group::require_equal_shapes), not at every step of its ring.
 at::Tensor shift_ring(const at::Tensor& x, const Group& group, int64_t offset = 1);
 
 // A sum over ranks outside autograd, DDP-hook style: x + (Σ_r x_r - x) with the bracket

@@ -8,6 +8,8 @@ at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
                           const at::Tensor& query_positions, const at::Tensor& key_positions, const Group* group,
                           RingShift shift) {
   const int64_t steps = group ? group->size() : 1;
+  // Every block that travels has the shape of this member's k: checked once, not at every step.
+  if (group) group->require_equal_shapes(k, "ring_attention");
   const double inf = std::numeric_limits<double>::infinity();
   at::Tensor block_k = k, block_v = v, block_positions = key_positions;
   at::Tensor running_max, total, weighted;  // m [B, H, Tq, 1], ℓ [B, H, Tq, 1], a [B, H, Tq, D]
