@@ -182,6 +182,7 @@ void CheckSettings::validate() const {
   }
   // Before the data and weights are read: the model's config alone says whether tp can split it.
   if (w == "lm" && topology.tp() > 1) require_tensor_parallel_fits(topology, lm_unclipped_config(*this).model);
+  if (w == "lm") require_pipeline_fits(topology, lm_unclipped_config(*this).model);
   if (w == "lm") {
     const int64_t examples = lm_training_examples(*this);
     if (global_batch() > examples) {

@@ -30,6 +30,15 @@ class ForwardingParallelism : public Parallelism {
   TensorTree reduce_gradient(const TensorTree& grads) const override { return inner_->reduce_gradient(grads); }
   TensorTree apply_convention(const TensorTree& grads) const override { return inner_->apply_convention(grads); }
   TensorTree optimizer_input(const TensorTree& clipped) const override { return inner_->optimizer_input(clipped); }
+  // The pass enters parameters through its own compute (the outermost Parallelism's enter), so a
+  // tap on enter() still hears a pipeline's.
+  MicroBatchGradients micro_batch_gradients(const TensorTree& params, const MicroBatchPass& pass,
+                                            bool create_graph) const override {
+    return inner_->micro_batch_gradients(params, pass, create_graph);
+  }
+  std::vector<at::Tensor> micro_batch_losses(const TensorTree& params, const MicroBatchPass& pass) const override {
+    return inner_->micro_batch_losses(params, pass);
+  }
   ReductionGroupSums sum_over_reduction_groups(const TensorTree& local) const override {
     return inner_->sum_over_reduction_groups(local);
   }

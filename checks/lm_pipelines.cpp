@@ -34,7 +34,8 @@ namespace {
 
 nlohmann::json workload_json(const CheckSettings& s, const nlohmann::json& optimizer) {
   // The built-in model has lcm(2, tp) heads (2 up to tp = 2), 4 dimensions or more each, so that
-  // every tp splits it; its vocabulary of 257 bytes is one no tp > 1 divides (padding always runs).
+  // every tp splits it; its vocabulary of 257 bytes is one no tp > 1 divides (padding always runs);
+  // a layer for each pipeline chunk (one without pp).
   const int64_t heads = std::lcm<int64_t>(2, s.topology.tp());
   // On a bridge layout, a multimodal workload: 8 patches of 8 features before each row's text
   // (fixtures/multimodal), through an encoder whose hidden width every encoder tp divides.
@@ -44,7 +45,7 @@ nlohmann::json workload_json(const CheckSettings& s, const nlohmann::json& optim
       s.model_folder.empty()
           ? nlohmann::json{{"vocab", 257},
                            {"d_model", std::max<int64_t>(16, 4 * heads)},
-                           {"n_layers", 1},
+                           {"n_layers", s.topology.pp() * s.topology.vpp()},
                            {"n_heads", heads},
                            {"max_len", s.max_len + (multimodal ? patches : 0)}}
           : nlohmann::json{{"path", s.model_folder}, {"max_len", s.max_len + (multimodal ? patches : 0)}};
@@ -346,7 +347,8 @@ PipelineOutputs run_distributed_lm(const CheckSettings& settings, const dist::Ru
   PipelineOutputs out = lm_grad_outputs(n, step_grads);
   out.push_back(loss_output(n, at::stack(step_losses).to(at::kDouble)));
   out.push_back(shard_weight_output(*parts.groups.world, normalizers,
-                                    convention_factor(*parallel, parallel->shard(full_init)), settings.topology.tp()));
+                                    convention_factor(*parallel, parallel->shard(full_init)),
+                                    settings.topology.tp() * settings.topology.pp()));
   if (settings.wants(Level::kOptimizer)) append_optimizer_outputs(out, n, optimizer_steps);
   // Levels past the optimizer need the training run (and REPLAY for replay and scores); a --bite
   // mutation run whose expected level is earlier skips them (CheckSettings::levels_through).

@@ -2,6 +2,9 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include <functional>
+#include <map>
+
 #include "lib/step/mixed_precision.h"
 #include "lib/train/replay_backward.h"
 
@@ -34,9 +37,14 @@ void add_through_gradient(ReplayProducts& into, const StepFunction& step, const 
     std::vector<at::Tensor> dc(params.size());
     if (c.requires_grad()) {
       const TensorTree scaled = parallel.apply_clip(cast_floating(gradient, c.scalar_type()), c);
-      std::vector<at::Tensor> cotangents;
-      for (const auto& e : scaled) cotangents.push_back((mu.at(e.name) * S).to(c.scalar_type()));
-      dc = torch::autograd::grad(scaled.tensors(), params, cotangents, /*retain_graph=*/true, false, true);
+      // (A tied embedding's last-stage copy takes c detached: its term is the first stage's.)
+      std::vector<at::Tensor> outputs, cotangents;
+      for (const auto& e : scaled) {
+        if (!e.tensor.requires_grad()) continue;
+        outputs.push_back(e.tensor);
+        cotangents.push_back((mu.at(e.name) * S).to(c.scalar_type()));
+      }
+      dc = torch::autograd::grad(outputs, params, cotangents, /*retain_graph=*/true, false, true);
     }
     for (auto& d : dc) d = d.defined() ? d / S : d;
     into.clip_gradient.push_back(parallel.unshard(with_values(traced.leaves.params, defined_or_zero(dc, params))));
@@ -77,26 +85,56 @@ at::Tensor steps_of(const std::vector<TensorTree>& trees, const std::string& nam
   return at::cat(steps);
 }
 
+namespace {
+
+// Each kind of slot ("mu", "nu", "trace") as a tree named by its parameters, and the 0-dim
+// slots (the step count) under their own names; kinds in the order they first appear.
+struct SlotsByKind {
+  std::vector<std::string> order;  // kinds and scalar slots, as they first appear
+  std::map<std::string, TensorTree> kinds;
+  TensorTree scalars;
+};
+
+SlotsByKind slots_of(const TensorTree& state) {
+  SlotsByKind out;
+  for (const auto& [name, slot] : state) {
+    if (slot.dim() == 0) {
+      out.order.push_back(name);
+      out.scalars.insert(name, slot.clone());
+      continue;
+    }
+    const std::string kind = name.substr(0, name.find('.'));
+    if (!out.kinds.count(kind)) out.order.push_back(kind);
+    out.kinds[kind].insert(name.substr(name.find('.') + 1), slot);
+  }
+  return out;
+}
+
+// The state again, each kind's tree mapped by `f` as a whole (one collective call per kind, so a
+// pipeline stage's parameters go together).
+TensorTree map_kinds(const TensorTree& state, const std::function<TensorTree(const TensorTree&)>& f) {
+  const SlotsByKind slots = slots_of(state);
+  TensorTree out;
+  for (const std::string& key : slots.order) {
+    if (slots.scalars.contains(key)) {
+      out.insert(key, slots.scalars.at(key));
+      continue;
+    }
+    for (const auto& [param, slot] : f(slots.kinds.at(key))) out.insert(key + "." + param, slot);
+  }
+  return out;
+}
+
+}  // namespace
+
 TensorTree shard_optimizer_state(const Parallelism& parallel, const TensorTree& full) {
   // A slot shards as its parameter (the name after the kind), which the plan splits by name.
-  return full.map_named([&](const std::string& name, const at::Tensor& slot) {
-    if (slot.dim() == 0) return slot.clone();
-    const std::string param = name.substr(name.find('.') + 1);
-    TensorTree one;
-    one.insert(param, slot);
-    return parallel.shard(one).at(param);
-  });
+  return map_kinds(full, [&](const TensorTree& slots) { return parallel.shard(slots); });
 }
 
 TensorTree unshard_optimizer_state(const Parallelism& parallel, const TensorTree& local) {
   // A slot unshards as its parameter (the name after the kind), whose full shape the layout knows.
-  return local.map_named([&](const std::string& name, const at::Tensor& slot) {
-    if (slot.dim() == 0) return slot.clone();
-    const std::string param = name.substr(name.find('.') + 1);
-    TensorTree one;
-    one.insert(param, slot);
-    return parallel.unshard(one).at(param);
-  });
+  return map_kinds(local, [&](const TensorTree& slots) { return parallel.unshard(slots); });
 }
 
 void add_replay_products(ReplayProducts& into, const StepFunction& step, const Parallelism& parallel,

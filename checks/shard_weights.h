@@ -51,7 +51,7 @@ double convention_factor(const Parallelism& parallel, const TensorTree& params);
 
 // The grad-level output: [steps·R] weights, step by step, gathered over `world` (every rank calls
 // it), with the counts behind them in its detail. `calls[t]` is this rank's normalizer at step t;
-// `label_copies` ranks hold each row shard's labels (its tp ranks).
+// `label_copies` ranks hold each row shard's labels (its tp ranks, on every pipeline stage).
 NamedTensor shard_weight_output(const dist::Group& world, const std::vector<std::optional<NormalizerTap::Call>>& calls,
                                 double convention, int64_t label_copies);
 // The reference's partner: ones.

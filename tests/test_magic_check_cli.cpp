@@ -572,6 +572,16 @@ TEST(MagicCheckCli, TensorParallelPassesAtFp64OnEveryLevelAndInBf16) {
   EXPECT_EQ(bf16.exit_code, 0) << bf16.output;
 }
 
+// Pipeline stages (docs/magic-check.md, "Pipeline stages"): exact at every level against the single
+// process with a tied head beside dp and sharded parameters (the embedding group's sum before the
+// reduce-scatter, the norm counting the copy once), and with interleaved virtual stages beside tp
+// under GPipe. (magic-run's scores, and GPipe against 1F1B: test_magic_run_distributed.cpp.)
+TEST(MagicCheckCli, PipelineStagesPassAtFp64OnEveryLevel) {
+  expect_exact_on_every_level("dp=2,fsdp=2,pp=2,mb=2",
+                              " --model " + testing::source_path("fixtures/models/gpt2-tiny") + " --launch threads");
+  expect_exact_on_every_level("dp=1,tp=2,pp=2,vpp=2,mb=2", " --schedule gpipe --launch threads");
+}
+
 // Low precision: judged against an fp64 golden run; every row carries the three errors and,
 // where it applies, the bound; the table says which criterion it used.
 TEST(MagicCheckCli, Bf16PassesAgainstTheFp64GoldenRunAndReportsThreeErrors) {

@@ -118,6 +118,16 @@ TEST(MagicCheckModel, ABadFolderOrAConflictingFlagIsRefusedBeforeAnyRank) {
       {"--model " + model("gpt2-tiny") + " --topology dp=2,tp=3",
        "--topology dp=2,tp=3: tp=3 does not divide the model's 4 attention heads"},
       {"--config " + config + " --topology tp=4", "--topology dp=1,tp=4: tp=4 does not divide the model's 2"},
+      // Pipelines (docs/magic-check.md, "Pipeline stages"): the model's layers and the schedule.
+      {"--model " + model("gpt2-tiny") + " --topology pp=4,mb=4",
+       "--topology dp=1,pp=4,mb=4: pp=4 stages for a model of 2 layers; every stage needs a layer"},
+      {"--model " + model("gpt2-tiny") + " --topology pp=2,vpp=2,mb=4",
+       "the model's 2 layers do not split into pp·vpp = 2·2 = 4 chunks of equal length"},
+      {"--config " + config + " --topology pp=2,mb=2", "pp=2 stages for a model of 1 layer;"},
+      {"--topology pp=2", "mb=1 micro-batches are fewer than the pp=2 stages, which 1F1B needs"},
+      {"--topology pp=2,vpp=2,mb=3", "mb=3 is not a multiple of pp=2, which the interleaved 1F1B schedule"},
+      {"--topology dp=2,vpp=2", "vpp=2 needs pp > 1"},
+      {"--topology pp=2,mb=2 --schedule zigzag", "--schedule: unknown schedule 'zigzag'; expected gpipe or 1f1b"},
   };
   for (const auto& c : cases) {
     const auto o = magic_check(c.args);

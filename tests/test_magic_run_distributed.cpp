@@ -280,5 +280,39 @@ TEST(MagicRunDistributed, AThreePoolLayoutIsRefusedBeforeAnyRankStarts) {
   EXPECT_NE(o.output.find("--launch env: RANK is not set"), std::string::npos) << o.output;
 }
 
+// Pipeline stages (pp=2, 4 micro-batches of uneven size on a 2-layer model, clipping): the single
+// process's scores to fp64 rounding under 1F1B, and GPipe's bit for bit (each micro-batch's gradient
+// is summed in micro-batch order, its second-order passes too). A model with fewer layers than
+// stages is refused before any rank starts.
+TEST(MagicRunDistributed, PipelineStagesGiveTheSingleProcessScoresUnderEitherSchedule) {
+  const std::string config = testing::write_tiny_run_config("pipeline", {}, [](nlohmann::json& j) {
+    j["model"]["n_layers"] = 2;
+    j["optimizer"] = {{"name", "adamw"}, {"lr", 0.01}, {"clip_norm", 1.0}};
+  });
+  const std::string single = fresh_dir("mr-pp-single"), one_f = fresh_dir("mr-pp-1f1b"), gpipe = fresh_dir("mr-pp-gpipe");
+  ASSERT_EQ(magic_run("--config " + config + " --out " + single).exit_code, 0);
+  const testing::CommandOutcome o = magic_run("--config " + config + " --topology pp=2,mb=4 --out " + one_f);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("on dp=1,pp=2,mb=4"), std::string::npos) << o.output;
+  const testing::CommandOutcome g =
+      magic_run("--config " + config + " --topology pp=2,mb=4 --schedule gpipe --out " + gpipe);
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  const at::Tensor a = load_safetensors(single + "/scores.safetensors").tensors.at("scores");
+  const at::Tensor d = load_safetensors(one_f + "/scores.safetensors").tensors.at("scores");
+  const at::Tensor e = load_safetensors(gpipe + "/scores.safetensors").tensors.at("scores");
+  const double error = (d - a).abs().max().item<double>() / a.abs().max().item<double>();
+  std::cout << "pp=2,mb=4 vs single process: relative error " << error << "\n";
+  EXPECT_LE(error, 1e-10);
+  EXPECT_TRUE(at::equal(d, e)) << "GPipe's scores differ from 1F1B's";
+
+  const std::string never = fresh_dir("mr-pp-never");
+  const std::string one_layer = testing::write_tiny_run_config("pipeline-one-layer", {});
+  const testing::CommandOutcome refused = magic_run("--config " + one_layer + " --topology pp=2,mb=2 --out " + never);
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("pp=2 stages for a model of 1 layer;"), std::string::npos) << refused.output;
+  EXPECT_FALSE(std::filesystem::exists(never));
+  for (const std::string& dir : {single, one_f, gpipe}) std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace magic

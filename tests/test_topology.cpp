@@ -52,8 +52,22 @@ TEST(Topology, RejectsBadStringsNamingTheProblemAndTheValidKeys) {
   }
   EXPECT_NE(error_of("dp=2,mb=4611686018427387904").find("is more than 2147483647 micro-batches"), std::string::npos);
   EXPECT_EQ(error_of("dp=65536,cp=32767"), "");  // 2^31 - 65536 ranks: a world c10d can number
-  EXPECT_NE(error_of("dq=2").find("keys from: dp, cp, tp, fsdp, sp, mb, n_ci, n_per_block, n_blocks, n_ppgd"),
+  EXPECT_NE(error_of("dq=2").find("keys from: dp, cp, tp, fsdp, sp, mb, pp, vpp, n_ci, n_per_block, n_blocks, n_ppgd"),
             std::string::npos);
+  EXPECT_NE(error_of("dp=2,vpp=2").find("vpp=2 needs pp > 1"), std::string::npos);
+  EXPECT_NE(error_of("pp=2,n_ci=2,n_per_block=1").find("pp cannot be combined"), std::string::npos);
+  EXPECT_NE(error_of("pp=65536,dp=32768").find("a world of more than"), std::string::npos);
+}
+
+TEST(Topology, ParsesPipelineStagesOutermost) {
+  const auto t = TopologySpec::parse("vpp=2,mb=4,pp=3,tp=2,dp=2");
+  EXPECT_EQ(t.pp(), 3);
+  EXPECT_EQ(t.vpp(), 2);
+  EXPECT_EQ(t.world_size(), 12);  // pp * dp * cp * tp: virtual stages are chunks, not ranks
+  EXPECT_EQ(t.str(), "dp=2,tp=2,pp=3,vpp=2,mb=4");
+  EXPECT_EQ(TopologySpec::parse(t.str()).str(), t.str());
+  EXPECT_EQ(TopologySpec::parse("dp=2").pp(), 1);
+  EXPECT_EQ(t.schedule, "1f1b");
 }
 
 TEST(Topology, ParsesTensorParallelSequenceParallelAndMicroBatches) {

@@ -11,6 +11,7 @@
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/parallel/mesh_explain.h"
+#include "lib/distributed/parallel/pipeline_schedule.h"
 #include "lib/distributed/runtime/bridge_topology.h"
 #include "lib/io/output_path.h"
 #include "lib/live/trace_server.h"
@@ -37,7 +38,8 @@ void list_mutations(std::ostream& out) {
 CheckCommand parse_check_command(int argc, char** argv, int& early_exit) {
   CheckCommand c;
   auto& s = c.request.settings;
-  std::string topology, dtype = "fp64", convention = "sum", checks_list, mutate, backend = "gloo", device = "cpu";
+  std::string topology, schedule = "1f1b", dtype = "fp64", convention = "sum", checks_list, mutate, backend = "gloo",
+                        device = "cpu";
   double timeout_s = 60;
   int64_t seed = 0;
   bool bite = false;
@@ -46,8 +48,9 @@ CheckCommand parse_check_command(int argc, char** argv, int& early_exit) {
       "Example: magic-check --topology dp=4 --bite --json report.json\n"
       "Mesh layouts check a small GPT on the KJV fixture; three-pool layouts a small decomposition."};
   app.add_option("--topology", topology,
-                 "layout, key=value[,...]: mesh dp=D[,cp=C][,tp=T][,fsdp=F][,mb=M], or three pools "
+                 "layout, key=value[,...]: mesh dp=D[,cp=C][,tp=T][,fsdp=F][,pp=P][,vpp=V][,mb=M], or three pools "
                  "n_ci=A,n_per_block=B[,n_blocks=2][,n_ppgd=2]");
+  app.add_option("--schedule", schedule, "with pp > 1: the pipeline's schedule, 1f1b or gpipe")->capture_default_str();
   std::string run_config;
   app.add_option("--config", run_config,
                  "check this magic-run config (model, data, optimizer, schedule, reduction, weights, clipping, "
@@ -125,6 +128,8 @@ CheckCommand parse_check_command(int argc, char** argv, int& early_exit) {
     return c;
   }
   s.topology = dist::TopologySpec::parse(topology);
+  dist::parse_pipeline_schedule(schedule, "--schedule");
+  s.topology.schedule = schedule;
   if (!run_config.empty()) {
     // The config fixes these; a flag that disagrees with it would check a different run.
     for (const char* flag :

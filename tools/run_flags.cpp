@@ -7,6 +7,7 @@
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
+#include "lib/distributed/parallel/pipeline_schedule.h"
 #include "lib/distributed/runtime/topology.h"
 #include "lib/io/atomic_folder.h"
 #include "lib/io/output_path.h"
@@ -57,7 +58,7 @@ RunFlags parse_run_flags(int argc, char** argv, int& early_exit) {
       "Example: magic-run --config fixtures/runs/demo.json --out out/demo\n"
       "Distributed: magic-run --config run.json --topology dp=4 (check it first: magic-check --config run.json "
       "--topology dp=4)"};
-  std::string topology, backend = "gloo";
+  std::string topology, schedule = "1f1b", backend = "gloo";
   bool resume = false, restart = false;
   dist::RankProgram program;
   program.name = "magic-run";
@@ -90,7 +91,10 @@ RunFlags parse_run_flags(int argc, char** argv, int& early_exit) {
   add_trace_flags(app, trace);
   app.add_flag("--keep-checkpoints", f.keep_checkpoints,
                "keep the run's checkpoints in training.spill_dir when it ends (removed by default)");
-  app.add_option("--topology", topology, "run distributed on this mesh layout: dp=N[,cp=C][,tp=T][,fsdp=F][,mb=M]");
+  app.add_option("--topology", topology,
+                 "run distributed on this mesh layout: dp=N[,cp=C][,tp=T][,fsdp=F][,pp=P][,vpp=V][,mb=M]");
+  app.add_option("--schedule", schedule, "with a pp > 1 topology: the pipeline's schedule, 1f1b or gpipe")
+      ->capture_default_str();
   app.add_flag("--explain-layout", f.explain_layout,
                "with --topology: print the layout's rank order and every rank's coordinates and groups, then exit "
                "without running (the config and the other flags are checked first)");
@@ -134,6 +138,8 @@ RunFlags parse_run_flags(int argc, char** argv, int& early_exit) {
   if (f.html && f.out_dir.empty()) throw InputError("--html: needs --out (report.html is written there)");
   if (!topology.empty()) {
     program.topology = dist::TopologySpec::parse(topology);
+    dist::parse_pipeline_schedule(schedule, "--schedule");
+    program.topology.schedule = schedule;
     require_mesh_topology(program.topology, "magic-run");
     program.backend = dist::parse_backend(backend);
     if (!(timeout_s > 0)) throw InputError("--timeout: expected seconds > 0");

@@ -15,6 +15,7 @@
 
 #include "lib/core/tensor_tree.h"
 #include "lib/model/model_layout.h"
+#include "lib/step/micro_batch_pass.h"
 #include "lib/trace/trace_layout.h"
 
 namespace magic {
@@ -64,6 +65,17 @@ class Parallelism {
   virtual TensorTree apply_clip(const TensorTree& /*grads*/, const at::Tensor& /*coefficient*/) const {
     unimplemented("apply_clip");
   }
+
+  // --- micro-batches (gradient accumulation; pipeline stages)
+  // Σ_m ∇(S·L_m) with respect to the stored `params` over the pass's micro-batches, and Σ_m L_m.
+  // The default (no body-throws rule here: every parallelism has micro-batches) runs them one after
+  // another, each entering `params` and differentiated on its own, so that enter()'s backward
+  // reduces each; a pipeline runs them over its stages in its schedule.
+  virtual MicroBatchGradients micro_batch_gradients(const TensorTree& params, const MicroBatchPass& pass,
+                                                    bool create_graph) const;
+  // Each micro-batch's loss, forward only (differentiable by the default; a pipeline's are values):
+  // this rank's share, empty on a rank that computes no loss.
+  virtual std::vector<at::Tensor> micro_batch_losses(const TensorTree& params, const MicroBatchPass& pass) const;
 
   // --- reductions
   // Applied to every gradient of a local loss with respect to the stored parameters (the

@@ -5,6 +5,7 @@
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/parallel/mesh_layout.h"
+#include "lib/distributed/parallel/pipeline_schedule.h"
 
 namespace magic {
 
@@ -29,11 +30,42 @@ void require_micro_batches_fit(const dist::TopologySpec& topology, int64_t batch
                            " rows or mb <= ", std::max<int64_t>(1, batch / dp)));
 }
 
+void require_pipeline_fits(const dist::TopologySpec& topology, const GptConfig& model) {
+  const std::string what = str_cat("--topology ", topology.str());
+  const dist::PipelineSchedule schedule = dist::parse_pipeline_schedule(topology.schedule, "--schedule");
+  if (topology.pp() == 1) return;
+  if (topology.pp() > model.n_layers) {
+    throw InputError(str_cat(what, ": pp=", topology.pp(), " stages for a model of ", model.n_layers,
+                             model.n_layers == 1 ? " layer" : " layers",
+                             "; every stage needs a layer (pp <= n_layers)"));
+  }
+  pipeline_chunks(model.n_layers, topology.pp(), topology.vpp(), 0, what);
+  dist::validate_pipeline_schedule(schedule, topology.pp(), topology.vpp(), topology.mb(), what);
+}
+
+dist::StageParts lm_stage_parts(const dist::MeshGroups& groups, const dist::TopologySpec& topology,
+                                const GptConfig& model, const TensorTree& full) {
+  dist::StageParts out;
+  const dist::MeshLayout& layout = groups.layout;
+  const int64_t pp = layout.pp(), vpp = topology.vpp(), stage = layout.pp_index(groups.rank);
+  out.run = {groups.pp.get(), pp, vpp, stage, dist::parse_pipeline_schedule(topology.schedule, "--schedule")};
+  out.chunks = pipeline_chunks(model.n_layers, pp, vpp, stage, str_cat("--topology ", topology.str()));
+  for (const auto& p : gpt_stage_parameters(model, out.chunks, full)) out.held.push_back(p.name);
+  for (int64_t s = pp - 1; s >= 0; --s) {  // the first stage that holds each, written last
+    const auto chunks = pipeline_chunks(model.n_layers, pp, vpp, s, "");
+    for (const auto& p : gpt_stage_parameters(model, chunks, full)) out.owner[p.name] = s;
+  }
+  if (model.tied_head && pp > 1) out.tied = "tok_emb";
+  return out;
+}
+
 dist::MeshParts lm_mesh_parts(const dist::Runtime& runtime, const dist::TopologySpec& topology,
                               const GptConfig& model) {
   const dist::MeshGroups groups = dist::make_mesh_groups(runtime, dist::MeshLayout(topology));
   // Only the shapes matter here: the parts shard tensors shaped like the parameters.
-  return dist::mesh_parts(groups, gpt_init(model, at::kDouble, 0), gpt_parallel_plan(), topology.sp());
+  const TensorTree full = gpt_init(model, at::kDouble, 0);
+  return dist::mesh_parts(groups, full, gpt_parallel_plan(), topology.sp(),
+                          lm_stage_parts(groups, topology, model, full));
 }
 
 std::shared_ptr<const dist::DataParallel> lm_data_parallel(const dist::Runtime& runtime,

@@ -25,6 +25,15 @@ void require_tensor_parallel_fits(const dist::TopologySpec& topology, const GptC
 // `batch_name` says where the batch came from ("--batch", "training.batch_size").
 void require_micro_batches_fit(const dist::TopologySpec& topology, int64_t batch, const std::string& batch_name);
 
+// Throws InputError naming the topology unless its pipeline can run `model`: a known --schedule;
+// pp <= n_layers; pp·vpp chunks of equal length; enough micro-batches for the schedule
+// (pipeline_schedule.h). Both tools call it before any rank starts.
+void require_pipeline_fits(const dist::TopologySpec& topology, const GptConfig& model);
+
+// This rank's pipeline stage of `model` (`full`: parameters shaped like the model's).
+dist::StageParts lm_stage_parts(const dist::MeshGroups& groups, const dist::TopologySpec& topology,
+                                const GptConfig& model, const TensorTree& full);
+
 // This rank's mesh groups and the correct pieces for the model's parameters. Every rank of the
 // world calls it, in the same order (groups are created collectively).
 dist::MeshParts lm_mesh_parts(const dist::Runtime& runtime, const dist::TopologySpec& topology, const GptConfig& model);

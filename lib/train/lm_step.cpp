@@ -92,24 +92,44 @@ std::vector<double> LmStep::micro_batch_denominators(int64_t t) const {
   return micro_batching_->denominators(*parallelism_, labels);
 }
 
+MicroBatchPass LmStep::micro_batch_pass(int64_t t, const at::Tensor& w, const std::vector<double>& denominators) const {
+  MicroBatchPass pass;
+  pass.count = static_cast<int64_t>(denominators.size());
+  pass.compute = [this](const TensorTree& stored) { return precision_->compute_params(*parallelism_, stored); };
+  pass.forward = [this, t, w, denominators](int64_t m, const PipelineStage& stage, const TensorTree& computed,
+                                            const at::Tensor& input) {
+    return micro_batch_forward(t, m, stage, computed, input, w, denominators.at(static_cast<size_t>(m)));
+  };
+  pass.hidden_shape = [this, t](int64_t m) {
+    const Batch& batch = micro_batches_.at(t).at(m);
+    const ModelLayout layout = parallelism_->model_layout(batch.input_ids.size(1));
+    return std::vector<int64_t>{batch.input_ids.size(0), layout.embedded_positions().size(0), model_.d_model};
+  };
+  pass.scale_loss = [this](const at::Tensor& loss) { return precision_->scale_loss(loss); };
+  pass.accumulate = [this](const TensorTree& sum, const TensorTree& next) { return precision_->accumulate(sum, next); };
+  if (w.requires_grad()) pass.inputs.push_back(w);
+  return pass;
+}
+
 at::Tensor LmStep::loss(const TensorTree& params, int64_t t, const at::Tensor& w) const {
-  const std::vector<double> denominators = micro_batch_denominators(t);
+  const std::vector<at::Tensor> losses =
+      parallelism_->micro_batch_losses(params, micro_batch_pass(t, w, micro_batch_denominators(t)));
   at::Tensor total;
-  for (size_t m = 0; m < denominators.size(); ++m) {
-    const at::Tensor part = micro_batch_loss(params, t, static_cast<int64_t>(m), w, denominators[m]);
-    total = total.defined() ? total + part : part;
-  }
+  for (const at::Tensor& part : losses) total = total.defined() ? total + part : part;
+  if (!total.defined())
+    total = at::zeros({}, at::TensorOptions().dtype(precision_->policy().master).device(device_of(params)));
   return total;
 }
 
 // With more than one micro-batch its trace records (activations, the loss) name it: they hold the
 // micro-batch's rows, placed as this rank's share of every rank's micro-batch m (docs/dump-format.md,
 // `micro_batch`).
-at::Tensor LmStep::micro_batch_loss(const TensorTree& params, int64_t t, int64_t m, const at::Tensor& w,
-                                    double mean_denominator) const {
+at::Tensor LmStep::micro_batch_forward(int64_t t, int64_t m, const PipelineStage& stage, const TensorTree& computed,
+                                       const at::Tensor& input, const at::Tensor& w, double mean_denominator) const {
   const Batch& batch = micro_batches_.at(t).at(m);
-  const ModelLayout layout = parallelism_->model_layout(batch.input_ids.size(1));
-  const at::Device device = device_of(params);
+  ModelLayout layout = parallelism_->model_layout(batch.input_ids.size(1));
+  layout.stage = stage;
+  const at::Device device = device_of(computed);
   const LocalColumns local =
       local_columns(layout.sequence, batch.input_ids, batch.labels, gather_weights(w, batch.rows), data_->pad_id)
           .to(device);
@@ -123,14 +143,16 @@ at::Tensor LmStep::micro_batch_loss(const TensorTree& params, int64_t t, int64_t
     if (micro_batching_->count() > 1) context.micro_batch = m;
     placed.emplace(std::move(context));
   }
-  if (tracing()) trace_activation(local.input_ids, "input_ids", "input", "", trace_layout_.activations(length));
-  const TensorTree computed = precision_->compute_params(*parallelism_, params);
+  if (tracing() && stage.embeds) {
+    trace_activation(local.input_ids, "input_ids", "input", "", trace_layout_.activations(length));
+  }
   at::Tensor prefix;
-  if (prefix_) {
+  if (prefix_ && stage.embeds) {
     prefix = prefix_->embed(computed, patches_of_rows(data_->patches, step_rows_.at(t)).to(device),
                             prefix_columns(layout.sequence.columns, prefix_->length()).to(device));
   }
-  at::Tensor logits = gpt_forward(model_, computed, local.input_ids, layout, prefix);
+  at::Tensor logits = gpt_forward(model_, computed, stage.embeds ? local.input_ids : input, layout, prefix);
+  if (!stage.heads) return logits;  // hidden states for the next pipeline chunk
   if (tracing()) trace_activation(logits, "logits", "logits", "head", trace_layout_.logits(length));
   at::Tensor losses =
       vocab_parallel_position_losses(precision_->to_master(logits), local.targets, token_loss_, *layout.tensor);
@@ -169,20 +191,10 @@ std::pair<TensorTree, at::Tensor> LmStep::gradient_and_loss(const TrainState& st
   std::optional<ScopedTraceContext> context;
   if (tracing() && !trace_context().active && !create_graph)
     context.emplace(TraceContext{true, t, "forward", {}, -1, {}});
-  // Each micro-batch's forward and backward in turn (its graph freed unless the gradient will be
-  // differentiated again), the gradients accumulated in the master dtype.
-  const std::vector<double> denominators = micro_batch_denominators(t);
-  TensorTree local;
-  at::Tensor unscaled;
-  for (size_t m = 0; m < denominators.size(); ++m) {
-    const at::Tensor part = micro_batch_loss(params, t, static_cast<int64_t>(m), w, denominators[m]);
-    auto grads = torch::autograd::grad({precision_->scale_loss(part)}, params.tensors(), {},
-                                       /*retain_graph=*/create_graph, /*create_graph=*/create_graph,
-                                       /*allow_unused=*/true);
-    const TensorTree micro = with_values(params, grads);
-    local = m == 0 ? micro : precision_->accumulate(local, micro);
-    unscaled = m == 0 ? part.detach() : unscaled + part.detach();
-  }
+  MicroBatchGradients result =
+      parallelism_->micro_batch_gradients(params, micro_batch_pass(t, w, micro_batch_denominators(t)), create_graph);
+  const TensorTree& local = result.gradient;
+  const at::Tensor unscaled = result.loss.defined() ? result.loss : at::zeros({}, at::kDouble);
   if (trace_layout_.backward_gradient_is_whole) trace_step_tree(local, "gradient", "backward", t, trace_layout_);
   TensorTree reduced = precision_->unscale(parallelism_->apply_convention(precision_->reduce(*parallelism_, local)));
   trace_step_tree(reduced, "reduced_gradient", "reduction", t, trace_layout_);
@@ -262,28 +274,50 @@ LmQuery::LmQuery(GptConfig model, TokenDataset queries, std::shared_ptr<const Pa
   local_labels_ = local.labels;
 }
 
+MicroBatchPass LmQuery::pass(std::optional<int64_t> index) const {
+  MicroBatchPass pass;  // the query's chunks are one micro-batch
+  pass.compute = [this](const TensorTree& stored) { return precision_->compute_params(*parallelism_, stored); };
+  pass.forward = [this, index](int64_t, const PipelineStage& stage, const TensorTree& computed,
+                               const at::Tensor& input) { return local_loss(stage, computed, input, index); };
+  pass.hidden_shape = [this](int64_t) {
+    const ModelLayout layout = parallelism_->model_layout(local_ids_.size(1));
+    return std::vector<int64_t>{local_ids_.size(0), layout.embedded_positions().size(0), model_.d_model};
+  };
+  pass.scale_loss = [this](const at::Tensor& loss) { return precision_->scale_loss(loss); };
+  pass.accumulate = [this](const TensorTree& sum, const TensorTree& next) { return precision_->accumulate(sum, next); };
+  return pass;
+}
+
 TensorTree LmQuery::gradient(const TensorTree& params_in, std::optional<int64_t> index) const {
   const TensorTree params = params_in.requires_grad();
-  at::Tensor q = precision_->scale_loss(loss(params, index));
-  auto grads = torch::autograd::grad({q}, params.tensors(), {}, false, false, /*allow_unused=*/true);
-  return precision_->unscale(precision_->reduce(*parallelism_, with_values(params, grads))).detach();
+  const TensorTree grads = parallelism_->micro_batch_gradients(params, pass(index), /*create_graph=*/false).gradient;
+  return precision_->unscale(precision_->reduce(*parallelism_, grads)).detach();
 }
 
 at::Tensor LmQuery::loss(const TensorTree& params, std::optional<int64_t> index) const {
+  const std::vector<at::Tensor> losses = parallelism_->micro_batch_losses(params, pass(index));
+  const at::Tensor local =
+      losses.empty() ? at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_of(params))) : losses.front();
+  return with_global_value(*parallelism_, local);
+}
+
+at::Tensor LmQuery::local_loss(const PipelineStage& stage, const TensorTree& computed, const at::Tensor& input,
+                               std::optional<int64_t> index) const {
   // Every rank runs the same operations (possibly on zero rows), so the collectives inside
   // enter()'s backward line up across ranks; a selection vector picks the queries that count.
-  const ModelLayout layout = parallelism_->model_layout(local_ids_.size(1));
-  const at::Device device = device_of(params);
+  ModelLayout layout = parallelism_->model_layout(local_ids_.size(1));
+  layout.stage = stage;
+  const at::Device device = device_of(computed);
   const LocalColumns local =
       local_columns(layout.sequence, local_ids_, local_labels_, at::ones({local_ids_.size(0)}), queries_.pad_id)
           .to(device);
-  const TensorTree computed = precision_->compute_params(*parallelism_, params);
   at::Tensor prefix;
-  if (prefix_) {
+  if (prefix_ && stage.embeds) {
     prefix = prefix_->embed(computed, all_patches_.to(device),
                             prefix_columns(layout.sequence.columns, prefix_->length()).to(device));
   }
-  at::Tensor logits = gpt_forward(model_, computed, local.input_ids, layout, prefix);
+  at::Tensor logits = gpt_forward(model_, computed, stage.embeds ? local.input_ids : input, layout, prefix);
+  if (!stage.heads) return logits;  // hidden states for the next pipeline chunk
   // The query loss is the plain cross-entropy: label smoothing is a training option (Q measures the model).
   at::Tensor losses = vocab_parallel_position_losses(precision_->to_master(logits), local.targets,
                                                      TokenLoss{model_.vocab, 0.0}, *layout.tensor);
@@ -299,7 +333,7 @@ at::Tensor LmQuery::loss(const TensorTree& params, std::optional<int64_t> index)
   }
   at::Tensor per_chunk = (losses * mask).sum(1);
   at::Tensor select = at::tensor(weight, at::TensorOptions().dtype(at::kDouble)).to(per_chunk.options());
-  return with_global_value(*parallelism_, (per_chunk * select).sum());
+  return (per_chunk * select).sum();
 }
 
 }  // namespace magic

@@ -51,10 +51,13 @@ class LmStep : public StepFunction {
   const Batch& local_batch(int64_t t) const { return batches_.at(t); }
 
  private:
-  // The loss of micro-batch m of step t (this rank's share), its `mean` reduction divided by
-  // `mean_denominator`.
-  at::Tensor micro_batch_loss(const TensorTree& params, int64_t t, int64_t m, const at::Tensor& w,
-                              double mean_denominator) const;
+  // Micro-batch m of step t (this rank's share) through pipeline chunk `stage` with the computed
+  // parameters: its loss, the `mean` reduction divided by `mean_denominator` (stage.heads), or its
+  // hidden states.
+  at::Tensor micro_batch_forward(int64_t t, int64_t m, const PipelineStage& stage, const TensorTree& computed,
+                                 const at::Tensor& input, const at::Tensor& w, double mean_denominator) const;
+  // Step t's micro-batches for Parallelism::micro_batch_gradients.
+  MicroBatchPass micro_batch_pass(int64_t t, const at::Tensor& w, const std::vector<double>& denominators) const;
   // The `mean` denominator of each micro-batch of step t (micro_batches.h); ones without `mean`.
   std::vector<double> micro_batch_denominators(int64_t t) const;
   // The gradient and, detached, the loss it was taken of (this rank's share), which step()
@@ -94,6 +97,10 @@ class LmQuery : public QueryFunction {
   const TokenDataset& queries() const { return queries_; }
 
  private:
+  // This rank's partial sum of Q (stage.heads) or its hidden states, through pipeline chunk `stage`.
+  at::Tensor local_loss(const PipelineStage& stage, const TensorTree& computed, const at::Tensor& input,
+                        std::optional<int64_t> index) const;
+  MicroBatchPass pass(std::optional<int64_t> index) const;
   GptConfig model_;
   TokenDataset queries_;
   int64_t documents_ = 0;

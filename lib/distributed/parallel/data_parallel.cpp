@@ -5,6 +5,7 @@
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
 #include "lib/distributed/collectives/collectives.h"
+#include "lib/distributed/parallel/pipeline_micro_batches.h"
 #include "lib/distributed/parallel/tensor_parallel_group.h"
 
 namespace magic::dist {
@@ -112,8 +113,9 @@ TraceLayout mesh_trace_layout(const MeshLayout& layout, int rank, Convention con
 }
 
 MeshParts mesh_parts(const MeshGroups& groups, const TensorTree& full_params, const ParallelPlan& plan,
-                     bool sequence_parallel) {
+                     bool sequence_parallel, StageParts stage) {
   MeshParts parts;
+  parts.stage = std::move(stage);
   parts.groups = groups;
   const int64_t tp = groups.layout.tp();
   parts.context = std::make_shared<ContextParallel>(groups.cp, sequence_parallel ? tp : 1);
@@ -127,6 +129,8 @@ MeshParts mesh_parts(const MeshGroups& groups, const TensorTree& full_params, co
   parts.parameters = std::make_shared<ShardedParameters>(groups.shard, groups.replica);
   if (sequence_parallel) parts.summed_over_tp = std::make_shared<ShardedParameters>(groups.shard, groups.replica_tp);
   for (const auto& p : full_params) {
+    parts.names.push_back(p.name);
+    parts.whole_shapes[p.name] = p.tensor.sizes().vec();
     parts.whole_rows[p.name] = p.tensor.size(0);
     parts.full_rows[p.name] = tensor_parallel_piece(p.tensor, split_of(plan, p.name), tp, 0).size(0);
   }
@@ -156,6 +160,15 @@ at::Tensor DataParallel::sum_over_batch(const at::Tensor& local) const {
   return parts_.groups.batch ? parts_.groups.batch->sum(local) : local.detach().clone();
 }
 
+at::Tensor DataParallel::sum_over_batch_and_stages(const at::Tensor& local) const {
+  const at::Tensor batch = sum_over_batch(local);
+  return parts_.groups.pp ? parts_.groups.pp->sum(batch) : batch;
+}
+
+bool DataParallel::tied_copy(const std::string& name) const {
+  return pipelined() && name == parts_.stage.tied && layout().pp_index(rank()) == layout().pp() - 1;
+}
+
 ModelLayout DataParallel::model_layout(int64_t length) const {
   ModelLayout out{parts_.context->layout(length), parts_.tensor, {}, {}};
   if (parts_.sequence_parallel) {
@@ -169,22 +182,50 @@ ModelLayout DataParallel::model_layout(int64_t length) const {
 
 TensorTree DataParallel::shard(const TensorTree& full) const {
   const int64_t tp = layout().tp(), index = layout().tp_index(rank());
-  return parts_.parameters->shard(full.map_named([&](const std::string& name, const at::Tensor& p) {
+  TensorTree stage;  // a pipeline stage holds its chunks' parameters only
+  for (const auto& [name, p] : full) {
+    const auto& held = parts_.stage.held;
+    if (!pipelined() || std::find(held.begin(), held.end(), name) != held.end()) stage.insert(name, p);
+  }
+  return parts_.parameters->shard(stage.map_named([&](const std::string& name, const at::Tensor& p) {
     return tp > 1 ? tensor_parallel_piece(p, split_of(parts_.plan, name), tp, index) : p;
   }));
 }
 
 TensorTree DataParallel::unshard(const TensorTree& local) const {
   const TensorTree pieces = parts_.parameters->unshard(local, parts_.full_rows);
-  if (layout().tp() == 1) return pieces;
-  return pieces.map_named([&](const std::string& name, const at::Tensor& piece) {
-    if (!split_over_tp(name)) return piece;
-    const at::Tensor all = parts_.groups.tp->all_gather(piece.unsqueeze(0).contiguous(), 0);
-    return join_tensor_parallel_pieces(all.unbind(0), split_of(parts_.plan, name), parts_.whole_rows.at(name));
-  });
+  const TensorTree stage =
+      layout().tp() == 1 ? pieces : pieces.map_named([&](const std::string& name, const at::Tensor& piece) {
+        if (!split_over_tp(name)) return piece;
+        const at::Tensor all = parts_.groups.tp->all_gather(piece.unsqueeze(0).contiguous(), 0);
+        return join_tensor_parallel_pieces(all.unbind(0), split_of(parts_.plan, name), parts_.whole_rows.at(name));
+      });
+  if (!pipelined()) return stage;
+  // Every parameter from the first stage that holds it (a tied embedding: the first stage's copy).
+  TensorTree whole;
+  const auto options = local.begin()->tensor.options();
+  for (const std::string& name : parts_.names) {
+    const int64_t owner = parts_.stage.owner.at(name);
+    at::Tensor p = owner == layout().pp_index(rank()) ? stage.at(name).contiguous().clone()
+                                                      : at::zeros(parts_.whole_shapes.at(name), options);
+    parts_.groups.pp->broadcast_(p, static_cast<int>(owner));
+    whole.insert(name, p);
+  }
+  return whole;
 }
 
 TensorTree DataParallel::enter(const TensorTree& params) const {
+  const TensorTree entered = enter_stage(params);
+  const std::string& tied = parts_.stage.tied;
+  if (tied.empty() || !parts_.groups.embedding || !entered.contains(tied)) return entered;
+  // The tied embedding's two copies: their gradients are summed over the embedding group in this
+  // backward, before the shard group's reduce-scatter above it.
+  return entered.map_named([&](const std::string& name, const at::Tensor& p) {
+    return name == tied ? copy_to_group(p, *parts_.groups.embedding) : p;
+  });
+}
+
+TensorTree DataParallel::enter_stage(const TensorTree& params) const {
   if (!parts_.summed_over_tp) return parts_.parameters->gather(params, parts_.full_rows);
   // Under sp the replicated parameters' gradients are partial on each tp rank: they enter
   // through their own bucket, whose backward sums over tp as well.
@@ -198,6 +239,20 @@ TensorTree DataParallel::enter(const TensorTree& params) const {
 }
 
 at::Tensor DataParallel::global_squares(const TensorTree& grads) const {
+  if (!pipelined()) return stage_squares(grads);
+  // Σ over the stages; a tied embedding's last-stage copy adds a zero whose derivative is its
+  // terms', so that the norm's cotangent reaches the copy's local part of the summed gradient.
+  TensorTree own, copy;
+  for (const auto& [name, g] : grads) (tied_copy(name) ? copy : own).insert(name, g);
+  at::Tensor squares = stage_squares(own);
+  if (!copy.empty()) {
+    const at::Tensor of_copy = stage_squares(copy);
+    squares = squares + (of_copy - of_copy.detach());
+  }
+  return reduce_from_group(squares, *parts_.groups.pp);
+}
+
+at::Tensor DataParallel::stage_squares(const TensorTree& grads) const {
   const ShardedParameters& shards = *parts_.parameters;
   if (layout().tp() == 1) return shards.sum_squares(dot(grads, grads));
   // ||g||² = Σ_fsdp (Σ_replicated g² + Σ_tp Σ_pieces g²): a replicated parameter counts once, as
@@ -210,6 +265,18 @@ at::Tensor DataParallel::global_squares(const TensorTree& grads) const {
 }
 
 TensorTree DataParallel::apply_clip(const TensorTree& grads, const at::Tensor& coefficient) const {
+  if (!pipelined()) return clip_stage(grads, coefficient);
+  // c scales different parameters on each stage (copy_to_group: its derivative sums theirs); the
+  // last stage's copy of a tied embedding takes it detached, as its term is the first stage's.
+  const at::Tensor entered = copy_to_group(coefficient, *parts_.groups.pp);
+  return grads.map_named([&](const std::string& name, const at::Tensor& g) {
+    TensorTree one;
+    one.insert(name, g);
+    return clip_stage(one, tied_copy(name) ? coefficient.detach() : entered).at(name);
+  });
+}
+
+TensorTree DataParallel::clip_stage(const TensorTree& grads, const at::Tensor& coefficient) const {
   // c scales different shards on each rank of the shard group, and different pieces on each tp
   // rank: it enters them through copy_to_group, so that its derivative sums the ranks' terms
   // (the replicated parameters' share counted once over tp).
@@ -250,7 +317,18 @@ ReductionGroupSums DataParallel::sum_over_reduction_groups(const TensorTree& loc
 }
 
 at::Tensor DataParallel::sum_across_ranks(const at::Tensor& local) const {
-  return sum_over_batch(local);
+  return sum_over_batch_and_stages(local);
+}
+
+MicroBatchGradients DataParallel::micro_batch_gradients(const TensorTree& params, const MicroBatchPass& pass,
+                                                        bool create_graph) const {
+  if (!pipelined()) return Parallelism::micro_batch_gradients(params, pass, create_graph);
+  return pipeline_micro_batch_gradients(parts_.stage.run, parts_.stage.chunks, params, pass, create_graph);
+}
+
+std::vector<at::Tensor> DataParallel::micro_batch_losses(const TensorTree& params, const MicroBatchPass& pass) const {
+  if (!pipelined()) return Parallelism::micro_batch_losses(params, pass);
+  return pipeline_micro_batch_losses(parts_.stage.run, parts_.stage.chunks, params, pass);
 }
 
 TraceLayout DataParallel::trace_layout() const {
@@ -260,7 +338,7 @@ TraceLayout DataParallel::trace_layout() const {
 at::Tensor DataParallel::assemble_weight_gradient(const at::Tensor& local) const {
   // The tp ranks' dQ/dw agree: w weighs the loss every tp rank holds whole, and the collectives'
   // backward brings every rank's share of λ·∂g/∂w to each.
-  return sum_over_batch(local);
+  return sum_over_batch_and_stages(local);
 }
 
 }  // namespace magic::dist

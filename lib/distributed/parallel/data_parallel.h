@@ -24,6 +24,7 @@
 
 #include "lib/distributed/parallel/context_parallel.h"
 #include "lib/distributed/parallel/mesh_layout.h"
+#include "lib/distributed/parallel/pipeline_stage_runner.h"
 #include "lib/distributed/parallel/sharded_parameters.h"
 #include "lib/model/parallel_plan.h"
 #include "lib/step/parallelism.h"
@@ -53,6 +54,16 @@ TraceLayout trace_mesh(const MeshLayout& layout, int rank);
 TraceLayout mesh_trace_layout(const MeshLayout& layout, int rank, Convention convention, const ParallelPlan& plan,
                               const std::map<std::string, int64_t>& whole_rows, bool sequence_parallel);
 
+// A pipeline stage's share of the model (pp > 1; docs/design.md, "Pipeline stages"). The model
+// decides it (lib/train/distributed_lm.h); the mesh only holds it.
+struct StageParts {
+  PipelineStageRun run;                  // the pipeline group, pp, vpp, this stage, the schedule
+  std::vector<PipelineStage> chunks;     // this stage's, virtual stage 0 first
+  std::vector<std::string> held;         // the parameters this stage holds, in the model's order
+  std::map<std::string, int64_t> owner;  // every parameter: the first stage that holds it
+  std::string tied;  // a tied head's token embedding, held by the first and the last stage; "" if none
+};
+
 // The pieces a DataParallel is made of; planted variants replace one of them.
 struct MeshParts {
   MeshGroups groups;
@@ -64,12 +75,15 @@ struct MeshParts {
   // tp rank (tensor-parallel pieces, and replicated ones without sp), `summed_over_tp` for the
   // replicated ones under sp, whose every tp rank holds a partial gradient (replica_tp group).
   std::shared_ptr<const ShardedParameters> parameters, summed_over_tp;
-  std::map<std::string, int64_t> full_rows;   // dim-0 size of every parameter's tp piece
-  std::map<std::string, int64_t> whole_rows;  // dim-0 size of every whole parameter
+  std::map<std::string, int64_t> full_rows;                  // dim-0 size of every parameter's tp piece
+  std::map<std::string, int64_t> whole_rows;                 // dim-0 size of every whole parameter
+  std::map<std::string, std::vector<int64_t>> whole_shapes;  // every whole parameter's shape
+  std::vector<std::string> names;                            // every parameter, in the model's order
+  StageParts stage;                                          // pp = 1: the whole model
 };
 // The correct pieces for `groups`, for parameters shaped like `full_params` split by `plan`.
 MeshParts mesh_parts(const MeshGroups& groups, const TensorTree& full_params, const ParallelPlan& plan = {},
-                     bool sequence_parallel = false);
+                     bool sequence_parallel = false, StageParts stage = {});
 
 class DataParallel : public Parallelism {
  public:
@@ -86,6 +100,9 @@ class DataParallel : public Parallelism {
   TensorTree reduce_gradient(const TensorTree& grads) const override;
   TensorTree apply_convention(const TensorTree& grads) const override;
   TensorTree optimizer_input(const TensorTree& clipped) const override { return clipped; }
+  MicroBatchGradients micro_batch_gradients(const TensorTree& params, const MicroBatchPass& pass,
+                                            bool create_graph) const override;
+  std::vector<at::Tensor> micro_batch_losses(const TensorTree& params, const MicroBatchPass& pass) const override;
   ReductionGroupSums sum_over_reduction_groups(const TensorTree& local) const override;
   at::Tensor sum_across_ranks(const at::Tensor& local) const override;
   at::Tensor assemble_weight_gradient(const at::Tensor& local) const override;
@@ -103,8 +120,18 @@ class DataParallel : public Parallelism {
   bool split_over_tp(const std::string& name) const;
   // Σ over the ranks that split the batch (tp ranks hold the same rows and columns).
   at::Tensor sum_over_batch(const at::Tensor& local) const;
+  // The same and over the pipeline's stages, whose last alone holds the loss and dw.
+  at::Tensor sum_over_batch_and_stages(const at::Tensor& local) const;
+  bool pipelined() const { return layout().pp() > 1; }
+  // Whether this rank holds the last stage's copy of a tied embedding, `name`: its gradient and
+  // clipping are the first stage's, but it counts nowhere a second time (norm, clip derivative).
+  bool tied_copy(const std::string& name) const;
 
  private:
+  // enter, global_squares and apply_clip within this rank's pipeline stage.
+  TensorTree enter_stage(const TensorTree& params) const;
+  at::Tensor stage_squares(const TensorTree& grads) const;
+  TensorTree clip_stage(const TensorTree& grads, const at::Tensor& coefficient) const;
   MeshParts parts_;
   Convention convention_;
 };

@@ -15,7 +15,7 @@ MeshLayout::MeshLayout(int64_t dp, int64_t cp, int64_t fsdp, int64_t tp, int64_t
 }
 
 MeshLayout::MeshLayout(const TopologySpec& topology)
-    : MeshLayout(topology.dp(), topology.cp(), topology.fsdp(), topology.tp()) {}
+    : MeshLayout(topology.dp(), topology.cp(), topology.fsdp(), topology.tp(), topology.pp()) {}
 
 namespace {
 

@@ -44,6 +44,7 @@ PipelineStageResult run_pipeline_stage(const PipelineStageRun& run, const Tensor
       }
       continue;
     }
+    if (run.forward_only) continue;
     const at::Tensor target = outputs.at(key);
     TensorTree g = with_values(params, torch::autograd::grad({target}, params.tensors(), {}, create_graph, create_graph,
                                                              /*allow_unused=*/true));
@@ -53,7 +54,7 @@ PipelineStageResult run_pipeline_stage(const PipelineStageRun& run, const Tensor
     outputs.erase(key);
   }
   // Each micro-batch's gradient: its chunks' in chunk order (a fixed order for every schedule).
-  for (int64_t m = 0; m < M; ++m) {
+  for (int64_t m = 0; m < M && !run.forward_only; ++m) {
     TensorTree sum = grads.at({m, 0});
     for (int64_t v = 1; v < run.vpp; ++v) sum = add(sum, grads.at({m, v}));
     out.gradients[static_cast<size_t>(m)] = std::move(sum);

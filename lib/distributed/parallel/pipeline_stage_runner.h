@@ -26,6 +26,7 @@ struct PipelineStageRun {
   int64_t micro_batches = 1;
   std::string name = "activations";  // the portals' name in errors
   int64_t base_tag = 0;              // a multiple of 8; each (micro-batch, boundary) takes the next
+  bool forward_only = false;         // the forward passes alone (a loss's value): no gradients
 };
 
 // chunk_forward(m, v, input): the stage's chunk v on micro-batch m. `input` is undefined for the

@@ -21,18 +21,18 @@ bool contains(const std::vector<std::string>& keys, const std::string& key) {
 }
 
 [[noreturn]] void reject(const std::string& text, const std::string& why) {
-  throw InputError(
-      str_cat("--topology '", text, "': ", why, "; expected key=value[,key=value...] with integers >= 1",
-              " and keys from: ", join(topology_keys(), ", "),
-              " (mesh: dp, optionally cp, tp, fsdp, the flag sp and mb; three-pool: n_ci and n_per_block, optionally",
-              " n_blocks and n_ppgd)"));
+  throw InputError(str_cat(
+      "--topology '", text, "': ", why, "; expected key=value[,key=value...] with integers >= 1",
+      " and keys from: ", join(topology_keys(), ", "),
+      " (mesh: dp, optionally cp, tp, fsdp, pp, vpp, the flag sp and mb; three-pool: n_ci and n_per_block, optionally",
+      " n_blocks and n_ppgd)"));
 }
 
 }  // namespace
 
 const std::vector<std::string>& topology_keys() {
-  static const std::vector<std::string> keys{"dp", "cp",   "tp",          "fsdp",     "sp",
-                                             "mb", "n_ci", "n_per_block", "n_blocks", "n_ppgd"};
+  static const std::vector<std::string> keys{"dp", "cp",  "tp",   "fsdp",        "sp",       "mb",
+                                             "pp", "vpp", "n_ci", "n_per_block", "n_blocks", "n_ppgd"};
   return keys;
 }
 
@@ -49,7 +49,7 @@ int64_t TopologySpec::get(const std::string& key, int64_t fallback) const {
 }
 
 int64_t TopologySpec::world_size() const {
-  if (family() == TopologyFamily::kMesh) return dp() * cp() * tp();
+  if (family() == TopologyFamily::kMesh) return pp() * dp() * cp() * tp();
   return n_ci() + n_blocks() * n_per_block() + n_ppgd();
 }
 
@@ -62,15 +62,15 @@ std::string TopologySpec::str() const {
   if (is_bridge()) return bridge().str();
   if (family() == TopologyFamily::kMesh) {
     return str_cat("dp=", dp(), cp() > 1 ? str_cat(",cp=", cp()) : "", tp() > 1 ? str_cat(",tp=", tp()) : "",
-                   fsdp() > 1 ? str_cat(",fsdp=", fsdp()) : "", sp() ? ",sp" : "",
-                   mb() > 1 ? str_cat(",mb=", mb()) : "");
+                   fsdp() > 1 ? str_cat(",fsdp=", fsdp()) : "", pp() > 1 ? str_cat(",pp=", pp()) : "",
+                   vpp() > 1 ? str_cat(",vpp=", vpp()) : "", sp() ? ",sp" : "", mb() > 1 ? str_cat(",mb=", mb()) : "");
   }
   return str_cat("n_ci=", n_ci(), ",n_per_block=", n_per_block(), ",n_blocks=", n_blocks(), ",n_ppgd=", n_ppgd());
 }
 
 std::vector<std::pair<std::string, int64_t>> TopologySpec::named_sizes() const {
   if (family() == TopologyFamily::kMesh)
-    return {{"dp", dp()}, {"cp", cp()}, {"tp", tp()}, {"fsdp", fsdp()}, {"mb", mb()}};
+    return {{"dp", dp()}, {"cp", cp()}, {"tp", tp()}, {"fsdp", fsdp()}, {"pp", pp()}, {"mb", mb()}};
   return {{"n_ci", n_ci()},
           {"n_per_block", n_per_block()},
           {"n_blocks", n_blocks()},
@@ -116,7 +116,7 @@ TopologySpec TopologySpec::parse(const std::string& text) {
     spec.values[key] = number;
   }
   if (spec.family() == TopologyFamily::kThreePool) {
-    for (const char* mesh : {"dp", "cp", "tp", "fsdp", "sp", "mb"}) {
+    for (const char* mesh : {"dp", "cp", "tp", "fsdp", "sp", "mb", "pp", "vpp"}) {
       if (spec.values.count(mesh)) reject(text, str_cat(mesh, " cannot be combined with the three-pool keys"));
     }
     for (const char* required : {"n_ci", "n_per_block"}) {
@@ -125,7 +125,7 @@ TopologySpec TopologySpec::parse(const std::string& text) {
   }
   const bool bounded =
       spec.family() == TopologyFamily::kMesh
-          ? bounded_product({spec.dp(), spec.cp(), spec.tp()}).has_value()
+          ? bounded_product({spec.pp(), spec.dp(), spec.cp(), spec.tp()}).has_value()
           : bounded_sum({spec.n_ci(), bounded_product({spec.n_blocks(), spec.n_per_block()}), spec.n_ppgd()})
                 .has_value();
   if (!bounded) reject(text, str_cat("a world of more than the ", kMaxWorldSize, " ranks c10d can number"));
@@ -136,6 +136,10 @@ TopologySpec TopologySpec::parse(const std::string& text) {
   if (spec.family() == TopologyFamily::kMesh && spec.dp() % spec.fsdp() != 0) {
     reject(text, str_cat("fsdp=", spec.fsdp(), " must divide dp=", spec.dp(),
                          " (parameters are sharded fsdp ways inside groups of data-parallel replicas)"));
+  }
+  if (spec.vpp() > 1 && spec.pp() == 1) {
+    reject(text,
+           str_cat("vpp=", spec.vpp(), " needs pp > 1 (virtual stages interleave the layers of a pipeline's stages)"));
   }
   if (spec.sp() && spec.tp() == 1) {
     reject(text, "sp needs tp > 1 (sequence parallelism splits the sequence across the tensor-parallel ranks)");

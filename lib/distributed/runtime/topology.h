@@ -6,6 +6,9 @@
 //               then cp, then dp (Megatron's order; mesh_layout.h); fsdp = dp is full sharding,
 //               1 < fsdp < dp hybrid. Two step options ride along: `sp` (a bare flag: sequence
 //               parallelism, needs tp > 1) and mb (micro-batches per optimizer step, default 1).
+//               pp (pipeline stages, default 1) and vpp (virtual stages per pipeline stage, default
+//               1, needs pp > 1) make world = pp * dp * cp * tp, pp outermost; the pipeline's
+//               schedule comes from its own flag (--schedule: `schedule`, "1f1b" or "gpipe").
 //   three-pool: n_ci, n_per_block (both required), n_blocks (default 2), n_ppgd (default 2);
 //               world = n_ci + n_blocks * n_per_block + n_ppgd.
 //   bridge:     "enc=tpA,dpB;lm=tpC,dpD,cpE" (bridge_topology.h), a colocated encoder and language
@@ -40,6 +43,9 @@ struct TopologySpec {
   int64_t tp() const { return get("tp", 1); }
   bool sp() const { return values.count("sp") > 0; }
   int64_t mb() const { return get("mb", 1); }
+  int64_t pp() const { return get("pp", 1); }
+  int64_t vpp() const { return get("vpp", 1); }
+  std::string schedule = "1f1b";  // the pipeline's (pipeline_schedule.h); set from --schedule
   int64_t n_ci() const { return get("n_ci", 1); }
   int64_t n_per_block() const { return get("n_per_block", 1); }
   int64_t n_blocks() const { return get("n_blocks", 2); }
@@ -48,8 +54,8 @@ struct TopologySpec {
   // A bridge layout (family kMesh: its language model's mesh), and its two sides.
   bool is_bridge() const { return values.count("enc_dp") > 0; }
   BridgeTopology bridge() const;
-  // Canonical form (a bridge's: BridgeTopology::str): "dp=4", "dp=2,cp=2,tp=2,fsdp=2,sp,mb=3" (each of cp, tp, fsdp, mb
-  // when > 1), "n_ci=4,n_per_block=2,n_blocks=2,n_ppgd=2" (three-pool defaults spelled out).
+  // Canonical form (a bridge's: BridgeTopology::str): "dp=4", "dp=2,cp=2,tp=2,fsdp=2,pp=2,vpp=2,sp,mb=3" (each of cp,
+  // tp, fsdp, pp, vpp, mb when > 1), "n_ci=4,n_per_block=2,n_blocks=2,n_ppgd=2" (three-pool defaults spelled out).
   std::string str() const;
   // The sizes a scale error can be a multiple of, by name, for the diagnosis ("dp", 4).
   std::vector<std::pair<std::string, int64_t>> named_sizes() const;
