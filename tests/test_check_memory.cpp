@@ -65,8 +65,7 @@ Ended wait_for(pid_t pid, std::chrono::seconds limit) {
 // Peak resident memory of one whole check: --launch threads keeps every rank in one process.
 double peak_bytes(const std::string& topology, int64_t steps) {
   const std::string out = temp_path("peak.txt");
-  const pid_t pid =
-      start_magic_check(str_cat("--launch threads --topology ", topology, " --steps ", steps), out);
+  const pid_t pid = start_magic_check(str_cat("--launch threads --topology ", topology, " --steps ", steps), out);
   const Ended e = wait_for(pid, std::chrono::seconds(240));
   EXPECT_TRUE(e.in_time && WIFEXITED(e.status) && WEXITSTATUS(e.status) == 0) << testing::read_file(out);
   return static_cast<double>(e.usage.ru_maxrss) * 1024.0;
@@ -121,8 +120,7 @@ TEST(CheckMemoryLong, TheEstimatePerStepBoundsTheMeasuredGrowthWithinTwice) {
 }
 
 TEST(CheckMemory, SigtermDuringTheReferenceRunEndsTheCheckWithExitTwoAndBothReports) {
-  const std::string out = temp_path("sigterm.txt"), json = temp_path("sigterm.json"),
-                    junit = temp_path("sigterm.xml");
+  const std::string out = temp_path("sigterm.txt"), json = temp_path("sigterm.json"), junit = temp_path("sigterm.xml");
   const pid_t pid = start_magic_check(str_cat("--topology dp=2 --steps 400 --json ", json, " --junit ", junit), out);
   // The handler is installed when the reference runs start (400 steps: many seconds), before the
   // launcher's own (which would report "interrupted by signal 15" after stopping the ranks).

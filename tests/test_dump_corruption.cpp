@@ -25,7 +25,9 @@ namespace {
 namespace fs = std::filesystem;
 using Bytes = std::string;
 
-Bytes slurp(const fs::path& p) { return testing::read_file(p.string()); }
+Bytes slurp(const fs::path& p) {
+  return testing::read_file(p.string());
+}
 
 void spit(const fs::path& p, const Bytes& bytes) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
@@ -44,10 +46,9 @@ std::map<std::string, Bytes> base_dump(const fs::path& folder) {
   const at::Tensor w = at::linspace(0, 1, 4, at::kFloat);
   for (int64_t r = 0; r < 2; ++r) {
     const int64_t begin = r == 0 ? 0 : 3, rows = r == 0 ? 3 : 2;
-    write_dump_rank_file(folder.string(), r,
-                         {{records[0], ids.narrow(0, begin, rows)},
-                          {records[1], hidden.narrow(0, begin, rows)},
-                          {records[2], w}});
+    write_dump_rank_file(
+        folder.string(), r,
+        {{records[0], ids.narrow(0, begin, rows)}, {records[1], hidden.narrow(0, begin, rows)}, {records[2], w}});
   }
   write_dump_manifest(folder.string(), "base", {{"dp", 2}}, {{0}, {1}}, records);
   std::map<std::string, Bytes> files;
@@ -58,15 +59,24 @@ std::map<std::string, Bytes> base_dump(const fs::path& folder) {
 // A random JSON value of a random type, to put where a field was.
 nlohmann::json random_value(std::mt19937_64& rng) {
   switch (rng() % 9) {
-    case 0: return nullptr;
-    case 1: return "F64";
-    case 2: return -1;
-    case 3: return int64_t{1} << 50;
-    case 4: return 2.5;
-    case 5: return nlohmann::json::array({0, 1});
-    case 6: return nlohmann::json::object();
-    case 7: return static_cast<int64_t>(rng() % 8);
-    default: return "zigzag";
+    case 0:
+      return nullptr;
+    case 1:
+      return "F64";
+    case 2:
+      return -1;
+    case 3:
+      return int64_t{1} << 50;
+    case 4:
+      return 2.5;
+    case 5:
+      return nlohmann::json::array({0, 1});
+    case 6:
+      return nlohmann::json::object();
+    case 7:
+      return static_cast<int64_t>(rng() % 8);
+    default:
+      return "zigzag";
   }
 }
 
@@ -210,8 +220,8 @@ TEST(DumpCorruption, TenThousandDamagedDumpsAreReadOrRefusedWithOneLineNamingThe
     }
   }
   std::string summary;
-  for (const auto& [kind, o] : outcomes) summary += kind + ": " + std::to_string(o.first) + " refused, " +
-                                                    std::to_string(o.second) + " read\n";
+  for (const auto& [kind, o] : outcomes)
+    summary += kind + ": " + std::to_string(o.first) + " refused, " + std::to_string(o.second) + " read\n";
   EXPECT_EQ(refused + read, 10000) << summary;
   // Every kind of damage was met, and refused at least sometimes; the structural kinds always are.
   EXPECT_EQ(outcomes.size(), 10u) << summary;

@@ -289,7 +289,8 @@ TEST(MagicRunDistributed, PipelineStagesGiveTheSingleProcessScoresUnderEitherSch
     j["model"]["n_layers"] = 2;
     j["optimizer"] = {{"name", "adamw"}, {"lr", 0.01}, {"clip_norm", 1.0}};
   });
-  const std::string single = fresh_dir("mr-pp-single"), one_f = fresh_dir("mr-pp-1f1b"), gpipe = fresh_dir("mr-pp-gpipe");
+  const std::string single = fresh_dir("mr-pp-single"), one_f = fresh_dir("mr-pp-1f1b"),
+                    gpipe = fresh_dir("mr-pp-gpipe");
   ASSERT_EQ(magic_run("--config " + config + " --out " + single).exit_code, 0);
   const testing::CommandOutcome o = magic_run("--config " + config + " --topology pp=2,mb=4 --out " + one_f);
   ASSERT_EQ(o.exit_code, 0) << o.output;

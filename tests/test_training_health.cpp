@@ -16,9 +16,10 @@ TrainingTrace smooth_run(int64_t steps = 32) {
   trace.total_steps = steps;
   const int64_t warmup = steps / 4;
   for (int64_t t = 0; t < steps; ++t) {
-    const double lr = t < warmup ? 3e-3 * static_cast<double>(t) / static_cast<double>(warmup)
-                                 : 3e-3 * (1 + std::cos(M_PI * static_cast<double>(t - warmup) /
-                                                        static_cast<double>(steps - warmup))) / 2;
+    const double lr =
+        t < warmup
+            ? 3e-3 * static_cast<double>(t) / static_cast<double>(warmup)
+            : 3e-3 * (1 + std::cos(M_PI * static_cast<double>(t - warmup) / static_cast<double>(steps - warmup))) / 2;
     const double loss = 5.5 - 1.3 * static_cast<double>(t) / static_cast<double>(steps) + (t % 3 == 0 ? 0.4 : -0.3);
     trace.add(t, loss, lr * 40.0 * (t % 2 == 0 ? 1.5 : 1.0), lr);
   }
