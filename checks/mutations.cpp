@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "checks/check_settings.h"
+#include "checks/lm_pipelines.h"
 #include "checks/planted_bridge.h"
 #include "lib/core/dtype.h"
 #include "lib/core/error.h"
@@ -273,7 +274,10 @@ const std::vector<Mutation>& mutation_catalog() {
        "",
        kMesh,
        {{"mb", 2}},
-       {},
+       // With pp the micro-batches are summed before the step's one reduction: the reduction rows'
+       // terms are the sums, and the coarse sum is within the compute dtype's own error (a gap,
+       // docs/magic-check.md).
+       {{"pp", 1}},
        PrecisionNeed::kReduceInMaster},
       {"fp16-predivide-underflow",
        "each rank's unscaled gradient is divided by the world size in fp16 before the SUM (small ones underflow)",
@@ -319,6 +323,57 @@ const std::vector<Mutation>& mutation_catalog() {
        "",
        kMesh,
        {{"bridge", 1}, {"enc_fsdp", 2}},
+       {},
+       PrecisionNeed::kNone,
+       /*needs_clipping=*/true},
+      {"pp-embedding-sum-missing",
+       "a tied head's two copies of the token embedding (first and last pipeline stage) are never summed over the "
+       "embedding group: each keeps its own part of the gradient",
+       "grad",
+       "",
+       kMesh,
+       {{"pp", 2}},
+       {},
+       PrecisionNeed::kNone,
+       /*needs_clipping=*/false,
+       /*needs_later_checkpoint=*/false,
+       /*needs_label_smoothing=*/false,
+       /*ends_the_run=*/false,
+       /*needs_tied_head=*/true},
+      {"pp-embedding-sum-after-reduce-scatter",
+       "the tied embedding's copies are summed after the sharded optimizer's reduce-scatter, on flat buffers that "
+       "place the embedding at different offsets on the two stages: each shard adds its peer's shard one row off",
+       "grad",
+       "",
+       kMesh,
+       {{"pp", 2}, {"fsdp", 2}},
+       {},
+       PrecisionNeed::kNone,
+       /*needs_clipping=*/false,
+       /*needs_later_checkpoint=*/false,
+       /*needs_label_smoothing=*/false,
+       /*ends_the_run=*/false,
+       /*needs_tied_head=*/true},
+      {"pp-loss-per-micro-batch-twice",
+       "the last stage divides each micro-batch's loss by the number of micro-batches on top of the global count "
+       "the mean already divides by",
+       "grad",
+       "1/mb",
+       kMesh,
+       {{"pp", 2}, {"mb", 2}}},
+      {"pp-send-backward-detached",
+       "a stage's send of its hidden states has a backward that is not differentiable again: every gradient is "
+       "exact, the HVP and REPLAY lose the cross-stage second-order terms",
+       "hvp",
+       "",
+       kMesh,
+       {{"pp", 2}}},
+      {"pp-norm-one-stage",
+       "the clip's gradient norm is taken over each pipeline stage's own parameters, not summed over the stages",
+       "optimizer",
+       "",
+       kMesh,
+       {{"pp", 2}},
        {},
        PrecisionNeed::kNone,
        /*needs_clipping=*/true},
@@ -487,6 +542,8 @@ RunTraits run_traits(const CheckSettings& s) {
   const auto steps = checkpoint_steps(parse_checkpoint_schedule(s.checkpoints), s.steps);
   traits.later_checkpoint = steps.size() > 1;
   traits.label_smoothing = s.label_smoothing > 0.0;
+  traits.tied_head = s.resolved_workload() == "lm" && s.topology.family() == dist::TopologyFamily::kMesh &&
+                     lm_unclipped_config(s).model.tied_head;
   return traits;
 }
 
@@ -518,6 +575,9 @@ std::vector<std::pair<std::string, int64_t>> factor_sizes(const dist::TopologySp
 std::string unmet_requirement(const Mutation& m, const dist::TopologySpec& topology, const PrecisionPolicy& precision,
                               RunTraits run) {
   if (m.needs_clipping && !run.clipping) return "needs gradient clipping (the checked run has no optimizer.clip_norm)";
+  if (m.needs_tied_head && !run.tied_head) {
+    return "needs a tied head (a model folder whose head is its token embedding, such as fixtures/models/gpt2-tiny)";
+  }
   if (m.needs_label_smoothing && !run.label_smoothing) {
     return "needs label smoothing (--label-smoothing or training.label_smoothing > 0)";
   }

@@ -52,6 +52,8 @@ struct Mutation {
   // The bug ends the run with a named rank failure (exit 1), not with rows: --mutate checks it,
   // --bite skips it (a failed run leaves no group to go on with).
   bool ends_the_run = false;
+  // A tied embedding's bug exists only where the head is tied and pp > 1 (its two copies).
+  bool needs_tied_head = false;
 };
 
 // What a mutation may need of the checked run beyond its layout and precision.
@@ -59,6 +61,7 @@ struct RunTraits {
   bool clipping = true;          // the run clips its gradient
   bool later_checkpoint = true;  // REPLAY restores a checkpoint after step 0
   bool label_smoothing = false;  // the training loss is smoothed
+  bool tied_head = false;        // the model's head is its token embedding
 };
 // The traits of the run `settings` check: both built-in workloads clip (their clip norms are chosen
 // so that the clip fires, lm_pipelines.h); a --config clips where it says so.

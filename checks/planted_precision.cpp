@@ -28,8 +28,8 @@ class UnscaleTwice : public MixedPrecision {
 class ReduceInComputeDtype : public MixedPrecision {
  public:
   explicit ReduceInComputeDtype(const PrecisionPolicy& policy) : MixedPrecision(policy), as_coded_(as_coded(policy)) {}
-  TensorTree compute_params(const Parallelism& parallelism, const TensorTree& stored) const override {
-    return as_coded_.compute_params(parallelism, stored);
+  TensorTree entered_params(const Parallelism& parallelism, const TensorTree& stored) const override {
+    return as_coded_.entered_params(parallelism, stored);
   }
   TensorTree reduce(const Parallelism& parallelism, const TensorTree& grads) const override {
     return as_coded_.reduce(parallelism, grads);
@@ -85,10 +85,9 @@ class Fp16PredivideUnderflow : public MixedPrecision {
  public:
   Fp16PredivideUnderflow(const PrecisionPolicy& policy, int world_size)
       : MixedPrecision(policy), divisor_(policy.loss_scale * world_size) {}
-  TensorTree compute_params(const Parallelism& parallelism, const TensorTree& stored) const override {
-    const TensorTree entered = parallelism.enter(stored.map(
+  TensorTree entered_params(const Parallelism& parallelism, const TensorTree& stored) const override {
+    return parallelism.enter(stored.map(
         [this](const at::Tensor& p) { return p.is_floating_point() ? PredivideInFp16::apply(p, divisor_) : p; }));
-    return cast_floating(entered, policy().compute);
   }
 
  private:

@@ -15,6 +15,7 @@
 
 #include "checks/planted_micro_batches.h"
 #include "checks/planted_pipeline.h"
+#include "checks/planted_pipeline_stages.h"
 #include "checks/planted_precision.h"
 #include "lib/distributed/collectives/collectives.h"
 
@@ -79,8 +80,9 @@ class CpDpOnlyNormalizer : public DataParallel {
   double mean_denominator(double local) const override {
     at::Tensor by_cp_index = at::zeros({layout().cp()}, at::kDouble);
     by_cp_index[layout().cp_index(rank())] = local;
-    // Each of the tp ranks of a row shard holds its labels: counted once.
-    const double count = world().sum(by_cp_index)[layout().cp_index(rank())].item<double>() / layout().tp();
+    // Each of the tp ranks of a row shard, on every pipeline stage, holds its labels: counted once.
+    const double copies = static_cast<double>(layout().tp() * layout().pp());
+    const double count = world().sum(by_cp_index)[layout().cp_index(rank())].item<double>() / copies;
     return std::max(count, 1.0);
   }
 };
@@ -533,6 +535,7 @@ std::shared_ptr<const Parallelism> planted_data_parallel(const std::string& muta
       {"tp-weight-gradient-summed", make<WeightGradientSummedOverTp>()},
       {"sp-replicated-gradient-not-summed", make<SpReplicatedGradientNotSummed>()},
       {"sp-gather-backward-local", make<WithPart<SequenceGatherBackwardLocal>>()}};
+  if (is_pipeline_stage_mutation(mutation)) return planted_pipeline_stages(mutation, std::move(parts), convention);
   const bool elsewhere =
       is_precision_mutation(mutation) || is_pipeline_mutation(mutation) || is_micro_batch_mutation(mutation);
   const auto it = variants.find(elsewhere ? "" : mutation);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "tests/support.h"
@@ -135,6 +136,45 @@ TEST(MagicCheckModel, ABadFolderOrAConflictingFlagIsRefusedBeforeAnyRank) {
     EXPECT_NE(o.output.find(c.expected), std::string::npos) << c.args << "\n" << o.output;
     EXPECT_EQ(o.output.find("rank 0"), std::string::npos) << "started ranks: " << o.output;
   }
+}
+
+// The pipeline's mutations (docs/magic-check.md, "Pipeline stages") bitten on dp=3,pp=2,mb=4 with
+// gpt2-tiny's tied head, sizes 3, 2 and 4 all distinct: each caught at its level, the loss divided
+// by the micro-batches twice with its factor 1/mb, the detached send by an hvp row first (every
+// grad, optimizer and query_grad row passes it). The sum after the reduce-scatter needs fsdp: on
+// dp=4,fsdp=2,pp=2,mb=3 it fails the tok_emb gradient (exit 1); the tied embedding's mutations
+// are refused by name on the built-in model, whose head is not tied.
+TEST(MagicCheckModel, PipelineBiteCatchesEveryPipelineMutationAtItsLevel) {
+  const std::string json = ::testing::TempDir() + "/pipeline-bite.json";
+  const auto o = magic_check("--model " + model("gpt2-tiny") +
+                             " --topology dp=3,pp=2,mb=4 --steps 2 --bite --launch threads --json " + json);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const auto report = nlohmann::json::parse(testing::read_file(json));
+  std::map<std::string, nlohmann::json> bitten;
+  for (const auto& b : report["bite"]) {
+    EXPECT_TRUE(b["caught"].get<bool>()) << b.dump();
+    bitten[b["mutation"].get<std::string>()] = b;
+  }
+  const std::map<std::string, std::string> expected_level = {{"pp-embedding-sum-missing", "grad"},
+                                                             {"pp-loss-per-micro-batch-twice", "grad"},
+                                                             {"pp-send-backward-detached", "hvp"},
+                                                             {"pp-norm-one-stage", "optimizer"}};
+  for (const auto& [name, level] : expected_level) {
+    ASSERT_EQ(bitten.count(name), 1u) << name << "\n" << o.output;
+    EXPECT_EQ(bitten[name]["observed"]["level"], level) << bitten[name].dump();
+  }
+  EXPECT_NE(bitten["pp-loss-per-micro-batch-twice"]["observed"]["factor"].get<std::string>().find("1/mb"),
+            std::string::npos)
+      << bitten["pp-loss-per-micro-batch-twice"].dump();
+
+  const auto after = magic_check("--model " + model("gpt2-tiny") +
+                                 " --topology dp=4,fsdp=2,pp=2,mb=3 --steps 2 --launch threads"
+                                 " --mutate pp-embedding-sum-after-reduce-scatter");
+  EXPECT_EQ(after.exit_code, 1) << after.output;
+  EXPECT_NE(after.output.find("grad         tok_emb"), std::string::npos) << after.output;
+  const auto untied = magic_check("--topology pp=2,mb=2 --mutate pp-embedding-sum-missing");
+  EXPECT_EQ(untied.exit_code, 2) << untied.output;
+  EXPECT_NE(untied.output.find("needs a tied head"), std::string::npos) << untied.output;
 }
 
 }  // namespace

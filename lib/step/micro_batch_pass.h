@@ -18,8 +18,10 @@ namespace magic {
 
 struct MicroBatchPass {
   int64_t count = 1;
-  // The stored parameters as the forward uses them (MixedPrecision::compute_params).
-  std::function<TensorTree(const TensorTree& stored)> compute;
+  // The stored parameters entered, in the reduce dtype (MixedPrecision::entered_params), and the
+  // entered ones as the forward uses them (MixedPrecision::to_compute).
+  std::function<TensorTree(const TensorTree& stored)> enter;
+  std::function<TensorTree(const TensorTree& entered)> to_compute;
   // Micro-batch m through the part of the model `stage` names, with the computed parameters: from
   // its tokens (stage.embeds) or `input` (the previous chunk's hidden states) to its loss,
   // unscaled (stage.heads) or its hidden states.

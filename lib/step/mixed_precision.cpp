@@ -8,9 +8,9 @@ TensorTree cast_floating(const TensorTree& tree, c10::ScalarType dtype) {
   return tree.map([dtype](const at::Tensor& t) { return t.is_floating_point() ? t.to(dtype) : t; });
 }
 
-TensorTree MixedPrecision::compute_params(const Parallelism& parallelism, const TensorTree& stored) const {
+TensorTree MixedPrecision::entered_params(const Parallelism& parallelism, const TensorTree& stored) const {
   if (policy_.reduce == policy_.compute) return parallelism.enter(cast_floating(stored, policy_.compute));
-  return cast_floating(parallelism.enter(stored), policy_.compute);
+  return parallelism.enter(stored);
 }
 
 at::Tensor MixedPrecision::scale_loss(const at::Tensor& loss) const {

@@ -15,6 +15,9 @@
 
 namespace magic {
 
+// Every floating tensor of `tree` cast to `dtype` (differentiable: the cast's backward casts back).
+TensorTree cast_floating(const TensorTree& tree, c10::ScalarType dtype);
+
 class MixedPrecision {
  public:
   explicit MixedPrecision(PrecisionPolicy policy = {});
@@ -22,8 +25,16 @@ class MixedPrecision {
 
   const PrecisionPolicy& policy() const { return policy_; }
 
-  // The stored parameters as the forward uses them: entered (gathered) and cast to compute.
-  virtual TensorTree compute_params(const Parallelism& parallelism, const TensorTree& stored) const;
+  // The stored parameters as the forward uses them: entered (gathered) and cast to compute,
+  // to_compute(entered_params(θ)).
+  TensorTree compute_params(const Parallelism& parallelism, const TensorTree& stored) const {
+    return to_compute(entered_params(parallelism, stored));
+  }
+  // The stored parameters entered, in the reduce dtype: what the gradient reduction (enter()'s
+  // backward) runs on, and where a pipeline accumulates its micro-batches' gradients.
+  virtual TensorTree entered_params(const Parallelism& parallelism, const TensorTree& stored) const;
+  // Entered parameters cast to the compute dtype.
+  TensorTree to_compute(const TensorTree& entered) const { return cast_floating(entered, policy_.compute); }
   // Model output (logits) widened to the master dtype for the loss.
   at::Tensor to_master(const at::Tensor& x) const { return x.to(policy_.master); }
   // S·L (S = the loss scale).
@@ -40,8 +51,5 @@ class MixedPrecision {
  private:
   PrecisionPolicy policy_;
 };
-
-// Every floating tensor of `tree` cast to `dtype` (differentiable: the cast's backward casts back).
-TensorTree cast_floating(const TensorTree& tree, c10::ScalarType dtype);
 
 }  // namespace magic

@@ -23,7 +23,7 @@ MicroBatchGradients Parallelism::micro_batch_gradients(const TensorTree& params,
   // differentiated again.
   MicroBatchGradients out;
   for (int64_t m = 0; m < pass.count; ++m) {
-    const at::Tensor loss = pass.forward(m, PipelineStage{}, pass.compute(params), at::Tensor());
+    const at::Tensor loss = pass.forward(m, PipelineStage{}, pass.to_compute(pass.enter(params)), at::Tensor());
     auto grads = torch::autograd::grad({pass.scale_loss(loss)}, params.tensors(), {}, /*retain_graph=*/create_graph,
                                        /*create_graph=*/create_graph, /*allow_unused=*/true);
     const TensorTree micro = with_values(params, grads);
@@ -35,7 +35,9 @@ MicroBatchGradients Parallelism::micro_batch_gradients(const TensorTree& params,
 
 std::vector<at::Tensor> Parallelism::micro_batch_losses(const TensorTree& params, const MicroBatchPass& pass) const {
   std::vector<at::Tensor> losses;
-  for (int64_t m = 0; m < pass.count; ++m) losses.push_back(pass.forward(m, PipelineStage{}, pass.compute(params), {}));
+  for (int64_t m = 0; m < pass.count; ++m) {
+    losses.push_back(pass.forward(m, PipelineStage{}, pass.to_compute(pass.enter(params)), {}));
+  }
   return losses;
 }
 

@@ -95,7 +95,8 @@ std::vector<double> LmStep::micro_batch_denominators(int64_t t) const {
 MicroBatchPass LmStep::micro_batch_pass(int64_t t, const at::Tensor& w, const std::vector<double>& denominators) const {
   MicroBatchPass pass;
   pass.count = static_cast<int64_t>(denominators.size());
-  pass.compute = [this](const TensorTree& stored) { return precision_->compute_params(*parallelism_, stored); };
+  pass.enter = [this](const TensorTree& stored) { return precision_->entered_params(*parallelism_, stored); };
+  pass.to_compute = [this](const TensorTree& entered) { return precision_->to_compute(entered); };
   pass.forward = [this, t, w, denominators](int64_t m, const PipelineStage& stage, const TensorTree& computed,
                                             const at::Tensor& input) {
     return micro_batch_forward(t, m, stage, computed, input, w, denominators.at(static_cast<size_t>(m)));
@@ -194,7 +195,11 @@ std::pair<TensorTree, at::Tensor> LmStep::gradient_and_loss(const TrainState& st
   MicroBatchGradients result =
       parallelism_->micro_batch_gradients(params, micro_batch_pass(t, w, micro_batch_denominators(t)), create_graph);
   const TensorTree& local = result.gradient;
-  const at::Tensor unscaled = result.loss.defined() ? result.loss : at::zeros({}, at::kDouble);
+  // A pipeline stage without the loss reports a zero share, in the loss's dtype (summed over ranks).
+  const at::Tensor unscaled =
+      result.loss.defined()
+          ? result.loss
+          : at::zeros({}, at::TensorOptions().dtype(precision_->policy().master).device(device_of(params)));
   if (trace_layout_.backward_gradient_is_whole) trace_step_tree(local, "gradient", "backward", t, trace_layout_);
   TensorTree reduced = precision_->unscale(parallelism_->apply_convention(precision_->reduce(*parallelism_, local)));
   trace_step_tree(reduced, "reduced_gradient", "reduction", t, trace_layout_);
@@ -276,7 +281,8 @@ LmQuery::LmQuery(GptConfig model, TokenDataset queries, std::shared_ptr<const Pa
 
 MicroBatchPass LmQuery::pass(std::optional<int64_t> index) const {
   MicroBatchPass pass;  // the query's chunks are one micro-batch
-  pass.compute = [this](const TensorTree& stored) { return precision_->compute_params(*parallelism_, stored); };
+  pass.enter = [this](const TensorTree& stored) { return precision_->entered_params(*parallelism_, stored); };
+  pass.to_compute = [this](const TensorTree& entered) { return precision_->to_compute(entered); };
   pass.forward = [this, index](int64_t, const PipelineStage& stage, const TensorTree& computed,
                                const at::Tensor& input) { return local_loss(stage, computed, input, index); };
   pass.hidden_shape = [this](int64_t) {
@@ -297,7 +303,8 @@ TensorTree LmQuery::gradient(const TensorTree& params_in, std::optional<int64_t>
 at::Tensor LmQuery::loss(const TensorTree& params, std::optional<int64_t> index) const {
   const std::vector<at::Tensor> losses = parallelism_->micro_batch_losses(params, pass(index));
   const at::Tensor local =
-      losses.empty() ? at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_of(params))) : losses.front();
+      losses.empty() ? at::zeros({}, at::TensorOptions().dtype(precision_->policy().master).device(device_of(params)))
+                     : losses.front();
   return with_global_value(*parallelism_, local);
 }
 

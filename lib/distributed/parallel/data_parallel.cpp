@@ -298,13 +298,22 @@ TensorTree DataParallel::apply_convention(const TensorTree& grads) const {
 
 ReductionGroupSums DataParallel::sum_over_reduction_groups(const TensorTree& local) const {
   // enter()'s backward sums a parameter's gradient over the shard and replica groups (the batch
-  // group), or, for one summed over tp under sp, shard and replica_tp (batch x tp: the world).
+  // group), or, for one summed over tp under sp, shard and replica_tp (batch x tp: the world, or
+  // the stage's with pp); a tied embedding's over the embedding group as well.
   ReductionGroupSums out;
   for (const auto& [name, x] : local) {
     const bool over_tp = parts_.summed_over_tp && !split_over_tp(name);
-    const Group* group = over_tp ? parts_.groups.world.get() : parts_.groups.batch.get();
+    const Group* group = over_tp && !pipelined() ? parts_.groups.world.get() : parts_.groups.batch.get();
     out.ranks[name] = group != nullptr ? group->size() : 1;
-    const at::Tensor sum = group != nullptr ? group->sum(x.detach()) : x.detach().clone();
+    at::Tensor sum = group != nullptr ? group->sum(x.detach()) : x.detach().clone();
+    if (over_tp && pipelined()) {
+      sum = parts_.groups.tp->sum(sum);
+      out.ranks[name] *= layout().tp();
+    }
+    if (name == parts_.stage.tied && parts_.groups.embedding) {
+      sum = parts_.groups.embedding->sum(sum);
+      out.ranks[name] *= parts_.groups.embedding->size();
+    }
     if (!split_over_tp(name)) {
       out.whole.insert(name, sum);
       continue;
@@ -313,7 +322,27 @@ ReductionGroupSums DataParallel::sum_over_reduction_groups(const TensorTree& loc
     out.whole.insert(
         name, join_tensor_parallel_pieces(all.unbind(0), split_of(parts_.plan, name), parts_.whole_rows.at(name)));
   }
-  return out;
+  if (!pipelined()) return out;
+  // Every parameter's sums from the first stage that holds it; `local`'s trailing dimensions
+  // beyond a parameter's (the probe stacks its sums and magnitudes) come along.
+  const at::Tensor& first = local.begin()->tensor;
+  const std::vector<int64_t> trailing(
+      first.sizes().begin() + static_cast<int64_t>(parts_.whole_shapes.at(local.begin()->name).size()),
+      first.sizes().end());
+  ReductionGroupSums whole;
+  for (const std::string& name : parts_.names) {
+    const int64_t owner = parts_.stage.owner.at(name);
+    const bool mine = owner == layout().pp_index(rank());
+    std::vector<int64_t> shape = parts_.whole_shapes.at(name);
+    shape.insert(shape.end(), trailing.begin(), trailing.end());
+    at::Tensor sums = mine ? out.whole.at(name).contiguous().clone() : at::zeros(shape, first.options());
+    at::Tensor ranks = at::full({1}, mine ? static_cast<double>(out.ranks.at(name)) : 0.0, at::kDouble);
+    parts_.groups.pp->broadcast_(sums, static_cast<int>(owner));
+    parts_.groups.pp->broadcast_(ranks, static_cast<int>(owner));
+    whole.whole.insert(name, sums);
+    whole.ranks[name] = static_cast<int64_t>(ranks.item<double>());
+  }
+  return whole;
 }
 
 at::Tensor DataParallel::sum_across_ranks(const at::Tensor& local) const {

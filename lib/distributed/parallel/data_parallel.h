@@ -127,11 +127,13 @@ class DataParallel : public Parallelism {
   // clipping are the first stage's, but it counts nowhere a second time (norm, clip derivative).
   bool tied_copy(const std::string& name) const;
 
- private:
-  // enter, global_squares and apply_clip within this rank's pipeline stage.
+  // enter, global_squares and apply_clip within this rank's pipeline stage (the whole of them
+  // without pp): no tied embedding's sum, no sum over the stages.
   TensorTree enter_stage(const TensorTree& params) const;
   at::Tensor stage_squares(const TensorTree& grads) const;
   TensorTree clip_stage(const TensorTree& grads, const at::Tensor& coefficient) const;
+
+ private:
   MeshParts parts_;
   Convention convention_;
 };

@@ -21,13 +21,18 @@ MicroBatchGradients pipeline_micro_batch_gradients(PipelineStageRun run, const s
                                                    const TensorTree& params, const MicroBatchPass& pass,
                                                    bool create_graph) {
   run = for_pass(run, pass);
-  const TensorTree computed = pass.compute(params);
+  // Differentiated to the entered parameters, in the reduce dtype: the micro-batches' sum is
+  // accumulated there and never rounded to the compute dtype on its way to the reduction.
+  const TensorTree entered = pass.enter(params);
   std::vector<at::Tensor> losses(static_cast<size_t>(pass.count));
   const PipelineStageResult result = run_pipeline_stage(
-      run, computed,
+      run, entered,
       [&](int64_t m, int64_t v, const at::Tensor& input) {
         const PipelineStage& chunk = chunks.at(static_cast<size_t>(v));
-        const at::Tensor out = pass.forward(m, chunk, computed, input);
+        const TensorTree computed = pass.to_compute(entered);
+        // Received in the anchor's (the entered parameters') dtype: the sender's values, exactly.
+        const at::Tensor in = input.defined() ? input.to(computed.begin()->tensor.scalar_type()) : input;
+        const at::Tensor out = pass.forward(m, chunk, computed, in);
         if (!chunk.heads) return out;
         losses[static_cast<size_t>(m)] = out.detach();
         return pass.scale_loss(out);
@@ -36,16 +41,16 @@ MicroBatchGradients pipeline_micro_batch_gradients(PipelineStageRun run, const s
   // Σ_m in micro-batch order; differentiated again micro-batch by micro-batch.
   TensorTree sum;
   if (create_graph) {
-    std::vector<at::Tensor> inputs = computed.tensors();
+    std::vector<at::Tensor> inputs = entered.tensors();
     inputs.insert(inputs.end(), pass.inputs.begin(), pass.inputs.end());
     sum = ordered_gradient_sum(result.gradients, inputs);
   } else {
     for (const TensorTree& g : result.gradients) sum = sum.empty() ? g : pass.accumulate(sum, g);
   }
-  sum = sum.map_named(
-      [&](const std::string& name, const at::Tensor& g) { return g.to(computed.at(name).scalar_type()); });
+  sum =
+      sum.map_named([&](const std::string& name, const at::Tensor& g) { return g.to(entered.at(name).scalar_type()); });
   MicroBatchGradients out;
-  out.gradient = with_values(params, torch::autograd::grad(computed.tensors(), params.tensors(), sum.tensors(),
+  out.gradient = with_values(params, torch::autograd::grad(entered.tensors(), params.tensors(), sum.tensors(),
                                                            /*retain_graph=*/create_graph, create_graph,
                                                            /*allow_unused=*/true));
   if (!result.losses.empty()) {  // the unscaled losses, on the stage of the last chunk
@@ -60,7 +65,7 @@ std::vector<at::Tensor> pipeline_micro_batch_losses(PipelineStageRun run, const 
   run = for_pass(run, pass);
   run.forward_only = true;
   const at::NoGradGuard values_only;
-  const TensorTree computed = pass.compute(params);
+  const TensorTree computed = pass.to_compute(pass.enter(params));
   const PipelineStageResult result = run_pipeline_stage(
       run, computed,
       [&](int64_t m, int64_t v, const at::Tensor& input) {

@@ -1,10 +1,11 @@
 // A step's or a query's micro-batches over pipeline stages (docs/design.md, "Pipeline stages"):
 // the Parallelism::micro_batch_gradients of a mesh with pp > 1. The stored parameters enter once
-// (θ_c = compute(θ): the gathers, the tied embedding's copy, the casts); the stage runs its chunks
-// of every micro-batch in its schedule (pipeline_stage_runner.h) and differentiates to θ_c; the
-// micro-batches' gradients are summed in micro-batch order (ordered_gradient_sum.h when the sum
-// will be differentiated again); and one VJP through compute brings the sum back to θ:
-//   g_θ = (∂θ_c/∂θ)ᵀ Σ_m ∂(S·L_m)/∂θ_c
+// (θ_e = enter(θ): the gathers and the tied embedding's copy, in the reduce dtype); the stage runs
+// its chunks of every micro-batch in its schedule (pipeline_stage_runner.h) on θ_e cast to the
+// compute dtype and differentiates to θ_e; the micro-batches' gradients are summed in micro-batch
+// order (in the master dtype, or by ordered_gradient_sum.h when the sum will be differentiated
+// again); and one VJP through enter brings the sum back to θ:
+//   g_θ = (∂θ_e/∂θ)ᵀ Σ_m ∂(S·L_m)/∂θ_e
 // so every reduction in enter()'s backward (a tied embedding's sum over the embedding group, then
 // the data-parallel sum or reduce-scatter) runs once per step, after the last micro-batch, on
 // every stage at the same point of its program.
