@@ -182,7 +182,11 @@ void CheckSettings::validate() const {
   }
   // Before the data and weights are read: the model's config alone says whether tp can split it.
   if (w == "lm" && topology.tp() > 1) require_tensor_parallel_fits(topology, lm_unclipped_config(*this).model);
-  if (w == "lm") require_pipeline_fits(topology, lm_unclipped_config(*this).model);
+  if (w == "lm") {
+    const GptConfig model = lm_unclipped_config(*this).model;
+    require_pipeline_fits(topology, model);
+    require_ring_fits(topology, model, run_config ? "the config's model" : "the workload's");
+  }
   if (w == "lm") {
     const int64_t examples = lm_training_examples(*this);
     if (global_batch() > examples) {

@@ -41,14 +41,17 @@ nlohmann::json workload_json(const CheckSettings& s, const nlohmann::json& optim
   // (fixtures/multimodal), through an encoder whose hidden width every encoder tp divides.
   const bool multimodal = s.topology.is_bridge();
   const int64_t patches = 8;
+  // Ring attention cuts the sequence into 2·cp equal chunks: the built-in sequence is rounded up.
+  const int64_t chunks = s.topology.ring() ? 2 * s.topology.cp() : 1;
+  const int64_t max_len = (s.max_len + chunks - 1) / chunks * chunks;
   const nlohmann::json model =
       s.model_folder.empty()
           ? nlohmann::json{{"vocab", 257},
                            {"d_model", std::max<int64_t>(16, 4 * heads)},
                            {"n_layers", s.topology.pp() * s.topology.vpp()},
                            {"n_heads", heads},
-                           {"max_len", s.max_len + (multimodal ? patches : 0)}}
-          : nlohmann::json{{"path", s.model_folder}, {"max_len", s.max_len + (multimodal ? patches : 0)}};
+                           {"max_len", max_len + (multimodal ? patches : 0)}}
+          : nlohmann::json{{"path", s.model_folder}, {"max_len", max_len + (multimodal ? patches : 0)}};
   nlohmann::json data = {
       {"train", "text/proverbs.jsonl"}, {"queries", "text/queries.jsonl"}, {"max_documents", s.documents}};
   nlohmann::json out = {

@@ -77,7 +77,15 @@ const std::vector<Mutation>& mutation_catalog() {
        "grad",
        "",
        kMesh,
-       {{"cp", 2}}},
+       {{"cp", 2}},
+       {{"ring", 0}}},
+      {"ring-cotangent-onward",
+       "ring attention's backward passes each K/V block's cotangent on around the ring instead of back to its "
+       "owner: the output and dQ are right, every rank's dK and dV wrong",
+       "grad",
+       "",
+       kMesh,
+       {{"cp", 2}, {"ring", 1}}},
       {"cp-contiguous-chunks",
        "contiguous sequence chunks while the mask and positions assume zig-zag",
        "grad",
@@ -477,6 +485,7 @@ int64_t size_of(const std::string& name, const dist::TopologySpec& topology) {
   if (name == "holders") return topology.dp() / topology.fsdp() * topology.cp();
   if (name == "world") return topology.world_size();
   if (name == "sp") return topology.sp() ? 1 : 0;
+  if (name == "ring") return topology.ring() ? 1 : 0;
   for (const auto& [key, value] : topology.named_sizes()) {
     if (key == name) return value;
   }
@@ -501,6 +510,7 @@ std::string describe(const std::string& name) {
   if (name == "fan_in") return "a fan-in bridge (enc dp / lm dp)";
   if (name == "fan_out") return "a fan-out bridge (lm dp / enc dp)";
   if (name == "enc_fsdp") return "a bridge whose encoder shards its parameters (enc=...,fsdpF): enc_fsdp";
+  if (name == "ring") return "ring attention (cp_impl=ring)";
   return name == "replicas" ? "replicas (dp/fsdp)" : name == "holders" ? "holders (dp/fsdp*cp)" : name;
 }
 
@@ -591,6 +601,8 @@ std::string unmet_requirement(const Mutation& m, const dist::TopologySpec& topol
   }
   for (const auto& [name, most] : m.at_most) {
     const int64_t v = size_of(name, topology);
+    if (name == "ring" && v > most)
+      return "needs cp_impl=gather (its bug is in the K/V all-gather, which ring attention does not run)";
     if (v > most) {
       return str_cat("needs ", describe(name), " <= ", most, " (", name, "=", v, " here): its factor is stated for it");
     }

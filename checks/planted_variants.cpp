@@ -175,7 +175,8 @@ class WithPart : public DataParallel {
  private:
   static MeshParts replaced(MeshParts parts) {
     if constexpr (std::is_base_of_v<ContextParallel, Part>) {
-      parts.context = std::make_shared<Part>(parts.groups.cp, parts.context ? parts.context->sequence_shards() : 1);
+      parts.context = std::make_shared<Part>(parts.groups.cp, parts.context ? parts.context->sequence_shards() : 1,
+                                             parts.context && parts.context->ring());
     } else if constexpr (std::is_base_of_v<TensorParallel, Part>) {
       // Without a tp group (tp = 1) there is nothing to plant: the catalog needs tp >= 2.
       if (parts.groups.tp) parts.tensor = std::make_shared<Part>(parts.groups.tp, parts.sequence_parallel);
@@ -305,6 +306,13 @@ class KvGradNotSummed : public ContextParallel {
   at::Tensor gather_keys(const at::Tensor& kv) const override {
     return GatherKeepLocalCotangent::apply(kv.contiguous(), group().id());
   }
+};
+
+// Ring attention whose backward sends each block's cotangent onward, not back to its owner.
+class RingCotangentOnward : public ContextParallel {
+ public:
+  using ContextParallel::ContextParallel;
+  dist::RingShift ring_shift() const override { return dist::shift_ring_cotangent_onward; }
 };
 
 // Rank r computes the contiguous chunks 2r and 2r+1 while positions and mask assume zig-zag.
@@ -514,6 +522,7 @@ std::shared_ptr<const Parallelism> planted_data_parallel(const std::string& muta
       {"token-weight-shifted", make<TokenWeightShifted>()},
       {"cp-dp-only-normalizer", make<CpDpOnlyNormalizer>()},
       {"cp-kv-grad-not-summed", make<WithPart<KvGradNotSummed>>()},
+      {"ring-cotangent-onward", make<WithPart<RingCotangentOnward>>()},
       {"cp-contiguous-chunks", make<WithPart<ContiguousChunks>>()},
       {"cp-local-positions", make<WithPart<LocalPositions>>()},
       {"fsdp-avg-and-divide", make<WithPart<GatherAvgBackward>>()},

@@ -582,6 +582,26 @@ TEST(MagicCheckCli, PipelineStagesPassAtFp64OnEveryLevel) {
   expect_exact_on_every_level("dp=1,tp=2,pp=2,vpp=2,mb=2", " --schedule gpipe --launch threads");
 }
 
+// Ring attention (cp_impl=ring; docs/magic-check.md, "Context parallel"): exact at every level
+// against the single process on the two layouts, and its planted backward (each block's
+// cotangent sent onward, not home) caught at grad on cp = 3 beside dp = 2 and mb = 4.
+TEST(MagicCheckCli, RingAttentionPassesAtFp64OnEveryLevelAndItsBugIsCaught) {
+  expect_exact_on_every_level("dp=1,cp=2,cp_impl=ring", " --launch threads");
+  expect_exact_on_every_level("dp=2,cp=4,cp_impl=ring", " --launch threads");
+  const auto planted =
+      magic_check("--topology dp=2,cp=3,cp_impl=ring,mb=4 --steps 2 --launch threads --mutate ring-cotangent-onward");
+  EXPECT_EQ(planted.exit_code, 1) << planted.output;
+  // The first failing rows are the gradient's (the forward is right: the loss row passes).
+  EXPECT_NE(planted.output.find("grad         tok_emb"), std::string::npos) << planted.output;
+  const size_t loss_row = planted.output.find("grad         loss ");
+  ASSERT_NE(loss_row, std::string::npos) << planted.output;
+  const std::string loss_line = planted.output.substr(loss_row, planted.output.find('\n', loss_row) - loss_row);
+  EXPECT_NE(loss_line.find(" pass"), std::string::npos) << loss_line;
+  const auto gather_only = magic_check("--topology cp=2,cp_impl=ring --mutate cp-kv-grad-not-summed --launch threads");
+  EXPECT_EQ(gather_only.exit_code, 2) << gather_only.output;
+  EXPECT_NE(gather_only.output.find("needs cp_impl=gather"), std::string::npos) << gather_only.output;
+}
+
 // Low precision: judged against an fp64 golden run; every row carries the three errors and,
 // where it applies, the bound; the table says which criterion it used.
 TEST(MagicCheckCli, Bf16PassesAgainstTheFp64GoldenRunAndReportsThreeErrors) {

@@ -129,6 +129,10 @@ TEST(MagicCheckModel, ABadFolderOrAConflictingFlagIsRefusedBeforeAnyRank) {
       {"--topology pp=2,vpp=2,mb=3", "mb=3 is not a multiple of pp=2, which the interleaved 1F1B schedule"},
       {"--topology dp=2,vpp=2", "vpp=2 needs pp > 1"},
       {"--topology pp=2,mb=2 --schedule zigzag", "--schedule: unknown schedule 'zigzag'; expected gpipe or 1f1b"},
+      // Ring attention cuts a config's sequences (max_len 24) into 2·cp equal chunks.
+      {"--config " + config + " --topology cp=5,cp_impl=ring",
+       "--topology dp=1,cp=5,cp_impl=ring: ring attention splits each sequence into 2·cp = 10 zig-zag chunks of "
+       "equal length, but the config's model max_len = 24 is not a multiple of 10"},
   };
   for (const auto& c : cases) {
     const auto o = magic_check(c.args);

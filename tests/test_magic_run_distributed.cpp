@@ -280,11 +280,12 @@ TEST(MagicRunDistributed, AThreePoolLayoutIsRefusedBeforeAnyRankStarts) {
   EXPECT_NE(o.output.find("--launch env: RANK is not set"), std::string::npos) << o.output;
 }
 
-// Pipeline stages (pp=2, 4 micro-batches of uneven size on a 2-layer model, clipping): the single
+// Pipeline stages (pp=2, 4 micro-batches of uneven size on a 2-layer model, clipping), and ring
+// attention beside dp (cp_impl=ring): the single
 // process's scores to fp64 rounding under 1F1B, and GPipe's bit for bit (each micro-batch's gradient
 // is summed in micro-batch order, its second-order passes too). A model with fewer layers than
 // stages is refused before any rank starts.
-TEST(MagicRunDistributed, PipelineStagesGiveTheSingleProcessScoresUnderEitherSchedule) {
+TEST(MagicRunDistributed, PipelinesAndRingAttentionGiveTheSingleProcessScores) {
   const std::string config = testing::write_tiny_run_config("pipeline", {}, [](nlohmann::json& j) {
     j["model"]["n_layers"] = 2;
     j["optimizer"] = {{"name", "adamw"}, {"lr", 0.01}, {"clip_norm", 1.0}};
@@ -305,6 +306,16 @@ TEST(MagicRunDistributed, PipelineStagesGiveTheSingleProcessScoresUnderEitherSch
   std::cout << "pp=2,mb=4 vs single process: relative error " << error << "\n";
   EXPECT_LE(error, 1e-10);
   EXPECT_TRUE(at::equal(d, e)) << "GPipe's scores differ from 1F1B's";
+  // Ring attention beside dp: the same scores.
+  const std::string ring = fresh_dir("mr-ring");
+  const testing::CommandOutcome r =
+      magic_run("--config " + config + " --topology dp=2,cp=2,cp_impl=ring --out " + ring);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const at::Tensor rs = load_safetensors(ring + "/scores.safetensors").tensors.at("scores");
+  const double ring_error = (rs - a).abs().max().item<double>() / a.abs().max().item<double>();
+  std::cout << "dp=2,cp=2,cp_impl=ring vs single process: relative error " << ring_error << "\n";
+  EXPECT_LE(ring_error, 1e-10);
+  std::filesystem::remove_all(ring);
 
   const std::string never = fresh_dir("mr-pp-never");
   const std::string one_layer = testing::write_tiny_run_config("pipeline-one-layer", {});

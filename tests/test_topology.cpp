@@ -52,11 +52,15 @@ TEST(Topology, RejectsBadStringsNamingTheProblemAndTheValidKeys) {
   }
   EXPECT_NE(error_of("dp=2,mb=4611686018427387904").find("is more than 2147483647 micro-batches"), std::string::npos);
   EXPECT_EQ(error_of("dp=65536,cp=32767"), "");  // 2^31 - 65536 ranks: a world c10d can number
-  EXPECT_NE(error_of("dq=2").find("keys from: dp, cp, tp, fsdp, sp, mb, pp, vpp, n_ci, n_per_block, n_blocks, n_ppgd"),
+  EXPECT_NE(error_of("dq=2").find(
+                "keys from: dp, cp, tp, fsdp, sp, mb, pp, vpp, cp_impl, n_ci, n_per_block, n_blocks, n_ppgd"),
             std::string::npos);
   EXPECT_NE(error_of("dp=2,vpp=2").find("vpp=2 needs pp > 1"), std::string::npos);
   EXPECT_NE(error_of("pp=2,n_ci=2,n_per_block=1").find("pp cannot be combined"), std::string::npos);
   EXPECT_NE(error_of("pp=65536,dp=32768").find("a world of more than"), std::string::npos);
+  EXPECT_NE(error_of("cp=2,cp_impl=ringg").find("cp_impl=ringg: expected gather or ring"), std::string::npos);
+  EXPECT_NE(error_of("dp=2,cp_impl=ring").find("cp_impl=ring needs cp > 1"), std::string::npos);
+  EXPECT_NE(error_of("cp=2,tp=2,sp,cp_impl=ring").find("cp_impl=ring with sp is not supported yet"), std::string::npos);
 }
 
 TEST(Topology, ParsesPipelineStagesOutermost) {
@@ -68,6 +72,12 @@ TEST(Topology, ParsesPipelineStagesOutermost) {
   EXPECT_EQ(TopologySpec::parse(t.str()).str(), t.str());
   EXPECT_EQ(TopologySpec::parse("dp=2").pp(), 1);
   EXPECT_EQ(t.schedule, "1f1b");
+  const auto ring = TopologySpec::parse("cp_impl=ring,cp=2,dp=2");
+  EXPECT_TRUE(ring.ring());
+  EXPECT_EQ(ring.str(), "dp=2,cp=2,cp_impl=ring");
+  EXPECT_EQ(ring.world_size(), 4);
+  EXPECT_FALSE(TopologySpec::parse("cp=2,cp_impl=gather").ring());
+  EXPECT_EQ(TopologySpec::parse("cp=2,cp_impl=gather").str(), "dp=1,cp=2");
 }
 
 TEST(Topology, ParsesTensorParallelSequenceParallelAndMicroBatches) {

@@ -326,6 +326,7 @@ void require_layout_fits(const dist::TopologySpec& topology, const RunConfig& co
   require_micro_batches_fit(topology, config.batch_size, "training.batch_size");
   require_tensor_parallel_fits(topology, config.model);
   require_pipeline_fits(topology, config.model);
+  require_ring_fits(topology, config.model, "the config's model");
 }
 
 // Whether this build, this machine and the backend can run on the config's device (run_device.h):

@@ -50,6 +50,11 @@ at::Tensor causal_self_attention(const GptConfig& c, const at::Tensor& normed, c
     q = rotate(c, q, layout.position_ids);
     k = rotate(c, k, layout.position_ids);
   }
+  if (layout.attend) {  // ring attention: no probabilities to trace, the keys never gathered
+    const at::Tensor y = layout.attend(q * attention_scale_of(c), k, heads(parts[2]));
+    return tensor.row_linear(y.transpose(1, 2).reshape({B, T, H * D}), p.at(block(layer, "attn.proj.weight")),
+                             p.at(block(layer, "attn.proj.bias")));
+  }
   k = layout.gather_keys(k);
   const at::Tensor v = layout.gather_keys(heads(parts[2]));
   // The scale goes on q (T x D per head) rather than on the T x T scores, and the causal mask is

@@ -13,7 +13,8 @@ SequenceLayout SequenceLayout::whole(int64_t length) {
 
 SequenceLayout SequenceLayout::to(const at::Device& device) const {
   const auto moved = [&](const at::Tensor& t) { return t.defined() ? t.to(device) : t; };
-  return {padded_length, moved(columns), moved(positions), moved(position_ids), moved(key_positions), gather_keys};
+  return {padded_length, moved(columns), moved(positions), moved(position_ids), moved(key_positions),
+          gather_keys,   attend};
 }
 
 }  // namespace magic

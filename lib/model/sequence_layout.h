@@ -21,6 +21,9 @@ struct SequenceLayout {
   at::Tensor key_positions;   // [T_keys] int64: true positions of the keys gather_keys returns
   // [B, H, T_local, D] -> [B, H, T_keys, D]: this rank's keys or values -> every rank's.
   std::function<at::Tensor(const at::Tensor&)> gather_keys;
+  // Set by a layout whose attention does not gather the keys (ring attention): softmax(q kᵀ +
+  // causal mask) v for this rank's queries q (scaled already), keys and values [B, H, T_local, D].
+  std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)> attend;
 
   // The same layout with its index tensors on `device` (gather_keys moves what it is given).
   SequenceLayout to(const at::Device& device) const;

@@ -43,6 +43,14 @@ void require_pipeline_fits(const dist::TopologySpec& topology, const GptConfig& 
   dist::validate_pipeline_schedule(schedule, topology.pp(), topology.vpp(), topology.mb(), what);
 }
 
+void require_ring_fits(const dist::TopologySpec& topology, const GptConfig& model, const std::string& source) {
+  const int64_t chunks = 2 * topology.cp();
+  if (!topology.ring() || model.max_len % chunks == 0) return;
+  throw InputError(str_cat("--topology ", topology.str(), ": ring attention splits each sequence into 2·cp = ", chunks,
+                           " zig-zag chunks of equal length, but ", source, " max_len = ", model.max_len,
+                           " is not a multiple of ", chunks));
+}
+
 dist::StageParts lm_stage_parts(const dist::MeshGroups& groups, const dist::TopologySpec& topology,
                                 const GptConfig& model, const TensorTree& full) {
   dist::StageParts out;
@@ -65,7 +73,7 @@ dist::MeshParts lm_mesh_parts(const dist::Runtime& runtime, const dist::Topology
   // Only the shapes matter here: the parts shard tensors shaped like the parameters.
   const TensorTree full = gpt_init(model, at::kDouble, 0);
   return dist::mesh_parts(groups, full, gpt_parallel_plan(), topology.sp(),
-                          lm_stage_parts(groups, topology, model, full));
+                          lm_stage_parts(groups, topology, model, full), topology.ring());
 }
 
 std::shared_ptr<const dist::DataParallel> lm_data_parallel(const dist::Runtime& runtime,

@@ -30,6 +30,11 @@ void require_micro_batches_fit(const dist::TopologySpec& topology, int64_t batch
 // (pipeline_schedule.h). Both tools call it before any rank starts.
 void require_pipeline_fits(const dist::TopologySpec& topology, const GptConfig& model);
 
+// Throws InputError naming the topology unless ring attention (cp_impl=ring) can cut `model`'s
+// sequences into 2·cp zig-zag chunks of equal length: max_len a multiple of 2·cp. `source` says
+// where max_len came from ("the config's model").
+void require_ring_fits(const dist::TopologySpec& topology, const GptConfig& model, const std::string& source);
+
 // This rank's pipeline stage of `model` (`full`: parameters shaped like the model's).
 dist::StageParts lm_stage_parts(const dist::MeshGroups& groups, const dist::TopologySpec& topology,
                                 const GptConfig& model, const TensorTree& full);

@@ -15,8 +15,8 @@ at::Tensor zigzag_columns(int64_t padded_length, int64_t cp, int64_t rank) {
                   at::arange((2 * cp - 1 - rank) * chunk, (2 * cp - rank) * chunk, at::kLong)});
 }
 
-ContextParallel::ContextParallel(std::shared_ptr<const Group> group, int64_t sequence_shards)
-    : group_(std::move(group)), sequence_shards_(sequence_shards) {}
+ContextParallel::ContextParallel(std::shared_ptr<const Group> group, int64_t sequence_shards, bool ring)
+    : group_(std::move(group)), sequence_shards_(sequence_shards), ring_(ring) {}
 
 SequenceLayout ContextParallel::layout(int64_t length) const {
   if (size() == 1) {
@@ -38,6 +38,14 @@ SequenceLayout ContextParallel::layout(int64_t length) const {
     if (kv.size(0) == 0) return kv.new_zeros({0, kv.size(1), key_count, kv.size(3)});
     return gather_keys(kv);
   };
+  if (ring_) {
+    const at::Tensor positions = layout.positions;
+    layout.attend = [this, positions](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+      if (q.size(0) == 0) return q.clone();  // an empty batch is empty on every rank of the ring
+      const at::Tensor at = positions.to(q.device());
+      return ring_attention(q, k, v, at, at, group_.get(), ring_shift());
+    };
+  }
   return layout;
 }
 

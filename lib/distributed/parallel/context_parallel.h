@@ -5,12 +5,14 @@
 // P / 2cp; cp rank r holds chunks r and 2cp-1-r, which balances the causal mask's work (zig-zag).
 // With cp = 1 and s > 1 the whole padded sequence is the rank's. Attention reaches the other ranks' keys and values
 // through the differentiable all_gather over the cp group (backward reduce_scatter_sum), so every order of derivative
-// crosses cp ranks; the mask compares true positions. checks/planted_variants.cpp derives the cp mutations from this
-// class.
+// crosses cp ranks; the mask compares true positions. With `ring` (cp_impl=ring) the keys and values travel the
+// ring instead, the softmax combined online (ring_attention.h). checks/planted_variants.cpp derives the cp mutations
+// from this class.
 #pragma once
 
 #include <memory>
 
+#include "lib/distributed/parallel/ring_attention.h"
 #include "lib/distributed/runtime/group.h"
 #include "lib/model/sequence_layout.h"
 
@@ -25,11 +27,13 @@ class ContextParallel {
  public:
   // `group`: this rank's cp group (nullptr: cp = 1, the whole sequence on this rank);
   // `sequence_shards`: how many ways sequence parallelism splits this rank's columns.
-  explicit ContextParallel(std::shared_ptr<const Group> group, int64_t sequence_shards = 1);
+  // `ring`: ring attention (ring_attention.h) instead of gathering the keys and values.
+  explicit ContextParallel(std::shared_ptr<const Group> group, int64_t sequence_shards = 1, bool ring = false);
   virtual ~ContextParallel() = default;
 
   int64_t size() const { return group_ ? group_->size() : 1; }
   int64_t sequence_shards() const { return sequence_shards_; }
+  bool ring() const { return ring_; }
   const Group& group() const { return *group_; }
 
   // This rank's layout of a sequence of `length` columns.
@@ -42,10 +46,13 @@ class ContextParallel {
   virtual at::Tensor position_ids(int64_t padded_length) const;
   // [B, H, T_local, D] -> [B, H, T_keys, D], every cp rank's keys in cp-rank order.
   virtual at::Tensor gather_keys(const at::Tensor& kv) const;
+  // The ring's step (ring attention): shift_ring, or a planted variant.
+  virtual RingShift ring_shift() const { return shift_ring; }
 
  private:
   std::shared_ptr<const Group> group_;
   int64_t sequence_shards_;
+  bool ring_;
 };
 
 }  // namespace magic::dist

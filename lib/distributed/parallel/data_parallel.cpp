@@ -113,12 +113,12 @@ TraceLayout mesh_trace_layout(const MeshLayout& layout, int rank, Convention con
 }
 
 MeshParts mesh_parts(const MeshGroups& groups, const TensorTree& full_params, const ParallelPlan& plan,
-                     bool sequence_parallel, StageParts stage) {
+                     bool sequence_parallel, StageParts stage, bool ring) {
   MeshParts parts;
   parts.stage = std::move(stage);
   parts.groups = groups;
   const int64_t tp = groups.layout.tp();
-  parts.context = std::make_shared<ContextParallel>(groups.cp, sequence_parallel ? tp : 1);
+  parts.context = std::make_shared<ContextParallel>(groups.cp, sequence_parallel ? tp : 1, ring);
   if (tp > 1) {
     parts.tensor = std::make_shared<TensorParallelGroup>(groups.tp, sequence_parallel);
   } else {

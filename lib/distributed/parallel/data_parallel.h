@@ -82,8 +82,9 @@ struct MeshParts {
   StageParts stage;                                          // pp = 1: the whole model
 };
 // The correct pieces for `groups`, for parameters shaped like `full_params` split by `plan`.
+// `ring`: attention over the cp group by ring attention (cp_impl=ring) rather than gathered keys.
 MeshParts mesh_parts(const MeshGroups& groups, const TensorTree& full_params, const ParallelPlan& plan = {},
-                     bool sequence_parallel = false, StageParts stage = {});
+                     bool sequence_parallel = false, StageParts stage = {}, bool ring = false);
 
 class DataParallel : public Parallelism {
  public:

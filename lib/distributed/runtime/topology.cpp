@@ -21,18 +21,18 @@ bool contains(const std::vector<std::string>& keys, const std::string& key) {
 }
 
 [[noreturn]] void reject(const std::string& text, const std::string& why) {
-  throw InputError(str_cat(
-      "--topology '", text, "': ", why, "; expected key=value[,key=value...] with integers >= 1",
-      " and keys from: ", join(topology_keys(), ", "),
-      " (mesh: dp, optionally cp, tp, fsdp, pp, vpp, the flag sp and mb; three-pool: n_ci and n_per_block, optionally",
-      " n_blocks and n_ppgd)"));
+  throw InputError(str_cat("--topology '", text, "': ", why, "; expected key=value[,key=value...] with integers >= 1",
+                           " and keys from: ", join(topology_keys(), ", "),
+                           " (mesh: dp, optionally cp, tp, fsdp, pp, vpp, cp_impl=gather|ring, the flag sp and mb; "
+                           "three-pool: n_ci and n_per_block, optionally",
+                           " n_blocks and n_ppgd)"));
 }
 
 }  // namespace
 
 const std::vector<std::string>& topology_keys() {
-  static const std::vector<std::string> keys{"dp", "cp",  "tp",   "fsdp",        "sp",       "mb",
-                                             "pp", "vpp", "n_ci", "n_per_block", "n_blocks", "n_ppgd"};
+  static const std::vector<std::string> keys{"dp",  "cp",      "tp",   "fsdp",        "sp",       "mb",    "pp",
+                                             "vpp", "cp_impl", "n_ci", "n_per_block", "n_blocks", "n_ppgd"};
   return keys;
 }
 
@@ -63,7 +63,8 @@ std::string TopologySpec::str() const {
   if (family() == TopologyFamily::kMesh) {
     return str_cat("dp=", dp(), cp() > 1 ? str_cat(",cp=", cp()) : "", tp() > 1 ? str_cat(",tp=", tp()) : "",
                    fsdp() > 1 ? str_cat(",fsdp=", fsdp()) : "", pp() > 1 ? str_cat(",pp=", pp()) : "",
-                   vpp() > 1 ? str_cat(",vpp=", vpp()) : "", sp() ? ",sp" : "", mb() > 1 ? str_cat(",mb=", mb()) : "");
+                   vpp() > 1 ? str_cat(",vpp=", vpp()) : "", ring() ? ",cp_impl=ring" : "", sp() ? ",sp" : "",
+                   mb() > 1 ? str_cat(",mb=", mb()) : "");
   }
   return str_cat("n_ci=", n_ci(), ",n_per_block=", n_per_block(), ",n_blocks=", n_blocks(), ",n_ppgd=", n_ppgd());
 }
@@ -108,6 +109,11 @@ TopologySpec TopologySpec::parse(const std::string& text) {
     }
     if (key == "sp") reject(text, "sp is a flag: write ',sp', without a value");
     if (spec.values.count(key)) reject(text, str_cat("key '", key, "' given twice"));
+    if (key == "cp_impl") {  // the one key with a word for its value
+      if (value != "gather" && value != "ring") reject(text, str_cat("cp_impl=", value, ": expected gather or ring"));
+      spec.values[key] = value == "ring" ? 1 : 0;
+      continue;
+    }
     errno = 0;
     char* end = nullptr;
     const long long number = std::strtoll(value.c_str(), &end, 10);
@@ -116,7 +122,7 @@ TopologySpec TopologySpec::parse(const std::string& text) {
     spec.values[key] = number;
   }
   if (spec.family() == TopologyFamily::kThreePool) {
-    for (const char* mesh : {"dp", "cp", "tp", "fsdp", "sp", "mb", "pp", "vpp"}) {
+    for (const char* mesh : {"dp", "cp", "tp", "fsdp", "sp", "mb", "pp", "vpp", "cp_impl"}) {
       if (spec.values.count(mesh)) reject(text, str_cat(mesh, " cannot be combined with the three-pool keys"));
     }
     for (const char* required : {"n_ci", "n_per_block"}) {
@@ -141,6 +147,10 @@ TopologySpec TopologySpec::parse(const std::string& text) {
     reject(text,
            str_cat("vpp=", spec.vpp(), " needs pp > 1 (virtual stages interleave the layers of a pipeline's stages)"));
   }
+  if (spec.ring() && spec.cp() == 1) {
+    reject(text, "cp_impl=ring needs cp > 1 (ring attention passes keys and values around the cp ranks)");
+  }
+  if (spec.ring() && spec.sp()) reject(text, "cp_impl=ring with sp is not supported yet: use cp_impl=gather");
   if (spec.sp() && spec.tp() == 1) {
     reject(text, "sp needs tp > 1 (sequence parallelism splits the sequence across the tensor-parallel ranks)");
   }

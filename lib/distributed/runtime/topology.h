@@ -9,6 +9,9 @@
 //               pp (pipeline stages, default 1) and vpp (virtual stages per pipeline stage, default
 //               1, needs pp > 1) make world = pp * dp * cp * tp, pp outermost; the pipeline's
 //               schedule comes from its own flag (--schedule: `schedule`, "1f1b" or "gpipe").
+//               cp_impl=gather|ring (the one word-valued key; default gather): how attention
+//               reaches the other cp ranks' keys, gathered or by ring attention (needs cp > 1,
+//               not with sp).
 //   three-pool: n_ci, n_per_block (both required), n_blocks (default 2), n_ppgd (default 2);
 //               world = n_ci + n_blocks * n_per_block + n_ppgd.
 //   bridge:     "enc=tpA,dpB;lm=tpC,dpD,cpE" (bridge_topology.h), a colocated encoder and language
@@ -45,7 +48,8 @@ struct TopologySpec {
   int64_t mb() const { return get("mb", 1); }
   int64_t pp() const { return get("pp", 1); }
   int64_t vpp() const { return get("vpp", 1); }
-  std::string schedule = "1f1b";  // the pipeline's (pipeline_schedule.h); set from --schedule
+  bool ring() const { return get("cp_impl", 0) == 1; }  // cp_impl=ring (ring attention), else gather
+  std::string schedule = "1f1b";                        // the pipeline's (pipeline_schedule.h); set from --schedule
   int64_t n_ci() const { return get("n_ci", 1); }
   int64_t n_per_block() const { return get("n_per_block", 1); }
   int64_t n_blocks() const { return get("n_blocks", 2); }
