@@ -86,6 +86,13 @@ const std::vector<Mutation>& mutation_catalog() {
        "",
        kMesh,
        {{"cp", 2}, {"ring", 1}}},
+      {"ring-backward-reuses-first-block",
+       "ring attention's backward recomputes every ring step with the first block's K/V (its own): the output is "
+       "right, dQ is wrong and the other blocks' dK/dV are never sent home",
+       "grad",
+       "",
+       kMesh,
+       {{"cp", 2}, {"ring", 1}}},
       {"cp-contiguous-chunks",
        "contiguous sequence chunks while the mask and positions assume zig-zag",
        "grad",

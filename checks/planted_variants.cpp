@@ -312,7 +312,21 @@ class KvGradNotSummed : public ContextParallel {
 class RingCotangentOnward : public ContextParallel {
  public:
   using ContextParallel::ContextParallel;
-  dist::RingShift ring_shift() const override { return dist::shift_ring_cotangent_onward; }
+  dist::RingSteps ring_steps() const override { return {dist::shift_ring_cotangent_onward, dist::block_product}; }
+};
+
+// a·block forward, the backward of a·own: a hand-written ring backward that recomputes every
+// step with the first block's K/V (its own): dQ and dP wrong, the other blocks' dK/dV never sent.
+//   a·own + (a·block − a·own).detach()
+at::Tensor product_reusing_own_block(const at::Tensor& a, const at::Tensor& block, const at::Tensor& own) {
+  const at::Tensor with_own = at::matmul(a, own);
+  return with_own + (at::matmul(a, block) - with_own).detach();
+}
+
+class RingBackwardReusesFirstBlock : public ContextParallel {
+ public:
+  using ContextParallel::ContextParallel;
+  dist::RingSteps ring_steps() const override { return {dist::shift_ring, product_reusing_own_block}; }
 };
 
 // Rank r computes the contiguous chunks 2r and 2r+1 while positions and mask assume zig-zag.
@@ -523,6 +537,7 @@ std::shared_ptr<const Parallelism> planted_data_parallel(const std::string& muta
       {"cp-dp-only-normalizer", make<CpDpOnlyNormalizer>()},
       {"cp-kv-grad-not-summed", make<WithPart<KvGradNotSummed>>()},
       {"ring-cotangent-onward", make<WithPart<RingCotangentOnward>>()},
+      {"ring-backward-reuses-first-block", make<WithPart<RingBackwardReusesFirstBlock>>()},
       {"cp-contiguous-chunks", make<WithPart<ContiguousChunks>>()},
       {"cp-local-positions", make<WithPart<LocalPositions>>()},
       {"fsdp-avg-and-divide", make<WithPart<GatherAvgBackward>>()},

@@ -583,8 +583,8 @@ TEST(MagicCheckCli, PipelineStagesPassAtFp64OnEveryLevel) {
 }
 
 // Ring attention (cp_impl=ring; docs/magic-check.md, "Context parallel"): exact at every level
-// against the single process on the two layouts, and its planted backward (each block's
-// cotangent sent onward, not home) caught at grad on cp = 3 beside dp = 2 and mb = 4.
+// against the single process on the two layouts, and its planted backwards (each block's
+// cotangent sent onward, not home; every step recomputed with the first block) caught at grad.
 TEST(MagicCheckCli, RingAttentionPassesAtFp64OnEveryLevelAndItsBugIsCaught) {
   expect_exact_on_every_level("dp=1,cp=2,cp_impl=ring", " --launch threads");
   expect_exact_on_every_level("dp=2,cp=4,cp_impl=ring", " --launch threads");
@@ -597,6 +597,12 @@ TEST(MagicCheckCli, RingAttentionPassesAtFp64OnEveryLevelAndItsBugIsCaught) {
   ASSERT_NE(loss_row, std::string::npos) << planted.output;
   const std::string loss_line = planted.output.substr(loss_row, planted.output.find('\n', loss_row) - loss_row);
   EXPECT_NE(loss_line.find(" pass"), std::string::npos) << loss_line;
+  // The backward that recomputes every ring step with the first block's K/V: caught at grad.
+  const auto reused = magic_check(
+      "--topology dp=2,cp=3,cp_impl=ring --steps 2 --launch threads --checks grad --mutate "
+      "ring-backward-reuses-first-block");
+  EXPECT_EQ(reused.exit_code, 1) << reused.output;
+  EXPECT_NE(reused.output.find("grad         tok_emb"), std::string::npos) << reused.output;
   const auto gather_only = magic_check("--topology cp=2,cp_impl=ring --mutate cp-kv-grad-not-summed --launch threads");
   EXPECT_EQ(gather_only.exit_code, 2) << gather_only.output;
   EXPECT_NE(gather_only.output.find("needs cp_impl=gather"), std::string::npos) << gather_only.output;

@@ -74,7 +74,7 @@ OnRank ring_on_rank(const Whole& p, int cp, const dist::Runtime& rt, dist::RingS
   o.mine = [columns](const at::Tensor& t) { return t.index_select(2, columns); };
   o.leaves = {o.mine(p.q).requires_grad_(true), o.mine(p.k).requires_grad_(true), o.mine(p.v).requires_grad_(true)};
   o.y = dist::ring_attention(o.leaves[0], o.leaves[1], o.leaves[2], columns, columns,
-                             cp > 1 ? rt.world().get() : nullptr, shift);
+                             cp > 1 ? rt.world().get() : nullptr, dist::RingSteps{shift, dist::block_product});
   return o;
 }
 

@@ -43,7 +43,7 @@ SequenceLayout ContextParallel::layout(int64_t length) const {
     layout.attend = [this, positions](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
       if (q.size(0) == 0) return q.clone();  // an empty batch is empty on every rank of the ring
       const at::Tensor at = positions.to(q.device());
-      return ring_attention(q, k, v, at, at, group_.get(), ring_shift());
+      return ring_attention(q, k, v, at, at, group_.get(), ring_steps());
     };
   }
   return layout;

@@ -46,8 +46,8 @@ class ContextParallel {
   virtual at::Tensor position_ids(int64_t padded_length) const;
   // [B, H, T_local, D] -> [B, H, T_keys, D], every cp rank's keys in cp-rank order.
   virtual at::Tensor gather_keys(const at::Tensor& kv) const;
-  // The ring's step (ring attention): shift_ring, or a planted variant.
-  virtual RingShift ring_shift() const { return shift_ring; }
+  // The ring's steps (ring attention): shift_ring and block_product, or planted variants.
+  virtual RingSteps ring_steps() const { return {}; }
 
  private:
   std::shared_ptr<const Group> group_;

@@ -18,6 +18,16 @@ namespace magic::dist {
 
 // The ring step: shift_ring, or a planted variant of it (shift_ring_cotangent_onward).
 using RingShift = at::Tensor (*)(const at::Tensor& x, const Group& group, int64_t offset);
+// a·b for a block b that the ring brought (scores q·kᵀ, outputs p·v), given this member's own
+// block `own` of the same shape: block_product, or a planted variant (checks/planted_variants.cpp).
+using RingProduct = at::Tensor (*)(const at::Tensor& a, const at::Tensor& block, const at::Tensor& own);
+at::Tensor block_product(const at::Tensor& a, const at::Tensor& block, const at::Tensor& own);
+
+// The operations a ring step is made of.
+struct RingSteps {
+  RingShift shift = shift_ring;
+  RingProduct product = block_product;
+};
 
 // softmax(q kᵀ + causal mask) v for this member's queries q [B, H, Tq, D] (scaled already) at
 // true positions `query_positions` [Tq], against every member's keys and values: this member's
@@ -26,6 +36,6 @@ using RingShift = at::Tensor (*)(const at::Tensor& x, const Group& group, int64_
 // of its own block (its own position), as a causal layout's do. `group` nullptr: one member.
 at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                           const at::Tensor& query_positions, const at::Tensor& key_positions, const Group* group,
-                          RingShift shift = shift_ring);
+                          RingSteps steps = {});
 
 }  // namespace magic::dist
