@@ -182,7 +182,8 @@ void CheckSettings::validate() const {
   }
   // Before the data and weights are read: the model's config alone says whether tp can split it.
   if (w == "lm" && topology.tp() > 1) require_tensor_parallel_fits(topology, lm_unclipped_config(*this).model);
-  if (w == "lm") {
+  // (Only where they can refuse: the workload's config is made after the flags are judged.)
+  if (w == "lm" && (topology.pp() > 1 || topology.ring())) {
     const GptConfig model = lm_unclipped_config(*this).model;
     require_pipeline_fits(topology, model);
     require_ring_fits(topology, model, run_config ? "the config's model" : "the workload's");

@@ -559,8 +559,9 @@ RunTraits run_traits(const CheckSettings& s) {
   const auto steps = checkpoint_steps(parse_checkpoint_schedule(s.checkpoints), s.steps);
   traits.later_checkpoint = steps.size() > 1;
   traits.label_smoothing = s.label_smoothing > 0.0;
-  traits.tied_head = s.resolved_workload() == "lm" && s.topology.family() == dist::TopologyFamily::kMesh &&
-                     lm_unclipped_config(s).model.tied_head;
+  // Only a pipeline holds two copies of a tied embedding (and only then is the model read here).
+  traits.tied_head = s.topology.pp() > 1 && s.resolved_workload() == "lm" &&
+                     s.topology.family() == dist::TopologyFamily::kMesh && lm_unclipped_config(s).model.tied_head;
   return traits;
 }
 

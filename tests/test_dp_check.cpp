@@ -1,6 +1,8 @@
 // The checks with ranks as threads of this process: each mutation, planted alone, is caught at
 // its expected level with its expected factor, on the first layout of its family it applies to
-// whose sizes all differ (mesh: dp=3, dp=2,cp=3, dp=4,fsdp=2, dp=3,mb=2, dp=3,tp=2, dp=3,tp=2,sp; the three-pool
+// whose sizes all differ (mesh: dp=3, dp=2,cp=3, dp=4,fsdp=2, dp=3,mb=2, dp=3,tp=2, dp=3,tp=2,sp,
+// dp=3,pp=2,mb=4, dp=2,cp=3,cp_impl=ring,mb=4, and for a tied head gpt2-tiny on dp=3,pp=2,mb=4 and
+// dp=4,fsdp=2,pp=2,mb=3 (distinct but for fsdp = pp, which no factor of theirs names); the three-pool
 // n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3, 12 ranks), so that the factor the diagnosis observes
 // names exactly one size, in fp64 unless the mutation needs a lower precision (then fp16, whose
 // loss scale 1024 is a size of its own); fp32 is judged against fp64; empty shards are fine.
@@ -12,6 +14,8 @@
 #include <cstdlib>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "checks/lm_pipelines.h"
 
@@ -30,12 +34,26 @@ class EachMutationLong : public EachMutation {};
 
 // The first (layout, precision) among the distinct layouts and fp64, fp16 the mutation applies to.
 checks::CheckSettings distinct_settings_for(const checks::Mutation& m) {
+  const std::string tied = testing::source_path("fixtures/models/gpt2-tiny");
   for (c10::ScalarType dtype : {c10::kDouble, c10::kHalf}) {
-    for (const char* text : {"dp=3", "dp=2,cp=3", "dp=4,fsdp=2", "dp=3,mb=2", "dp=3,tp=2", "dp=3,tp=2,sp",
-                             "n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3", "enc=dp4;lm=dp2,cp2", "enc=tp4,dp2;lm=dp4,cp2",
-                             "enc=dp4,fsdp2;lm=dp2,cp2"}) {
+    for (const auto& [text, model] :
+         std::vector<std::pair<std::string, std::string>>{{"dp=3", ""},
+                                                          {"dp=2,cp=3", ""},
+                                                          {"dp=4,fsdp=2", ""},
+                                                          {"dp=3,mb=2", ""},
+                                                          {"dp=3,tp=2", ""},
+                                                          {"dp=3,tp=2,sp", ""},
+                                                          {"dp=3,pp=2,mb=4", ""},
+                                                          {"dp=2,cp=3,cp_impl=ring,mb=4", ""},
+                                                          {"dp=3,pp=2,mb=4", tied},
+                                                          {"dp=4,fsdp=2,pp=2,mb=3", tied},
+                                                          {"n_ci=6,n_per_block=2,n_blocks=1,n_ppgd=3", ""},
+                                                          {"enc=dp4;lm=dp2,cp2", ""},
+                                                          {"enc=tp4,dp2;lm=dp4,cp2", ""},
+                                                          {"enc=dp4,fsdp2;lm=dp2,cp2", ""}}) {
       checks::CheckSettings s;
       s.topology = dist::TopologySpec::parse(text);
+      s.model_folder = model;
       s.precision = PrecisionPolicy::for_compute(dtype);
       if (m.needs_label_smoothing) s.label_smoothing = 0.1;
       if ((!m.family || s.topology.family() == m.family) &&
