@@ -268,11 +268,12 @@ TensorTree DataParallel::apply_clip(const TensorTree& grads, const at::Tensor& c
   if (!pipelined()) return clip_stage(grads, coefficient);
   // c scales different parameters on each stage (copy_to_group: its derivative sums theirs); the
   // last stage's copy of a tied embedding takes it detached, as its term is the first stage's.
-  const at::Tensor entered = copy_to_group(coefficient, *parts_.groups.pp);
-  return grads.map_named([&](const std::string& name, const at::Tensor& g) {
-    TensorTree one;
-    one.insert(name, g);
-    return clip_stage(one, tied_copy(name) ? coefficient.detach() : entered).at(name);
+  TensorTree own, copy;
+  for (const auto& [name, g] : grads) (tied_copy(name) ? copy : own).insert(name, g);
+  const TensorTree clipped = clip_stage(own, copy_to_group(coefficient, *parts_.groups.pp));
+  const TensorTree clipped_copy = copy.empty() ? TensorTree() : clip_stage(copy, coefficient.detach());
+  return grads.map_named([&](const std::string& name, const at::Tensor&) {
+    return clipped.contains(name) ? clipped.at(name) : clipped_copy.at(name);
   });
 }
 
