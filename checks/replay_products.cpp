@@ -3,7 +3,6 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <functional>
-#include <map>
 
 #include "lib/step/mixed_precision.h"
 #include "lib/train/replay_backward.h"
@@ -87,40 +86,19 @@ at::Tensor steps_of(const std::vector<TensorTree>& trees, const std::string& nam
 
 namespace {
 
-// Each kind of slot ("mu", "nu", "trace") as a tree named by its parameters, and the 0-dim
-// slots (the step count) under their own names; kinds in the order they first appear.
-struct SlotsByKind {
-  std::vector<std::string> order;  // kinds and scalar slots, as they first appear
-  std::map<std::string, TensorTree> kinds;
-  TensorTree scalars;
-};
-
-SlotsByKind slots_of(const TensorTree& state) {
-  SlotsByKind out;
-  for (const auto& [name, slot] : state) {
-    if (slot.dim() == 0) {
-      out.order.push_back(name);
-      out.scalars.insert(name, slot.clone());
-      continue;
-    }
-    const std::string kind = name.substr(0, name.find('.'));
-    if (!out.kinds.count(kind)) out.order.push_back(kind);
-    out.kinds[kind].insert(name.substr(name.find('.') + 1), slot);
-  }
-  return out;
-}
-
-// The state again, each kind's tree mapped by `f` as a whole (one collective call per kind, so a
-// pipeline stage's parameters go together).
+// The state again, each kind's slots (slots_by_kind) mapped by `f` as one tree named by their
+// parameters (one collective call per kind, so a pipeline stage's parameters go together); a
+// 0-dim slot (the step count) as it is.
 TensorTree map_kinds(const TensorTree& state, const std::function<TensorTree(const TensorTree&)>& f) {
-  const SlotsByKind slots = slots_of(state);
   TensorTree out;
-  for (const std::string& key : slots.order) {
-    if (slots.scalars.contains(key)) {
-      out.insert(key, slots.scalars.at(key));
+  for (const auto& [kind, names] : slots_by_kind(state)) {
+    if (state.at(names.front()).dim() == 0) {
+      for (const auto& name : names) out.insert(name, state.at(name).clone());
       continue;
     }
-    for (const auto& [param, slot] : f(slots.kinds.at(key))) out.insert(key + "." + param, slot);
+    TensorTree slots;
+    for (const auto& name : names) slots.insert(name.substr(kind.size() + 1), state.at(name));
+    for (const auto& [param, slot] : f(slots)) out.insert(kind + "." + param, slot);
   }
   return out;
 }

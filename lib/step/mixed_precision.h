@@ -25,11 +25,6 @@ class MixedPrecision {
 
   const PrecisionPolicy& policy() const { return policy_; }
 
-  // The stored parameters as the forward uses them: entered (gathered) and cast to compute,
-  // to_compute(entered_params(θ)).
-  TensorTree compute_params(const Parallelism& parallelism, const TensorTree& stored) const {
-    return to_compute(entered_params(parallelism, stored));
-  }
   // The stored parameters entered, in the reduce dtype: what the gradient reduction (enter()'s
   // backward) runs on, and where a pipeline accumulates its micro-batches' gradients.
   virtual TensorTree entered_params(const Parallelism& parallelism, const TensorTree& stored) const;
