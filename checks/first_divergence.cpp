@@ -25,7 +25,6 @@ std::string first_divergence_unavailable(const CheckSettings& s) {
     return str_cat("below fp32 (", s.precision.str(), ") one record cannot tell a bug from rounding");
   }
   if (s.resolved_workload() != "lm") return "";
-  if (s.topology.pp() > 1) return "pipeline stages have no placements in the dump format yet";
   if (const int64_t bytes = trace_record_bytes(s); bytes > kMaxTraceBytes) {
     return str_cat("its records would take ", format_bytes(static_cast<double>(bytes)), ", more than ",
                    format_bytes(static_cast<double>(kMaxTraceBytes)));

@@ -1,6 +1,7 @@
 """magic_dump: write what a PyTorch run computed as a magic-dump folder that magic-compare reads.
 
-The format is docs/dump-format.md, version 2 (version 3 when named meshes are declared): a folder
+The format is docs/dump-format.md, version 2 (version 3 when named meshes are declared, 4 when a
+placement names the coordinates that hold a piece): a folder
 with one safetensors file per rank (rank0.safetensors, ...) holding each rank's piece of every
 recorded tensor, and manifest.json, written last, that lists the ranks' mesh coordinates and every
 record (name, kind, phase, order, step, micro-batch, layer, dtype, full shape and placements) in the
@@ -25,7 +26,8 @@ PyTorch's DTensor: replicate(), shard(dim) (uneven sizes allowed; parts=3 for a 
 weight whose each part is sharded; length=V for a vocabulary padded to a multiple of the ranks),
 zigzag(dim) (a sequence split into 2n chunks, rank i holding chunks i and 2n-1-i) and
 partial("sum" | "avg") (terms still to be reduced, such as a row-parallel layer's output before its
-all-reduce). A record of one micro-batch of a step says which: micro_batch=k. Without
+all-reduce); each takes on=[...], the coordinates along its mesh dimension that hold a piece at all
+(a pipeline stage's layers: replicate(on=[1]); a rank off them does not record it). A record of one micro-batch of a step says which: micro_batch=k. Without
 torch.distributed the mesh is [] and records take no placements; with it the
 mesh defaults to one dimension [{"name": "dp", "size": world}] with coordinates [rank], or the
 caller declares its own mesh (outermost dimension first) and this rank's coordinates.
@@ -55,6 +57,7 @@ import torch
 
 FORMAT, VERSION = "magic-dump", 2
 NAMED_MESHES_VERSION = 3  # written only when named meshes are declared; otherwise version 2 exactly
+HELD_ON_VERSION = 4  # written only when a placement names the coordinates that hold a piece (on)
 
 KINDS = ("input", "activation", "logits", "loss", "gradient", "reduced_gradient", "update", "parameter",
          "cotangent", "score", "other")
@@ -80,12 +83,12 @@ _SAFETENSORS_DTYPES = {
 
 # ---- placements: the JSON objects of docs/dump-format.md -------------------------------------
 
-def replicate():
+def replicate(*, on=None):
     """Every rank along this mesh dimension holds the whole tensor (and they must agree)."""
-    return {"type": "replicate"}
+    return _held_on({"type": "replicate"}, on)
 
 
-def shard(dim, *, parts=None, length=None):
+def shard(dim, *, parts=None, length=None, on=None):
     """The pieces are concatenated along tensor dimension `dim` in coordinate order; uneven sizes are
     fine. A negative dim counts from the end of the recorded tensor's dimensions.
 
@@ -105,10 +108,10 @@ def shard(dim, *, parts=None, length=None):
         if _checked_int(length, "shard length") < 1:
             raise ValueError(f"shard length: {length!r} is not a positive length")
         placement["length"] = length
-    return placement
+    return _held_on(placement, on)
 
 
-def zigzag(dim, length=None):
+def zigzag(dim, length=None, *, on=None):
     """Sequence dimension `dim` split into 2n equal chunks; coordinate i holds chunks i and 2n-1-i,
     concatenated in that order (context parallelism's load balancing). `length`: the sequence's
     true length when it was padded at its end to a multiple of 2n before the split."""
@@ -117,14 +120,27 @@ def zigzag(dim, length=None):
         if _checked_int(length, "zigzag length") < 1:
             raise ValueError(f"zigzag length: {length!r} is not a positive length")
         placement["length"] = length
-    return placement
+    return _held_on(placement, on)
 
 
-def partial(reduce="sum"):
+def partial(reduce="sum", *, on=None):
     """Each piece is a full-shaped term still to be reduced: summed ("sum") or averaged ("avg")."""
     if reduce not in ("sum", "avg"):
         raise ValueError(f"partial reduce: {reduce!r} is not 'sum' or 'avg'")
-    return {"type": "partial", "reduce": reduce}
+    return _held_on({"type": "partial", "reduce": reduce}, on)
+
+
+def _held_on(placement, on):
+    """`placement` held by the coordinates `on` alone along its mesh dimension (every placement takes
+    on=[...]): a pipeline stage's layers on=[stage], a tied embedding on=[0, last]. The ranks off
+    those coordinates must not record it; a dump with any such placement is version 4."""
+    if on is None:
+        return placement
+    if (not isinstance(on, (list, tuple)) or not on
+            or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in on)
+            or any(b <= a for a, b in zip(on, on[1:]))):
+        raise ValueError(f"on: {on!r} is not a non-empty ascending list of distinct coordinates")
+    return {**placement, "on": list(on)}
 
 
 def _checked_int(value, field):
@@ -138,23 +154,24 @@ def _checked_placement(placement, tensor_dims, field):
     if not isinstance(placement, dict) or "type" not in placement:
         raise ValueError(f"{field}: {placement!r} is not a placement (use replicate(), shard(dim), "
                          f"zigzag(dim) or partial('sum'|'avg'))")
-    kind = placement["type"]
-    if kind == "replicate" and len(placement) == 1:
-        return {"type": "replicate"}
+    kind, on = placement["type"], placement.get("on")
+    fields = set(placement) - {"on"}
+    if kind == "replicate" and len(fields) == 1:
+        return replicate(on=on)
     optional = {"shard": {"parts", "length"}, "zigzag": {"length"}}.get(kind, set())
-    if kind in ("shard", "zigzag") and "dim" in placement and set(placement) <= {"type", "dim"} | optional:
+    if kind in ("shard", "zigzag") and "dim" in placement and fields <= {"type", "dim"} | optional:
         dim = _checked_int(placement["dim"], f"{field} dim")
         resolved = dim + tensor_dims if dim < 0 else dim
         if not 0 <= resolved < tensor_dims:
             raise ValueError(f"{field}: {kind} dim {dim} is outside a tensor of {tensor_dims} dimensions")
         if kind == "zigzag":
-            return zigzag(resolved, placement.get("length"))
-        return shard(resolved, parts=placement.get("parts"), length=placement.get("length"))
-    if kind == "partial" and set(placement) == {"type", "reduce"}:
-        return partial(placement["reduce"])
+            return zigzag(resolved, placement.get("length"), on=on)
+        return shard(resolved, parts=placement.get("parts"), length=placement.get("length"), on=on)
+    if kind == "partial" and fields == {"type", "reduce"}:
+        return partial(placement["reduce"], on=on)
     raise ValueError(f"{field}: {placement!r} is not a placement of the dump format "
                      f"(replicate, shard with dim and parts or length, zigzag with dim and length, "
-                     f"partial with reduce)")
+                     f"partial with reduce; each optionally with on)")
 
 
 # ---- the dump ----------------------------------------------------------------------------------
@@ -384,6 +401,16 @@ class Dump:
             if p.get("parts", 1) > 1 and tensor.shape[p["dim"]] % p["parts"]:
                 raise ValueError(f"placements of {name!r}: a piece of a shard of {p['parts']} parts holds its "
                                  f"shard of each part, but its dim {p['dim']} has size {tensor.shape[p['dim']]}")
+        coords = self.coords if mesh == "" else self.mesh_coords[mesh]
+        for dim, coordinate, p in zip(grid, coords, checked):
+            if "on" not in p:
+                continue
+            if p["on"][-1] >= dim["size"]:
+                raise ValueError(f"placements of {name!r}: on {p['on']} along {dim['name']}, whose size is "
+                                 f"{dim['size']}")
+            if coordinate not in p["on"]:
+                raise ValueError(f"placements of {name!r}: on {p['on']} along {dim['name']} leaves out this rank "
+                                 f"({dim['name']} {coordinate}); a rank records only what it holds")
         return checked
 
     def watch_activations(self, model, names, *, placements=None, concat_dim=None, micro_batch=-1, mesh=""):
@@ -457,29 +484,36 @@ class Dump:
             raise ValueError(f"close: the dump of {self.folder} is already closed")
         self._closed = True
         file_name = f"rank{self.rank}.safetensors"
-        keys = [f"r{i:06d}" for i in range(len(self._records))]
+        mine = {"rank": self.rank, "coords": self.coords, "mesh_coords": self.mesh_coords, "file": file_name,
+                "grids": {"mesh": self.mesh, "meshes": self.meshes},
+                "records": [_summary(r) for r in self._records]}
+        everyone = self._gathered(mine)
+        # Every rank builds (and checks) the manifest from the same gathered lists, so every rank
+        # raises the same error, or none does; the manifest's keys name this rank's tensors.
+        manifest = _manifest(self.run, self.mesh, self.meshes, everyone)
+        key_of = {_identity(r): r["key"] for r in manifest["records"]}
         error = None
         try:
             _write_atomically(os.path.join(self.folder, file_name),
-                              safetensors_bytes({k: r.tensor for k, r in zip(keys, self._records)}))
+                              safetensors_bytes({key_of[r.identity()]: r.tensor for r in self._records}))
         except OSError as e:  # reported to every rank below, so that none waits for the manifest
             error = f"rank {self.rank} could not write {file_name}: {e}"
-        mine = {"rank": self.rank, "coords": self.coords, "mesh_coords": self.mesh_coords, "file": file_name,
-                "error": error, "grids": {"mesh": self.mesh, "meshes": self.meshes},
-                "records": [_summary(r) for r in self._records]}
-        if self._distributed:
-            everyone = [None] * self.world
-            torch.distributed.all_gather_object(everyone, mine)
-        else:
-            everyone = [mine]
-        # Every rank builds (and checks) the manifest from the same gathered lists, so every rank
-        # raises the same error, or none does.
-        manifest = _manifest(self.run, self.mesh, self.meshes, keys, everyone)
+        failed = [e for e in self._gathered(error) if e]
+        if failed:
+            raise RuntimeError("; ".join(failed))
         if self.rank == 0:
             _write_atomically(os.path.join(self.folder, "manifest.json"),
                               (json.dumps(manifest, indent=1) + "\n").encode())
         if self._distributed:
             torch.distributed.barrier()  # nobody returns before the dump is complete
+
+    def _gathered(self, mine):
+        """Every rank's `mine`, by rank."""
+        if not self._distributed:
+            return [mine]
+        everyone = [None] * self.world
+        torch.distributed.all_gather_object(everyone, mine)
+        return everyone
 
     def __enter__(self):
         return self
@@ -519,12 +553,52 @@ def _summary(record):
             "placements": record.placements, "piece_shape": list(record.tensor.shape)}
 
 
-def _manifest(run, mesh, meshes, keys, ranks):
-    """The manifest: version 2 exactly as before named meshes when `meshes` is empty, else version 3
-    with `meshes`, each rank's `mesh_coords` and each record's `mesh`."""
-    failed = [r["error"] for r in ranks if r["error"]]
-    if failed:
-        raise RuntimeError("; ".join(failed))
+def _identity(summary):
+    return tuple(summary[f] for f in ("name", "kind", "phase", "order", "step", "micro_batch"))
+
+
+def _held_somewhere(summary):
+    return any("on" in p for p in summary["placements"])
+
+
+def _holds(summary, coords):
+    return all("on" not in p or c in p["on"] for p, c in zip(summary["placements"], coords))
+
+
+def _merged_order(ranks):
+    """Every rank's records as one list that keeps each rank's own order: a rank's record comes
+    after the one it made before it. Among records free to go next, the one the lowest rank made
+    earliest goes first (so a run whose ranks make the same records keeps that order)."""
+    position, after, waiting = {}, {}, {}
+    for r in ranks:
+        previous = None
+        for s in r["records"]:
+            i = _identity(s)
+            position.setdefault(i, (r["rank"], len(position), s))
+            waiting.setdefault(i, 0)
+            if previous is not None and i not in after.setdefault(previous, set()):
+                after[previous].add(i)
+                waiting[i] += 1
+            previous = i
+    ready = sorted((position[i][:2], i) for i, n in waiting.items() if n == 0)
+    order = []
+    while ready:
+        _, i = ready.pop(0)
+        order.append(position[i][2])
+        for j in after.get(i, ()):
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                ready.append((position[j][:2], j))
+                ready.sort()
+    if len(order) != len(position):
+        raise ValueError("records: the ranks made their common records in orders that contradict each other")
+    return order
+
+
+def _manifest(run, mesh, meshes, ranks):
+    """The manifest: version 2 exactly as before named meshes when `meshes` is empty and no placement
+    says which coordinates hold a piece (`on`); version 3 with `meshes`, each rank's `mesh_coords`
+    and each record's `mesh`; version 4 as 3, with `on`."""
     ranks = sorted(ranks, key=lambda r: r["rank"])
     for r in ranks[1:]:
         if r["grids"] != ranks[0]["grids"]:
@@ -540,33 +614,57 @@ def _manifest(run, mesh, meshes, keys, ranks):
                 field = "coords" if g == "" else f"mesh_coords {g!r}"
                 raise ValueError(f"{field}: ranks {seen[tuple(coords)]} and {rank} both have {coords}")
             seen[tuple(coords)] = rank
-    first = ranks[0]["records"]
+    # Records every rank holds: the same records in the same order on every rank.
+    first = [s for s in ranks[0]["records"] if not _held_somewhere(s)]
     same = ("name", "kind", "phase", "order", "step", "micro_batch", "layer", "dtype", "mesh", "placements")
     for r in ranks[1:]:
-        if len(r["records"]) != len(first):
-            raise ValueError(f"records: rank {r['rank']} made {len(r['records'])} records, rank 0 made "
+        everywhere = [s for s in r["records"] if not _held_somewhere(s)]
+        if len(everywhere) != len(first):
+            raise ValueError(f"records: rank {r['rank']} made {len(everywhere)} records, rank 0 made "
                              f"{len(first)}; every rank must make the same records in the same order")
-        for i, (a, b) in enumerate(zip(first, r["records"])):
+        for i, (a, b) in enumerate(zip(first, everywhere)):
             differ = [f for f in same if a[f] != b[f]]
             if differ:
                 raise ValueError(f"records: record {i} ({a['name']!r} on rank 0, {b['name']!r} on rank {r['rank']}) "
                                  f"differs in {', '.join(differ)}")
+    # Records some ranks hold (on): made by exactly those ranks, alike.
+    made_by = {}
+    for r in ranks:
+        for s in r["records"]:
+            if _held_somewhere(s):
+                made_by.setdefault(_identity(s), []).append((r["rank"], s))
+    for identity, makers in made_by.items():
+        s = makers[0][1]
+        for rank, other in makers[1:]:
+            differ = [f for f in same if s[f] != other[f]]
+            if differ:
+                raise ValueError(f"records: {s['name']!r} on ranks {makers[0][0]} and {rank} differs in "
+                                 f"{', '.join(differ)}")
+        holders = [r["rank"] for r in ranks if _holds(s, on_grid[s["mesh"]][r["rank"]])]
+        if [rank for rank, _ in makers] != holders:
+            raise ValueError(f"records: {s['name']!r} ({s['kind']}, step {s['step']}, micro-batch "
+                             f"{s['micro_batch']}) was made by ranks {[rank for rank, _ in makers]}, but its "
+                             f"placements give pieces to ranks {holders}")
+    pieces_of = {}
+    for r in ranks:
+        for s in r["records"]:
+            pieces_of.setdefault(_identity(s), {})[tuple(on_grid[s["mesh"]][r["rank"]])] = s["piece_shape"]
     records = []
-    for i, (key, s) in enumerate(zip(keys, first)):
-        coords_of = on_grid[s["mesh"]]
-        pieces = {tuple(coords_of[r["rank"]]): r["records"][i]["piece_shape"] for r in ranks}
-        record = {"key": key, "name": s["name"], "kind": s["kind"], "phase": s["phase"], "order": s["order"],
+    held_on = bool(made_by)
+    for i, s in enumerate(_merged_order(ranks)):
+        record = {"key": f"r{i:06d}", "name": s["name"], "kind": s["kind"], "phase": s["phase"], "order": s["order"],
                   "step": s["step"], "micro_batch": s["micro_batch"], "layer": s["layer"], "dtype": s["dtype"],
-                  "shape": _reassembled_shape(s, grids[s["mesh"]], pieces)}
-        if meshes:
+                  "shape": _reassembled_shape(s, grids[s["mesh"]], pieces_of[_identity(s)])}
+        if meshes or held_on:
             record["mesh"] = s["mesh"]
         record["placements"] = s["placements"]
         records.append(record)
-    if not meshes:
+    if not meshes and not held_on:
         return {"format": FORMAT, "version": VERSION, "run": run, "mesh": mesh,
                 "ranks": [{"rank": r["rank"], "coords": r["coords"], "file": r["file"]} for r in ranks],
                 "records": records}
-    return {"format": FORMAT, "version": NAMED_MESHES_VERSION, "run": run, "mesh": mesh, "meshes": meshes,
+    return {"format": FORMAT, "version": HELD_ON_VERSION if held_on else NAMED_MESHES_VERSION, "run": run,
+            "mesh": mesh, "meshes": meshes,
             "ranks": [{"rank": r["rank"], "coords": r["coords"], "mesh_coords": r["mesh_coords"], "file": r["file"]}
                       for r in ranks],
             "records": records}

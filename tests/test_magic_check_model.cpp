@@ -176,6 +176,18 @@ TEST(MagicCheckModel, PipelineBiteCatchesEveryPipelineMutationAtItsLevel) {
                                  " --mutate pp-embedding-sum-after-reduce-scatter");
   EXPECT_EQ(after.exit_code, 1) << after.output;
   EXPECT_NE(after.output.find("grad         tok_emb"), std::string::npos) << after.output;
+  // In processes the first divergence is traced through the stages (docs/dump-format.md, "Pieces
+  // some ranks hold"): the tied embedding's copies, each missing the other's term.
+  const auto traced = magic_check("--model " + model("gpt2-tiny") +
+                                  " --topology dp=3,pp=2,mb=4 --steps 2 --mutate pp-embedding-sum-missing");
+  EXPECT_EQ(traced.exit_code, 1) << traced.output;
+  EXPECT_NE(traced.output.find("first divergence: step 0, backward, tok_emb gradient, direction differs"),
+            std::string::npos)
+      << traced.output;
+  EXPECT_NE(traced.output.find("partial sums left unreduced over pp (summed over the pp ranks they match); replicas "
+                               "differ: pp 1 differs from pp 0"),
+            std::string::npos)
+      << traced.output;
   const auto untied = magic_check("--topology pp=2,mb=2 --mutate pp-embedding-sum-missing");
   EXPECT_EQ(untied.exit_code, 2) << untied.output;
   EXPECT_NE(untied.output.find("needs a tied head"), std::string::npos) << untied.output;

@@ -154,8 +154,8 @@ TEST(MagicCompareCli, EachDamagedDumpExitsTwoWithOneLineNamingTheProblem) {
            m["records"][0]["placements"][0] = {{"type", "zigzag"}, {"dim", 1}};
          });
        }},
-      {"unknown version", "version: unknown version 4 (this reader reads versions 1 to 3)",
-       [](const fs::path& d) { edit_manifest(d, [](nlohmann::json& m) { m["version"] = 4; }); }},
+      {"unknown version", "version: unknown version 5 (this reader reads versions 1 to 4)",
+       [](const fs::path& d) { edit_manifest(d, [](nlohmann::json& m) { m["version"] = 5; }); }},
       // 4e12 bytes of fp64 (under the manifest's own bound of 2^40 elements a record): refused from
       // the manifest, before any file is read.
       {"a record past any memory", "needs about 4.5 TiB",

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "lib/io/safetensors.h"
 #include "lib/trace/dump_comparison.h"
@@ -292,8 +293,10 @@ TEST(MagicRunDistributed, PipelinesAndRingAttentionGiveTheSingleProcessScores) {
   });
   const std::string single = fresh_dir("mr-pp-single"), one_f = fresh_dir("mr-pp-1f1b"),
                     gpipe = fresh_dir("mr-pp-gpipe");
-  ASSERT_EQ(magic_run("--config " + config + " --out " + single).exit_code, 0);
-  const testing::CommandOutcome o = magic_run("--config " + config + " --topology pp=2,mb=4 --out " + one_f);
+  const std::string single_dump = fresh_dir("mr-pp-single.dump"), pp_dump = fresh_dir("mr-pp.dump");
+  ASSERT_EQ(magic_run("--config " + config + " --out " + single + " --dump " + single_dump).exit_code, 0);
+  const testing::CommandOutcome o =
+      magic_run("--config " + config + " --topology pp=2,mb=4 --out " + one_f + " --dump " + pp_dump);
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("on dp=1,pp=2,mb=4"), std::string::npos) << o.output;
   const testing::CommandOutcome g =
@@ -306,6 +309,24 @@ TEST(MagicRunDistributed, PipelinesAndRingAttentionGiveTheSingleProcessScores) {
   std::cout << "pp=2,mb=4 vs single process: relative error " << error << "\n";
   EXPECT_LE(error, 1e-10);
   EXPECT_TRUE(at::equal(d, e)) << "GPipe's scores differ from 1F1B's";
+  // Its dump: each stage's records held on its stage (format version 4), every record the single
+  // process also makes equal to it.
+  const LoadedDump one = read_dump(single_dump), stages = read_dump(pp_dump);
+  EXPECT_EQ(stages.manifest.version, 4);
+  std::set<std::string> held_on;
+  for (const auto& t : stages.tensors) {
+    const TraceRecord& r = t.record.record;
+    if (r.kind == "reduced_gradient" && r.step == 0) held_on.insert(r.name + " on " + placement_text(r.placements[0]));
+  }
+  EXPECT_EQ(held_on.count("blocks.0.ln1.weight on replicate on 0"), 1u);
+  EXPECT_EQ(held_on.count("blocks.1.ln1.weight on replicate on 1"), 1u);
+  CompareOptions common;
+  common.common_only = true;
+  const DumpComparison c = compare_dumps(stages, one, common);
+  EXPECT_GT(c.rows.size(), 50u);
+  EXPECT_TRUE(c.passed()) << c.first_divergence_line();
+  std::cout << "pp=2,mb=4 dump vs single process: " << c.rows.size() << " common records, worst " << c.earlier_agreement
+            << "\n";
   // Ring attention beside dp: the same scores.
   const std::string ring = fresh_dir("mr-ring");
   const testing::CommandOutcome r =
@@ -323,7 +344,7 @@ TEST(MagicRunDistributed, PipelinesAndRingAttentionGiveTheSingleProcessScores) {
   EXPECT_EQ(refused.exit_code, 2) << refused.output;
   EXPECT_NE(refused.output.find("pp=2 stages for a model of 1 layer;"), std::string::npos) << refused.output;
   EXPECT_FALSE(std::filesystem::exists(never));
-  for (const std::string& dir : {single, one_f, gpipe}) std::filesystem::remove_all(dir);
+  for (const std::string& dir : {single, one_f, gpipe, single_dump, pp_dump}) std::filesystem::remove_all(dir);
 }
 
 }  // namespace

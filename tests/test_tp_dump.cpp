@@ -200,9 +200,9 @@ TEST(TensorParallelPlacements, MalformedPlacementsAndMicroBatchesAreRefusedByNam
     p.update(fields);
     return p;
   };
-  const auto version_4 = [](const std::string& text) {
+  const auto version_5 = [](const std::string& text) {
     nlohmann::json m = nlohmann::json::parse(text);
-    m["version"] = 4;
+    m["version"] = 5;
     return m.dump();
   };
   const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
@@ -223,8 +223,8 @@ TEST(TensorParallelPlacements, MalformedPlacementsAndMicroBatchesAreRefusedByNam
        "records[0].micro_batch: expected -1 to"},
       {"micro_batch in version 1", manifest_text(1, shard_with(nlohmann::json::object()), {{"micro_batch", 0}}),
        "micro_batch"},
-      {"version 4", version_4(manifest_text(2, shard_with(nlohmann::json::object()))),
-       "version: unknown version 4 (this reader reads versions 1 to 3)"},
+      {"version 5", version_5(manifest_text(2, shard_with(nlohmann::json::object()))),
+       "version: unknown version 5 (this reader reads versions 1 to 4)"},
   };
   for (const auto& [what, text, expected] : cases) {
     const std::string error = testing::input_error_of([&] { parse_dump_manifest(text, "m.json"); });

@@ -74,9 +74,10 @@ std::string unreduced_over(const DumpTensor& candidate, const std::vector<MeshDi
                            double tolerance) {
   const auto& placements = candidate.record.record.placements;
   for (size_t m = 0; m < mesh.size(); ++m) {
-    if (placements[m].type != Placement::Type::kReplicate || mesh[m].size < 2) continue;
+    const int64_t replicas = placements[m].on.empty() ? mesh[m].size : static_cast<int64_t>(placements[m].on.size());
+    if (placements[m].type != Placement::Type::kReplicate || replicas < 2) continue;
     std::vector<Placement> summed = placements;
-    summed[m] = Placement::partial(Placement::Reduce::kSum);
+    summed[m] = Placement::partial(Placement::Reduce::kSum).held_on(placements[m].on);
     const at::Tensor whole = reassemble(mesh, coords, candidate.pieces, summed).whole.to(at::kDouble);
     if (whole.sizes().equals(reference.sizes()) && compare_tensors(whole, reference).worst_rel_err <= tolerance) {
       return mesh[m].name;
@@ -107,7 +108,7 @@ std::string off_pieces(const DumpTensor& candidate, const std::vector<MeshDim>& 
                        const std::vector<std::vector<int64_t>>& coords, const at::Tensor& reference, double tolerance) {
   const auto& placements = candidate.record.record.placements;
   std::vector<std::vector<int64_t>> shapes;
-  for (const auto& p : candidate.pieces) shapes.push_back(p.sizes().vec());
+  for (const auto& p : candidate.pieces) shapes.push_back(p.defined() ? p.sizes().vec() : std::vector<int64_t>{});
   const std::vector<at::Tensor> covers = piece_covers(mesh, coords, shapes, placements);
   if (covers.empty()) return "";
   const at::Tensor d = candidate.whole.to(at::kDouble), r = reference.to(at::kDouble);
@@ -135,6 +136,7 @@ std::string off_pieces(const DumpTensor& candidate, const std::vector<MeshDim>& 
   // Replicas of one piece name it once; every piece off says nothing about where.
   std::set<std::vector<int64_t>> split_coords;
   for (const auto& c : coords) {
+    if (!holds_piece(placements, c)) continue;
     std::vector<int64_t> key;
     for (size_t m = 0; m < mesh.size(); ++m) {
       const auto t = placements[m].type;

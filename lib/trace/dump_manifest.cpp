@@ -65,11 +65,24 @@ Placement parse_placement(const JsonFields& f, int64_t version) {
     if (type == "shard" && f.has("parts")) p.parts = integer_in(f, "parts", 1, 1 << 20);
     if (p.parts > 1 && p.length > 0) f.fail("parts", "a fused shard (parts) takes no length");
   }
+  // Version 4: the coordinates that hold a piece (a pipeline stage's); their range is the caller's.
+  if (f.has("on")) {
+    if (version < 4)
+      f.fail("on", str_cat("the coordinates holding a piece are version 4; this manifest says version ", version));
+    const json& on = array_of(f, "on");
+    if (on.empty()) f.fail("on", "expected the coordinates that hold a piece, got []");
+    for (const auto& c : on) {
+      if (!c.is_number_integer() || c.get<int64_t>() < 0 || (!p.on.empty() && c.get<int64_t>() <= p.on.back())) {
+        f.fail("on", str_cat("expected ascending distinct coordinates, got ", on.dump()));
+      }
+      p.on.push_back(c.get<int64_t>());
+    }
+  }
   f.finish();
   return p;
 }
 
-nlohmann::ordered_json placement_json(const Placement& p) {
+nlohmann::ordered_json type_json(const Placement& p) {
   switch (p.type) {
     case Placement::Type::kReplicate:
       return {{"type", "replicate"}};
@@ -84,6 +97,12 @@ nlohmann::ordered_json placement_json(const Placement& p) {
       return {{"type", "partial"}, {"reduce", p.reduce == Placement::Reduce::kSum ? "sum" : "avg"}};
   }
   return {};
+}
+
+nlohmann::ordered_json placement_json(const Placement& p) {
+  nlohmann::ordered_json out = type_json(p);
+  if (!p.on.empty()) out["on"] = p.on;
+  return out;
 }
 
 // A grid's dimensions from `array` (parent's field `key`): names unique and non-empty, sizes >= 1,
@@ -314,6 +333,10 @@ DumpManifest parse_dump_manifest(const std::string& text, const std::string& pat
           p.dim >= static_cast<int64_t>(d.shape.size())) {
         pf.fail("dim", str_cat("dimension ", p.dim, " of a ", d.shape.size(), "-dimensional tensor"));
       }
+      const MeshDim& along = r.mesh.empty() ? m.mesh[k] : m.meshes.at(r.mesh)[k];
+      if (!p.on.empty() && p.on.back() >= along.size) {
+        pf.fail("on", str_cat("coordinate ", p.on.back(), " along ", along.name, ", whose size is ", along.size));
+      }
       r.placements.push_back(p);
     }
     f.finish();
@@ -323,12 +346,67 @@ DumpManifest parse_dump_manifest(const std::string& text, const std::string& pat
   return m;
 }
 
+std::string records_text(const std::vector<TraceRecord>& records) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& r : records) {
+    nlohmann::ordered_json placements = nlohmann::ordered_json::array();
+    for (const auto& p : r.placements) placements.push_back(placement_json(p));
+    out.push_back({{"name", r.name},
+                   {"kind", r.kind},
+                   {"phase", r.phase},
+                   {"order", r.order},
+                   {"step", r.step},
+                   {"layer", r.layer},
+                   {"micro_batch", r.micro_batch},
+                   {"mesh", r.mesh},
+                   {"placements", placements}});
+  }
+  return out.dump();
+}
+
+std::vector<TraceRecord> parse_records_text(const std::string& text, const std::string& what) {
+  json document;
+  try {
+    document = json::parse(text);
+  } catch (const json::exception& e) {
+    throw InputError(str_cat(what, ": not JSON (", json_error_text(e), ")"));
+  }
+  if (!document.is_array()) throw InputError(str_cat(what, ": expected an array of records"));
+  const json root = {{"records", document}};
+  const JsonFields parent(root, what);
+  std::vector<TraceRecord> out;
+  for (size_t i = 0; i < document.size(); ++i) {
+    const JsonFields f = element(what, parent, "records", document, i);
+    TraceRecord r;
+    r.name = f.string("name");
+    r.kind = one_of(f, "kind", trace_kinds());
+    r.phase = one_of(f, "phase", trace_phases());
+    r.order = one_of(f, "order", trace_orders());
+    r.step = integer_in(f, "step", -1, kMaxSize);
+    r.layer = f.string("layer");
+    r.micro_batch = integer_in(f, "micro_batch", -1, kMaxSize);
+    r.mesh = f.string("mesh");
+    const json& placements = array_of(f, "placements");
+    for (size_t k = 0; k < placements.size(); ++k) {
+      r.placements.push_back(parse_placement(element(what, f, "placements", placements, k), kDumpFormatVersion));
+    }
+    f.finish();
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 std::string dump_manifest_json(const DumpManifest& m) {
   nlohmann::ordered_json root;
   root["format"] = "magic-dump";
-  // Version 3 only where it is needed: a dump without named grids reads as version 2 anywhere.
-  const bool named = !m.meshes.empty();
-  root["version"] = named ? 3 : 2;
+  // Each version only where it is needed: a dump without named grids or held-on placements reads
+  // as version 2 anywhere. Version 4 is version 3 with `on`.
+  bool held_on = false;
+  for (const auto& d : m.records) {
+    for (const auto& p : d.record.placements) held_on = held_on || !p.on.empty();
+  }
+  const bool named = !m.meshes.empty() || held_on;
+  root["version"] = held_on ? 4 : named ? 3 : 2;
   root["run"] = m.run;
   const auto grid_json = [](const std::vector<MeshDim>& grid) {
     nlohmann::ordered_json out = nlohmann::ordered_json::array();

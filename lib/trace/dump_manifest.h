@@ -15,9 +15,10 @@
 
 namespace magic {
 
-// The newest version read. Writers write 2, or 3 where the dump has named grids; version 1 (no
+// The newest version read. Writers write 2, 3 where the dump has named grids, or 4 where a
+// placement names the coordinates that hold a piece (`on`, pipeline stages); version 1 (no
 // micro_batch field, no fused or padded shards) is still read, its records taking micro-batch -1.
-constexpr int64_t kDumpFormatVersion = 3;
+constexpr int64_t kDumpFormatVersion = 4;
 
 struct DumpRecord {
   std::string key;  // its tensor's name in every rank's safetensors file
@@ -60,6 +61,11 @@ struct DumpManifest {
 // Throws InputError "<path>: <field>: <what was expected>".
 DumpManifest parse_dump_manifest(const std::string& text, const std::string& path);
 std::string dump_manifest_json(const DumpManifest& manifest);
+
+// A rank's records as text for the rank that writes the manifest (what a record is and how it is
+// placed, without data), and back; parse_records_text throws InputError naming `what`.
+std::string records_text(const std::vector<TraceRecord>& records);
+std::vector<TraceRecord> parse_records_text(const std::string& text, const std::string& what);
 
 // "dp=2,cp=3", or "single process".
 std::string mesh_text(const std::vector<MeshDim>& mesh);

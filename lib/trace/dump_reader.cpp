@@ -88,8 +88,16 @@ LoadedDump read_dump(const std::string& folder) {
     const std::string where = str_cat("record '", d.key, "' (", record_place(d.record), ")");
     DumpTensor t;
     t.record = d;
+    const PlacedGrid& grid = grids.at(d.record.mesh);
     for (size_t r = 0; r < m.ranks.size(); ++r) {
       const std::string file = (root / m.ranks[r].file).string();
+      if (!holds_piece(d.record.placements, grid.coords[r])) {
+        if (files[r].tensors.contains(d.key)) {
+          throw InputError(str_cat(file, ": ", where, " is there, but its placements give rank ", r, " no piece"));
+        }
+        t.pieces.emplace_back();
+        continue;
+      }
       if (!files[r].tensors.contains(d.key)) throw InputError(str_cat(file, ": ", where, " is missing"));
       const at::Tensor& piece = files[r].tensors.at(d.key);
       if (piece.scalar_type() != d.dtype) {
@@ -102,7 +110,6 @@ LoadedDump read_dump(const std::string& folder) {
       t.pieces.push_back(piece);
     }
     try {
-      const PlacedGrid& grid = grids.at(d.record.mesh);
       Reassembled whole = reassemble(grid.dims, grid.coords, t.pieces, d.record.placements);
       t.whole = whole.whole;
       t.replicas_differ = whole.replicas_differ;

@@ -1,6 +1,7 @@
 #include "lib/trace/dump_sink.h"
 
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -13,14 +14,10 @@
 #include "lib/trace/reassemble.h"
 
 namespace magic {
-namespace {
-
-std::string record_key(size_t index) {
+std::string dump_record_key(size_t index) {
   std::string digits = std::to_string(index);
   return "r" + std::string(digits.size() < 6 ? 6 - digits.size() : 0, '0') + digits;
 }
-
-}  // namespace
 
 void DumpSink::write(const TraceRecord& record, const at::Tensor& tensor) {
   if (record.kind == "attention") return;  // the tracer's alone: [batch, heads, T, T] per layer and step
@@ -40,10 +37,13 @@ std::string dump_rank_file_name(int64_t rank) {
   return str_cat("rank", rank, ".safetensors");
 }
 
-void write_dump_rank_file(const std::string& folder, int64_t rank, const std::vector<DumpSink::Entry>& entries) {
+void write_dump_rank_file(const std::string& folder, int64_t rank, const std::vector<DumpSink::Entry>& entries,
+                          const std::vector<size_t>& indices) {
   std::filesystem::create_directories(folder);
   TensorTree tensors;
-  for (size_t i = 0; i < entries.size(); ++i) tensors.insert(record_key(i), entries[i].tensor);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    tensors.insert(dump_record_key(indices.empty() ? i : indices.at(i)), entries[i].tensor);
+  }
   save_safetensors((std::filesystem::path(folder) / dump_rank_file_name(rank)).string(), tensors);
 }
 
@@ -65,21 +65,23 @@ void write_dump_manifest(const std::string& folder, const std::string& run, cons
   }
   const auto placed = m.placed_grids();
   for (size_t i = 0; i < records.size(); ++i) {
-    const std::string key = record_key(i);
-    std::vector<at::Tensor> pieces;
-    for (const auto& f : files) {
-      if (!f.tensors.contains(key)) {
+    const std::string key = dump_record_key(i);
+    const PlacedGrid& grid = placed.at(records[i].mesh);
+    // Zero bytes stand in for the data while the pieces are put together, one record at a time.
+    std::vector<at::Tensor> stand_ins(files.size());
+    std::optional<c10::ScalarType> dtype;
+    for (size_t r = 0; r < files.size(); ++r) {
+      if (!holds_piece(records[i].placements, grid.coords[r])) continue;
+      if (!files[r].tensors.contains(key)) {
         throw std::invalid_argument(
             str_cat("trace: the ranks made different records (", record_place(records[i]), ")"));
       }
-      pieces.push_back(f.tensors.at(key));
+      const at::Tensor& piece = files[r].tensors.at(key);
+      stand_ins[r] = at::zeros(piece.sizes(), at::kByte);
+      dtype = piece.scalar_type();
     }
-    // Zero bytes stand in for the data while the pieces are put together, one record at a time.
-    std::vector<at::Tensor> stand_ins;
-    for (const auto& p : pieces) stand_ins.push_back(at::zeros(p.sizes(), at::kByte));
-    const PlacedGrid& grid = placed.at(records[i].mesh);
     const at::Tensor whole = reassemble(grid.dims, grid.coords, stand_ins, records[i].placements).whole;
-    m.records.push_back({key, records[i], pieces.front().scalar_type(), whole.sizes().vec()});
+    m.records.push_back({key, records[i], *dtype, whole.sizes().vec()});
   }
   write_file_atomically((std::filesystem::path(folder) / "manifest.json").string(), dump_manifest_json(m));
 }

@@ -35,9 +35,14 @@ class DumpSink : public TraceSink {
 // "rank3.safetensors"
 std::string dump_rank_file_name(int64_t rank);
 
+// "r000012": the key of the manifest's record `index` in every rank's file.
+std::string dump_record_key(size_t index);
+
 // Writes `entries` as rank `rank`'s file in `folder` (created when missing), keyed "r000000", ...
-// in record order.
-void write_dump_rank_file(const std::string& folder, int64_t rank, const std::vector<DumpSink::Entry>& entries);
+// in record order, or entry i under dump_record_key(indices[i]) (a rank that makes some of the
+// manifest's records: a pipeline stage).
+void write_dump_rank_file(const std::string& folder, int64_t rank, const std::vector<DumpSink::Entry>& entries,
+                          const std::vector<size_t>& indices = {});
 
 // A named grid's dimensions and every rank's coordinates on it (docs/dump-format.md, "Named meshes").
 struct GridCoords {
@@ -46,8 +51,9 @@ struct GridCoords {
 };
 
 // Once every rank's file is written: reads their headers back, reassembles each record's shape
-// from its pieces' on the record's grid, and writes manifest.json atomically. `records` are the
-// ranks' common record list; `grids` the named grids besides `mesh` (version 3 where there are any).
+// from its pieces' on the record's grid, and writes manifest.json atomically. `records` are every
+// rank's records, record i keyed dump_record_key(i) in the file of each rank that holds it; `grids` the named grids
+// besides `mesh` (version 3 where there are any).
 void write_dump_manifest(const std::string& folder, const std::string& run, const std::vector<MeshDim>& mesh,
                          const std::vector<std::vector<int64_t>>& coords_by_rank,
                          const std::vector<TraceRecord>& records, const std::map<std::string, GridCoords>& grids = {});

@@ -12,30 +12,30 @@ std::string shape_text(const at::Tensor& t) {
   return str_cat(t.sizes());
 }
 
-// Pieces along one mesh dimension, in coordinate order, combined as `p` says. `masks`: the
-// pieces are boolean covers, replicas are or-ed and a partial sum has none (undefined).
-at::Tensor combine(const Placement& p, const std::vector<at::Tensor>& parts, const MeshDim& dim, bool masks,
-                   Reassembled& out) {
+// Pieces along one mesh dimension at coordinates `at` (ascending), combined as `p` says. `masks`:
+// the pieces are boolean covers, replicas are or-ed and a partial sum has none (undefined).
+at::Tensor combine(const Placement& p, const std::vector<at::Tensor>& parts, const std::vector<int64_t>& at,
+                   const MeshDim& dim, bool masks, Reassembled& out) {
   const at::Tensor& first = parts.front();
   auto same_shapes = [&](const char* what) {
     for (size_t i = 1; i < parts.size(); ++i) {
       if (!parts[i].sizes().equals(first.sizes())) {
-        throw InputError(str_cat(what, " along ", dim.name, " have shapes ", shape_text(first), " (", dim.name,
-                                 " 0) and ", shape_text(parts[i]), " (", dim.name, " ", i, ")"));
+        throw InputError(str_cat(what, " along ", dim.name, " have shapes ", shape_text(first), " (", dim.name, " ",
+                                 at[0], ") and ", shape_text(parts[i]), " (", dim.name, " ", at[i], ")"));
       }
     }
   };
   auto require_dim = [&](int64_t k) {
     for (size_t i = 0; i < parts.size(); ++i) {
       if (k >= parts[i].dim()) {
-        throw InputError(str_cat(placement_text(p), " along ", dim.name, " but ", dim.name, " ", i,
+        throw InputError(str_cat(placement_text(p), " along ", dim.name, " but ", dim.name, " ", at[i],
                                  "'s piece has shape ", shape_text(parts[i])));
       }
       for (int64_t d = 0; d < first.dim(); ++d) {
         if (d != k && (parts[i].dim() != first.dim() || parts[i].size(d) != first.size(d))) {
           throw InputError(str_cat(placement_text(p), " along ", dim.name, ": pieces of shapes ", shape_text(first),
-                                   " (", dim.name, " 0) and ", shape_text(parts[i]), " (", dim.name, " ", i,
-                                   ") differ outside dimension ", k));
+                                   " (", dim.name, " ", at[0], ") and ", shape_text(parts[i]), " (", dim.name, " ",
+                                   at[i], ") differ outside dimension ", k));
         }
       }
     }
@@ -54,8 +54,9 @@ at::Tensor combine(const Placement& p, const std::vector<at::Tensor>& parts, con
         const double diff = base.numel() ? (parts[i].to(at::kDouble) - base).abs().max().item<double>() : 0.0;
         if (diff > 0 && diff / scale > out.replica_spread) {
           out.replica_spread = diff / scale;
-          out.replicas_differ = str_cat("replicas differ: ", dim.name, " ", i, " differs from ", dim.name,
-                                        " 0 by max |diff| / max |", dim.name, " 0| = ", format_sci(diff / scale, 1));
+          out.replicas_differ =
+              str_cat("replicas differ: ", dim.name, " ", at[i], " differs from ", dim.name, " ", at[0],
+                      " by max |diff| / max |", dim.name, " ", at[0], "| = ", format_sci(diff / scale, 1));
         }
       }
       return first;
@@ -72,7 +73,7 @@ at::Tensor combine(const Placement& p, const std::vector<at::Tensor>& parts, con
           for (size_t i = 0; i < parts.size(); ++i) {
             const int64_t size = parts[i].size(p.dim);
             if (size % p.parts != 0) {
-              throw InputError(str_cat(placement_text(p), " along ", dim.name, ": ", dim.name, " ", i,
+              throw InputError(str_cat(placement_text(p), " along ", dim.name, ": ", dim.name, " ", at[i],
                                        "'s piece has shape ", shape_text(parts[i]), ", whose dimension ", p.dim,
                                        " does not split into ", p.parts, " equal parts"));
             }
@@ -95,7 +96,8 @@ at::Tensor combine(const Placement& p, const std::vector<at::Tensor>& parts, con
         if (parts[i].size(p.dim) != local || local % 2 != 0) {
           throw InputError(str_cat("zigzag(", p.dim, ") along ", dim.name,
                                    " needs pieces of one even size in dimension ", p.dim, ", got ", shape_text(first),
-                                   " (", dim.name, " 0) and ", shape_text(parts[i]), " (", dim.name, " ", i, ")"));
+                                   " (", dim.name, " ", at[0], ") and ", shape_text(parts[i]), " (", dim.name, " ",
+                                   at[i], ")"));
         }
       }
       // Coordinate i holds chunks i and 2n-1-i: the first halves in order, then the second halves reversed.
@@ -124,13 +126,47 @@ at::Tensor combine(const Placement& p, const std::vector<at::Tensor>& parts, con
   return first;
 }
 
+// The coordinates along mesh dimension `m` that hold a piece of a record placed as `p`.
+std::vector<int64_t> holders(const Placement& p, const MeshDim& dim) {
+  if (p.on.empty()) {
+    std::vector<int64_t> all(static_cast<size_t>(dim.size));
+    for (int64_t c = 0; c < dim.size; ++c) all[static_cast<size_t>(c)] = c;
+    return all;
+  }
+  for (size_t i = 0; i < p.on.size(); ++i) {
+    if (p.on[i] < 0 || p.on[i] >= dim.size || (i > 0 && p.on[i] <= p.on[i - 1])) {
+      throw InputError(
+          str_cat(placement_text(p), " along ", dim.name, ": expected ascending coordinates 0 to ", dim.size - 1));
+    }
+  }
+  return p.on;
+}
+
+std::string coords_text(const std::vector<MeshDim>& mesh, const std::vector<int64_t>& c) {
+  std::vector<std::string> parts;
+  for (size_t m = 0; m < mesh.size(); ++m) parts.push_back(str_cat(mesh[m].name, " ", c[m]));
+  return join(parts, ", ");
+}
+
 at::Tensor reduce_mesh(const std::vector<MeshDim>& mesh, const std::vector<std::vector<int64_t>>& coords,
-                       std::vector<at::Tensor> pieces, const std::vector<Placement>& placements, bool masks,
+                       const std::vector<at::Tensor>& all_pieces, const std::vector<Placement>& placements, bool masks,
                        Reassembled& out) {
   if (placements.size() != mesh.size()) {
     throw InputError(str_cat(placements.size(), " placements for a ", mesh.size(), "-dimensional mesh"));
   }
-  std::vector<std::vector<int64_t>> keys = coords;
+  std::vector<std::vector<int64_t>> along;
+  for (size_t m = 0; m < mesh.size(); ++m) along.push_back(holders(placements[m], mesh[m]));
+  // Only the ranks the placements name hold a piece; one that holds another is a writer's slip.
+  std::vector<at::Tensor> pieces;
+  std::vector<std::vector<int64_t>> keys;
+  for (size_t i = 0; i < all_pieces.size(); ++i) {
+    if (holds_piece(placements, coords[i])) {
+      pieces.push_back(all_pieces[i]);
+      keys.push_back(coords[i]);
+    } else if (all_pieces[i].defined() && !masks) {
+      throw InputError(str_cat("a piece at ", coords_text(mesh, coords[i]), ", which the placements give none"));
+    }
+  }
   for (int64_t m = static_cast<int64_t>(mesh.size()) - 1; m >= 0; --m) {
     std::map<std::vector<int64_t>, std::vector<at::Tensor>> groups;
     for (size_t i = 0; i < pieces.size(); ++i) {
@@ -141,19 +177,22 @@ at::Tensor reduce_mesh(const std::vector<MeshDim>& mesh, const std::vector<std::
     }
     std::vector<at::Tensor> next;
     std::vector<std::vector<int64_t>> next_keys;
-    for (auto& [prefix, parts] : groups) {
-      for (size_t i = 0; i < parts.size(); ++i) {
-        if (!parts[i].defined()) {
+    for (auto& [prefix, slot] : groups) {
+      std::vector<at::Tensor> parts;
+      for (const int64_t c : along[m]) {
+        if (!slot[c].defined()) {
           if (masks) return at::Tensor();  // a partial sum below made the covers meaningless
-          throw InputError(str_cat("no piece at ", mesh[m].name, " ", i));
+          throw InputError(str_cat("no piece at ", mesh[m].name, " ", c));
         }
+        parts.push_back(slot[c]);
       }
-      next.push_back(combine(placements[m], parts, mesh[m], masks, out));
+      next.push_back(combine(placements[m], parts, along[m], mesh[m], masks, out));
       next_keys.push_back(prefix);
     }
     pieces = std::move(next);
     keys = std::move(next_keys);
   }
+  if (pieces.empty()) throw InputError("no rank holds a piece");
   return pieces.front();
 }
 
@@ -169,14 +208,20 @@ Reassembled reassemble(const std::vector<MeshDim>& mesh, const std::vector<std::
 std::vector<at::Tensor> piece_covers(const std::vector<MeshDim>& mesh, const std::vector<std::vector<int64_t>>& coords,
                                      const std::vector<std::vector<int64_t>>& piece_shapes,
                                      const std::vector<Placement>& placements) {
-  std::vector<at::Tensor> covers;
+  std::vector<at::Tensor> covers(piece_shapes.size());
+  at::Tensor none;  // what a rank that holds no piece covers
   for (size_t r = 0; r < piece_shapes.size(); ++r) {
+    if (!holds_piece(placements, coords[r])) continue;
     std::vector<at::Tensor> masks;
     for (size_t i = 0; i < piece_shapes.size(); ++i) masks.push_back(at::full(piece_shapes[i], i == r, at::kBool));
     Reassembled ignored;
-    at::Tensor cover = reduce_mesh(mesh, coords, masks, placements, true, ignored);
-    if (!cover.defined()) return {};
-    covers.push_back(cover);
+    covers[r] = reduce_mesh(mesh, coords, masks, placements, true, ignored);
+    if (!covers[r].defined()) return {};
+    none = at::zeros_like(covers[r]);
+  }
+  if (!none.defined()) return {};
+  for (auto& c : covers) {
+    if (!c.defined()) c = none;
   }
   return covers;
 }

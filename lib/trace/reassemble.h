@@ -20,13 +20,14 @@ struct Reassembled {
 };
 
 // pieces[r] and coords[r] belong to rank r; the ranks cover the mesh once each (the manifest
-// checks that). Throws InputError saying what does not tile: the caller adds file and record.
-// Partial sums are added in fp64.
+// checks that). A rank the placements give no piece (Placement::on) has an undefined one. Throws InputError saying what
+// does not tile: the caller adds file and record. Partial sums are added in fp64.
 Reassembled reassemble(const std::vector<MeshDim>& mesh, const std::vector<std::vector<int64_t>>& coords,
                        const std::vector<at::Tensor>& pieces, const std::vector<Placement>& placements);
 
-// For each rank, the part of the whole its piece covers, as a boolean mask of the whole's shape;
-// empty where a partial placement makes no piece cover a part of its own.
+// For each rank, the part of the whole its piece covers, as a boolean mask of the whole's shape
+// (all false for a rank that holds none); empty where a partial placement makes no piece cover a
+// part of its own.
 std::vector<at::Tensor> piece_covers(const std::vector<MeshDim>& mesh, const std::vector<std::vector<int64_t>>& coords,
                                      const std::vector<std::vector<int64_t>>& piece_shapes,
                                      const std::vector<Placement>& placements);

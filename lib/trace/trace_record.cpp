@@ -1,10 +1,14 @@
 #include "lib/trace/trace_record.h"
 
+#include <algorithm>
+
 #include "lib/core/strings.h"
 
 namespace magic {
 
-std::string placement_text(const Placement& p) {
+namespace {
+
+std::string type_text(const Placement& p) {
   switch (p.type) {
     case Placement::Type::kReplicate:
       return "replicate";
@@ -17,6 +21,23 @@ std::string placement_text(const Placement& p) {
       return p.reduce == Placement::Reduce::kSum ? "partial(sum)" : "partial(avg)";
   }
   return "?";
+}
+
+}  // namespace
+
+std::string placement_text(const Placement& p) {
+  if (p.on.empty()) return type_text(p);
+  std::vector<std::string> on;
+  for (const int64_t c : p.on) on.push_back(std::to_string(c));
+  return type_text(p) + " on " + join(on, ", ");
+}
+
+bool holds_piece(const std::vector<Placement>& placements, const std::vector<int64_t>& coords) {
+  for (size_t m = 0; m < placements.size() && m < coords.size(); ++m) {
+    const auto& on = placements[m].on;
+    if (!on.empty() && std::find(on.begin(), on.end(), coords[m]) == on.end()) return false;
+  }
+  return true;
 }
 
 const std::vector<std::string>& trace_kinds() {

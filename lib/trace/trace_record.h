@@ -10,8 +10,8 @@
 namespace magic {
 
 // How the pieces along one mesh dimension make up the whole (PyTorch DTensor's placements, plus
-// the zig-zag pair context parallelism holds and the fused and padded shards tensor parallelism
-// makes).
+// the zig-zag pair context parallelism holds, the fused and padded shards tensor parallelism
+// makes, and the coordinates that hold a piece at all: a pipeline stage's layers).
 struct Placement {
   enum class Type { kReplicate, kShard, kZigzag, kPartial };
   enum class Reduce { kSum, kAvg };
@@ -25,17 +25,31 @@ struct Placement {
   // kShard: the dimension is `parts` equal consecutive parts (a fused q, k, v weight), each
   // sharded across the mesh dimension; every piece holds its shard of each part, in part order.
   int64_t parts = 1;
+  // The coordinates along this mesh dimension that hold a piece, ascending; the others hold none
+  // (a block's parameters live on one pipeline stage, a tied embedding on the first and the last).
+  // Empty: every coordinate does.
+  std::vector<int64_t> on = {};
 
   static Placement replicate() { return {}; }
   static Placement shard(int64_t dim, int64_t length = 0, int64_t parts = 1) {
-    return {Type::kShard, dim, Reduce::kSum, length, parts};
+    return {Type::kShard, dim, Reduce::kSum, length, parts, {}};
   }
-  static Placement zigzag(int64_t dim, int64_t length = 0) { return {Type::kZigzag, dim, Reduce::kSum, length, 1}; }
-  static Placement partial(Reduce reduce) { return {Type::kPartial, 0, reduce, 0, 1}; }
+  static Placement zigzag(int64_t dim, int64_t length = 0) { return {Type::kZigzag, dim, Reduce::kSum, length, 1, {}}; }
+  static Placement partial(Reduce reduce) { return {Type::kPartial, 0, reduce, 0, 1, {}}; }
+  // This placement held by the coordinates `coordinates` alone.
+  Placement held_on(std::vector<int64_t> coordinates) const {
+    Placement p = *this;
+    p.on = std::move(coordinates);
+    return p;
+  }
 };
 
+// Whether a rank at `coords` holds a piece of a record placed as `placements`: on every mesh
+// dimension that names its holders, the rank's coordinate is among them.
+bool holds_piece(const std::vector<Placement>& placements, const std::vector<int64_t>& coords);
+
 // "replicate", "shard(0)", "shard(0, 3 parts)", "shard(0, length 50)", "zigzag(1)",
-// "zigzag(1, length 16)", "partial(sum)".
+// "zigzag(1, length 16)", "partial(sum)", "replicate on 0, 3".
 std::string placement_text(const Placement& p);
 
 struct MeshDim {

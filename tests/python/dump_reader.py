@@ -1,7 +1,8 @@
-"""The tests' own reader of a magic-dump folder (docs/dump-format.md, versions 1, 2 and 3), written from
+"""The tests' own reader of a magic-dump folder (docs/dump-format.md, versions 1 to 4), written from
 the document and independent of python/magic_dump.py: it parses the safetensors files byte by byte,
 checks what the format requires of them, and reassembles every record to its full tensor by its
-placements on the record's grid (version 3's named meshes). It is the oracle for the writer;
+placements on the record's grid (version 3's named meshes), from the ranks that hold a piece
+(version 4's `on`). It is the oracle for the writer;
 magic-compare is the reader under test elsewhere.
 """
 
@@ -56,26 +57,28 @@ def read_dump(folder):
     with open(os.path.join(folder, "manifest.json")) as f:
         manifest = json.load(f)
     version = manifest["version"]
-    assert manifest["format"] == "magic-dump" and version in (1, 2, 3), version
+    assert manifest["format"] == "magic-dump" and version in (1, 2, 3, 4), version
     for record in manifest["records"]:
         # Version 2 on states every record's micro-batch; a version 1 record is a whole step's.
         assert ("micro_batch" in record) == (version >= 2), f"{record['key']}: micro_batch"
         record.setdefault("micro_batch", -1)
     grids, coords_on = checked_grids(manifest)
     files = [read_safetensors(os.path.join(folder, r["file"])) for r in manifest["ranks"]]
-    keys = {r["key"] for r in manifest["records"]}
-    for tensors in files:
-        assert set(tensors) == keys, "a file holds other keys"
-    full = {}
+    full, held = {}, [set() for _ in files]
     for record in manifest["records"]:
         grid = record.get("mesh", "")
         assert grid in grids, f"{record['key']}: mesh {grid!r} is not '' or a name in meshes"
         assert len(record["placements"]) == len(grids[grid]), f"{record['key']}: one placement per {grid!r} dimension"
+        assert version >= 4 or all("on" not in p for p in record["placements"]), f"{record['key']}: on is version 4"
         pieces = {}
-        for rank, tensors in zip(manifest["ranks"], files):
+        for rank, tensors, keys in zip(manifest["ranks"], files, held):
+            coords = coords_on[grid][rank["rank"]]
+            if not all("on" not in p or c in p["on"] for p, c in zip(record["placements"], coords)):
+                continue  # a rank off the coordinates that hold a piece holds none
+            keys.add(record["key"])
             piece = tensors[record["key"]]
             assert piece.dtype == DTYPES[record["dtype"]], f"{record['name']}: piece dtype {piece.dtype}"
-            pieces[coords_on[grid][rank["rank"]]] = piece
+            pieces[coords] = piece
         try:
             tensor = reassemble(pieces, grids[grid], record["placements"])
         except AssertionError as e:
@@ -84,6 +87,8 @@ def read_dump(folder):
         identity = tuple(record[f] for f in IDENTITY)
         assert identity not in full, f"{identity} twice"
         full[identity] = tensor
+    for rank, tensors, keys in zip(manifest["ranks"], files, held):
+        assert set(tensors) == keys, f"rank {rank['rank']}'s file holds {sorted(set(tensors) - keys)} beyond its pieces"
     return manifest, full
 
 
@@ -121,11 +126,15 @@ def checked_grids(manifest):
 
 
 def reassemble(pieces, mesh, placements):
-    """Combine {coords: piece} from the innermost mesh dimension outwards."""
+    """Combine {coords: piece} from the innermost mesh dimension outwards; along a dimension whose
+    placement says `on`, exactly those coordinates hold pieces."""
     for d in reversed(range(len(mesh))):
         groups = {}
         for coords, piece in pieces.items():
             groups.setdefault(coords[:d] + coords[d + 1:], []).append((coords[d], piece))
+        expected = placements[d].get("on", list(range(mesh[d]["size"])))
+        for rest, members in groups.items():
+            assert sorted(c for c, _ in members) == expected, f"pieces at {sorted(c for c, _ in members)}, on {expected}"
         pieces = {rest: combine([p for _, p in sorted(members, key=lambda m: m[0])], placements[d])
                   for rest, members in groups.items()}
     (tensor,) = pieces.values()

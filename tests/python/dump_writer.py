@@ -19,8 +19,10 @@ the tests' own reader (dump_reader.py), and refuses what it must with a ValueErr
                    two grids (version 3): records on the main mesh and on a named grid "encoder"
                    whose coordinates run opposite to the ranks reassemble exactly by each rank's
                    coordinates on the record's grid;
-                   ranks that record differently, or share coordinates on a named grid, all raise,
-                   and no manifest is written
+                   held pieces (version 4): a record on=[0] and one on=[1] beside a partial sum on
+                   both reassemble from their holders alone, each rank's file holding only its own;
+                   ranks that record differently, share coordinates on a named grid, or leave out
+                   a holder of a record placed on=[...], all raise, and no manifest is written
   magic-compare    (when given) reads what the writer writes: every dtype (exit 0), the declared
                    mesh's and the two grids' dumps against the same tensors written whole by one
                    process (exit 0), and refuses a dump holding NaN, naming the record (exit 2)
@@ -283,7 +285,13 @@ def check_placement_refusals_on_a_mesh(rank, world, folder):
                          "parts and length"),
                         (lambda: dump.record("x", torch.zeros(4), kind="activation",
                                              placements=[{"type": "shard"}]), "placement"),
-                        (lambda: dump.record_gradients(torch.nn.Linear(2, 2)), "kind")]:
+                        (lambda: dump.record_gradients(torch.nn.Linear(2, 2)), "kind"),
+                        (lambda: dump.record("x", torch.zeros(4), kind="activation",
+                                             placements=[replicate(on=[2])]), "whose size is 2"),
+                        (lambda: dump.record("x", torch.zeros(4), kind="activation",
+                                             placements=[replicate(on=[1 - rank])]), "leaves out this rank"),
+                        (lambda: replicate(on=[1, 0]), "ascending"),
+                        (lambda: partial("sum", on=[]), "on")]:
         expect_refusal(f"rank {rank}", call, field)
     dump.record("x", torch.zeros(rank + 1, 2), kind="activation", placements=[shard(-2)])  # uneven, dim -2 = 0
     dump.close()
@@ -422,6 +430,44 @@ def record_differently(rank, world, folder):
     assert not os.path.exists(os.path.join(folder, "manifest.json"))
 
 
+def write_held_pieces(rank, world, folder, whole):
+    """Mesh pp=2: "first" on stage 0 only, "last" on stage 1 only, "tied" a partial sum over both."""
+    dump = Dump(folder, run="held", mesh=[("pp", 2)])
+    if rank == 0:
+        dump.record("first", whole["first"], kind="activation", placements=[replicate(on=[0])])
+    dump.record("tied", whole["tied"] * (0.25 + 0.5 * rank), kind="gradient", placements=[partial("sum", on=[0, 1])])
+    if rank == 1:
+        dump.record("last", whole["last"], kind="activation", placements=[replicate(on=[1])])
+    dump.close()
+
+
+def check_held_pieces(folder, whole):
+    manifest, full = read_dump(folder)
+    assert manifest["version"] == 4 and manifest["meshes"] == {}, manifest
+    assert [(r["name"], r["placements"]) for r in manifest["records"]] == \
+        [("first", [{"type": "replicate", "on": [0]}]), ("tied", [{"type": "partial", "reduce": "sum", "on": [0, 1]}]),
+         ("last", [{"type": "replicate", "on": [1]}])], manifest["records"]
+    files = [read_safetensors(os.path.join(folder, f"rank{r}.safetensors")) for r in range(2)]
+    assert [len(f) for f in files] == [2, 2], [list(f) for f in files]
+    for (name, *_), tensor in full.items():
+        assert torch.allclose(tensor, whole[name], rtol=1e-15, atol=0), name
+
+
+def leave_out_a_holder(rank, world, folder):
+    """Rank 1 does not record what its placements say both stages hold: every rank raises naming
+    the makers and the holders, no manifest."""
+    dump = Dump(folder, mesh=[("pp", 2)])
+    if rank == 0:
+        dump.record("x", torch.zeros(2), kind="activation", placements=[replicate(on=[0, 1])])
+    try:
+        dump.close()
+    except ValueError as e:
+        assert "made by ranks [0], but its placements give pieces to ranks [0, 1]" in str(e), e
+    else:
+        raise AssertionError(f"rank {rank}: close() accepted a record missing from one of its holders")
+    assert not os.path.exists(os.path.join(folder, "manifest.json"))
+
+
 def declared_tensors():
     generator = torch.Generator().manual_seed(11)
     return {name: torch.randn(*shape, generator=generator, dtype=torch.float64)
@@ -445,12 +491,18 @@ def main():
         check_version_2_unless_meshes_are_named(tmp)
         whole, grids = declared_tensors(), two_grid_tensors()
         folders = {name: os.path.join(tmp, name)
-                   for name in ("placements.dump", "mesh.dump", "differ.dump", "grids.dump", "shared.dump")}
+                   for name in ("placements.dump", "mesh.dump", "differ.dump", "grids.dump", "shared.dump",
+                                "held.dump", "unheld.dump")}
+        held = {"first": torch.arange(6.0, dtype=torch.float64).reshape(2, 3), "tied": torch.ones(2, 2).double(),
+                "last": torch.linspace(0, 1, 4, dtype=torch.float64)}
         run_on_ranks(2, [(check_placement_refusals_on_a_mesh, {"folder": folders["placements.dump"]}),
                          (write_declared_mesh, {"folder": folders["mesh.dump"], "whole": whole}),
                          (record_differently, {"folder": folders["differ.dump"]}),
                          (write_two_grids, {"folder": folders["grids.dump"], "whole": grids}),
-                         (share_named_coords, {"folder": folders["shared.dump"]})])
+                         (share_named_coords, {"folder": folders["shared.dump"]}),
+                         (write_held_pieces, {"folder": folders["held.dump"], "whole": held}),
+                         (leave_out_a_holder, {"folder": folders["unheld.dump"]})])
+        check_held_pieces(folders["held.dump"], held)
         manifest, full = read_dump(folders["mesh.dump"])
         assert manifest["version"] == 2 and "meshes" not in manifest, manifest
         assert manifest["mesh"] == [{"name": "dp", "size": 1}, {"name": "cp", "size": 2}], manifest["mesh"]

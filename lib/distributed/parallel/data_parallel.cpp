@@ -29,8 +29,14 @@ std::pair<int64_t, int64_t> shard_range(int64_t total, int rank, int size) {
 TraceLayout trace_mesh(const MeshLayout& layout, int rank) {
   TraceLayout out;
   const int64_t dp_index = layout.dp_index(rank), fsdp = layout.fsdp();
-  out.mesh = {{fsdp > 1 ? "replica" : "dp", layout.dp() / fsdp}, {"cp", layout.cp()}};
-  out.coords = {dp_index / fsdp, layout.cp_index(rank)};
+  if (layout.pp() > 1) {
+    out.mesh.push_back({"pp", layout.pp()});
+    out.coords.push_back(layout.pp_index(rank));
+  }
+  out.mesh.push_back({fsdp > 1 ? "replica" : "dp", layout.dp() / fsdp});
+  out.mesh.push_back({"cp", layout.cp()});
+  out.coords.push_back(dp_index / fsdp);
+  out.coords.push_back(layout.cp_index(rank));
   if (layout.tp() > 1) {
     out.mesh.push_back({"tp", layout.tp()});
     out.coords.push_back(layout.tp_index(rank));
@@ -64,12 +70,24 @@ Placement tensor_parallel_placement(TensorSplit split, int64_t rows) {
 }  // namespace
 
 TraceLayout mesh_trace_layout(const MeshLayout& layout, int rank, Convention convention, const ParallelPlan& plan,
-                              const std::map<std::string, int64_t>& whole_rows, bool sequence_parallel) {
+                              const std::map<std::string, int64_t>& whole_rows, bool sequence_parallel,
+                              const std::map<std::string, std::vector<int64_t>>& stages_holding) {
   TraceLayout out = trace_mesh(layout, rank);
   const auto reduce = convention == Convention::kSum ? Placement::Reduce::kSum : Placement::Reduce::kAvg;
-  size_t tp_dim = out.mesh.size();
+  size_t tp_dim = out.mesh.size(), pp_dim = out.mesh.size();
   for (size_t m = 0; m < out.mesh.size(); ++m) {
     const std::string& name = out.mesh[m].name;
+    if (name == "pp") {
+      // A stage records the activations and the loss of its own chunks only; REPLAY's dQ/dw is
+      // each stage's term (the loss's weights act on the last stage alone).
+      pp_dim = m;
+      const Placement mine = Placement::replicate().held_on({out.coords[m]});
+      out.rows_and_columns.push_back(mine);
+      out.loss.push_back(mine);
+      out.weight_gradient.push_back(Placement::partial(Placement::Reduce::kSum));
+      out.parameters.push_back(Placement::replicate());
+      continue;
+    }
     if (name == "tp") {
       // Every tp rank holds the same rows, columns and loss; its parameters are pieces by the plan.
       tp_dim = m;
@@ -105,6 +123,11 @@ TraceLayout mesh_trace_layout(const MeshLayout& layout, int rank, Convention con
         out.rows_columns_and_vocabulary[tp_dim] = Placement::shard(2, rows);
       }
     }
+  }
+  // Each parameter on the stages that hold it (a tied embedding on the first and the last).
+  for (const auto& [name, stages] : stages_holding) {
+    if (pp_dim == out.mesh.size()) break;
+    out.parameters_by_name.emplace(name, out.parameters).first->second[pp_dim] = Placement::replicate().held_on(stages);
   }
   // The gradient leaves backward reduced already (enter()'s collectives); under AVG it is the sum
   // of local means, which only the convention's divide makes the whole gradient.
@@ -362,7 +385,13 @@ std::vector<at::Tensor> DataParallel::micro_batch_losses(const TensorTree& param
 }
 
 TraceLayout DataParallel::trace_layout() const {
-  return mesh_trace_layout(layout(), rank(), convention_, parts_.plan, parts_.whole_rows, parts_.sequence_parallel);
+  std::map<std::string, std::vector<int64_t>> stages_holding;
+  for (const auto& [name, owner] : parts_.stage.owner) {
+    stages_holding[name] =
+        name == parts_.stage.tied ? std::vector<int64_t>{0, layout().pp() - 1} : std::vector<int64_t>{owner};
+  }
+  return mesh_trace_layout(layout(), rank(), convention_, parts_.plan, parts_.whole_rows, parts_.sequence_parallel,
+                           stages_holding);
 }
 
 at::Tensor DataParallel::assemble_weight_gradient(const at::Tensor& local) const {

@@ -40,9 +40,9 @@ std::pair<int64_t, int64_t> shard_range(int64_t total, int rank, int size);
 
 // The mesh of `layout`'s trace records and rank `rank`'s coordinates on it, no placements: [dp, cp],
 // or [replica, cp, fsdp] with sharded parameters (dp index = replica·fsdp + shard index), tp
-// before fsdp where tp > 1 ([dp, cp, tp], [replica, cp, tp, fsdp]). Outermost first, in the order
-// the splits are made (docs/dump-format.md, "Placements"): fsdp shards each tp piece, tp each
-// cp chunk pair, and fsdp the rows of a replica.
+// before fsdp where tp > 1 ([dp, cp, tp], [replica, cp, tp, fsdp]), pp first where pp > 1. Outermost first, in the
+// order the splits are made (docs/dump-format.md, "Placements"): fsdp shards each tp piece, tp each cp chunk pair, and
+// fsdp the rows of a replica.
 TraceLayout trace_mesh(const MeshLayout& layout, int rank);
 
 // How rank `rank`'s traced tensors make up the whole on `layout` (lib/trace/trace_layout.h): rows
@@ -50,9 +50,12 @@ TraceLayout trace_mesh(const MeshLayout& layout, int rank);
 // shards over fsdp and, where tp > 1, each one placed along tp as `plan` splits it (`whole_rows`:
 // every parameter's dim-0 size, a vocabulary's length), logits split over the vocabulary; the loss
 // is a partial sum (SUM) or average (AVG) over every dimension but tp, whose ranks hold the same.
-// Under `sequence_parallel` the residual stream is a sequence shard over tp as well.
+// Under `sequence_parallel` the residual stream is a sequence shard over tp as well. With pp > 1 a
+// parameter is held by the stages `stages_holding` names (docs/dump-format.md, "Pieces some ranks
+// hold"), and activations, logits and the loss by the stage that records them.
 TraceLayout mesh_trace_layout(const MeshLayout& layout, int rank, Convention convention, const ParallelPlan& plan,
-                              const std::map<std::string, int64_t>& whole_rows, bool sequence_parallel);
+                              const std::map<std::string, int64_t>& whole_rows, bool sequence_parallel,
+                              const std::map<std::string, std::vector<int64_t>>& stages_holding = {});
 
 // A pipeline stage's share of the model (pp > 1; docs/design.md, "Pipeline stages"). The model
 // decides it (lib/train/distributed_lm.h); the mesh only holds it.

@@ -1,10 +1,15 @@
 #include "lib/distributed/parallel/mesh_dump.h"
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <optional>
+#include <tuple>
 
 #include "lib/core/strings.h"
 #include "lib/io/atomic_folder.h"
+#include "lib/trace/dump_manifest.h"
+#include "lib/trace/record_order.h"
 
 namespace magic::dist {
 namespace {
@@ -19,6 +24,39 @@ std::string text_of_rank_0(const Group& world, const std::string& text) {
   if (world.rank() == 0) std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), text.size());
   world.broadcast_(bytes, 0);
   return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(n));
+}
+
+// Every rank's `text`, by rank: lengths, then the bytes padded to the longest.
+std::vector<std::string> texts_of_every_rank(const Group& world, const std::string& text) {
+  const at::Tensor sizes = world.all_gather(at::tensor({static_cast<int64_t>(text.size())}, at::kLong), 0);
+  const int64_t longest = sizes.max().item<int64_t>();
+  at::Tensor mine = at::zeros({1, std::max<int64_t>(longest, 1)}, at::kByte);
+  std::memcpy(mine.data_ptr<uint8_t>(), text.data(), text.size());
+  const at::Tensor all = world.all_gather(mine, 0).contiguous();
+  std::vector<std::string> out;
+  for (int r = 0; r < world.size(); ++r) {
+    const auto* bytes = reinterpret_cast<const char*>(all[r].data_ptr<uint8_t>());
+    out.emplace_back(bytes, static_cast<size_t>(sizes[r].item<int64_t>()));
+  }
+  return out;
+}
+
+// The manifest's records (every rank's, merged: record_order.h) and, for each of this rank's
+// entries, its index among them. Every rank computes the same, so a refusal is every rank's.
+std::pair<std::vector<TraceRecord>, std::vector<size_t>> manifest_records(const Group& world,
+                                                                          const std::vector<DumpSink::Entry>& entries) {
+  std::vector<TraceRecord> mine;
+  for (const auto& e : entries) mine.push_back(e.record);
+  std::vector<std::vector<TraceRecord>> by_rank;
+  const std::vector<std::string> texts = texts_of_every_rank(world, records_text(mine));
+  for (size_t r = 0; r < texts.size(); ++r)
+    by_rank.push_back(parse_records_text(texts[r], str_cat("rank ", r, "'s records")));
+  std::vector<TraceRecord> merged = merged_records(by_rank);
+  std::map<std::string, size_t> index_of;
+  for (size_t i = 0; i < merged.size(); ++i) index_of[record_identity(merged[i])] = i;
+  std::vector<size_t> indices;
+  for (const auto& r : mine) indices.push_back(index_of.at(record_identity(r)));
+  return {std::move(merged), std::move(indices)};
 }
 
 }  // namespace
@@ -40,10 +78,17 @@ std::string write_mesh_dump(const std::string& folder, const std::string& run,
   }
   const std::string dir = text_of_rank_0(world, staged ? staged->dir() : "");
   if (dir.empty()) return rank == 0 ? failure : "rank 0 could not make the dump's folder (its log says why)";
+  std::vector<TraceRecord> records;
+  std::vector<size_t> indices;
+  try {
+    std::tie(records, indices) = manifest_records(world, entries);
+  } catch (const std::exception& e) {
+    return str_cat("the manifest of ", folder, " was not written: ", e.what());
+  }
   // [written, coords...]: one row per rank once gathered.
   std::vector<int64_t> mine{1};
   try {
-    write_dump_rank_file(dir, rank, entries);
+    write_dump_rank_file(dir, rank, entries, indices);
   } catch (const std::exception& e) {
     failure = str_cat("rank ", rank, " could not write its records to ", folder, ": ",
                       naming_destination(e.what(), dir, folder));
@@ -79,8 +124,6 @@ std::string write_mesh_dump(const std::string& folder, const std::string& run,
         begin += static_cast<int64_t>(grid.mesh.size());
       }
     }
-    std::vector<TraceRecord> records;
-    for (const auto& e : entries) records.push_back(e.record);
     write_dump_manifest(dir, run, layout.mesh, coords, records, grids);
   } catch (const std::exception& e) {
     return str_cat("the manifest of ", folder, " was not written: ", naming_destination(e.what(), dir, folder));

@@ -1,5 +1,7 @@
-// A dump written by the ranks of a mesh (docs/dump-format.md): each rank writes its own file into a
-// hidden folder rank 0 made beside the destination, every rank says whether it could, and rank 0,
+// A dump written by the ranks of a mesh (docs/dump-format.md): the ranks exchange their record
+// lists and merge them into the manifest's (a pipeline's stages make different records), each rank
+// writes its own file into a hidden folder rank 0 made beside the destination, every rank says
+// whether it could, and rank 0,
 // once all have, gathers each rank's coordinates, writes the manifest last and renames the folder
 // into place (atomic_folder.h). A dump some rank could not finish, or a run killed while writing,
 // leaves no folder at the destination, never a half-written one.
