@@ -91,12 +91,20 @@ std::string avg_convention_note(const CheckSettings& s) {
       "instead of its share of the global count. ", "Use --convention sum.");
 }
 
+// Whether the fp32 pass judges `row` again: a row weakly judged in its own dtype, and the clip
+// coefficient wherever a run below fp32 clips (bf16 resolves a gradient norm only to its floor
+// u·√n, so a coefficient a few per cent off is within the row's allowance; docs/magic-check.md,
+// "Mixed precision").
+bool judged_again_at_fp32(const CheckRow& row) {
+  return row_weakly_judged(row) || (row.precision && row.level == "optimizer" && row.tensor == "clip_coefficient");
+}
+
 // The levels (all_levels() order) of the rows the fp32 pass would judge again.
 std::vector<Level> weak_levels(const std::vector<CheckRow>& rows) {
   std::vector<Level> out;
   for (Level l : all_levels()) {
     const bool weak = std::any_of(rows.begin(), rows.end(), [&](const CheckRow& row) {
-      return row.level == level_name(l) && row.pass.empty() && row_weakly_judged(row);
+      return row.level == level_name(l) && row.pass.empty() && judged_again_at_fp32(row);
     });
     if (weak) out.push_back(l);
   }
@@ -119,16 +127,17 @@ bool agree(const dist::Runtime& runtime, bool chosen) {
   return !agree_on_levels(runtime, chosen ? std::vector<Level>{Level::kGrad} : std::vector<Level>{}).empty();
 }
 
-// `rows` with each weakly judged row followed by its partner from the fp32 pass, where that
-// partner is judged by value there (final parameters, judged by storage alone, are not).
+// `rows` with each row judged again followed by its partner from the fp32 pass, where that
+// partner is judged there by value or by the factor rule (under Adam the rows at θ_N: the query
+// gradient, whose factor bf16's noise blurs); not where neither is.
 std::vector<CheckRow> merge_fp32_rows(const std::vector<CheckRow>& rows, const std::vector<CheckRow>& fp32_rows) {
   std::vector<CheckRow> out;
   for (const auto& row : rows) {
     out.push_back(row);
-    if (!row.pass.empty() || !row_weakly_judged(row)) continue;
+    if (!row.pass.empty() || !judged_again_at_fp32(row)) continue;
     for (const auto& partner : fp32_rows) {
       if (partner.level != row.level || partner.tensor != row.tensor) continue;
-      if (partner.precision && !partner.precision->values_judged) break;
+      if (partner.precision && !partner.precision->values_judged && !partner.precision->factors_judged) break;
       out.push_back(partner);
       out.back().pass = "fp32";
       break;

@@ -294,6 +294,55 @@ TEST(LowPrecisionGate, ARowTooNoisyBelowFp32IsJudgedAgainInTheFp32Pass) {
   EXPECT_NE(junit_xml(report).find("name=\"w[vjp] (fp32)\""), std::string::npos);
 }
 
+// Two rows bf16 judges but too loosely for some bugs go to the fp32 pass as well: the clip
+// coefficient of a run that clips (a norm over one pipeline stage moves it 2.5%, under bf16's 7.5%
+// allowance) and, under Adam, a factor at θ_N that bf16's noise blurs (the query gradient x dp read
+// as 3.06 there). Each passes in its own dtype and fails in the fp32 pass.
+TEST(LowPrecisionGate, TheClipCoefficientAndAFactorAtThetaNAreJudgedAgainAtFp32) {
+  struct Case {
+    std::string model, topology, mutation, level, tensor, observed_factor;
+    std::vector<checks::Level> levels;
+  };
+  const std::vector<Case> cases = {
+      {"",
+       "dp=3,pp=2,mb=4",
+       "pp-norm-one-stage",
+       "optimizer",
+       "clip_coefficient",
+       "",
+       {checks::Level::kGrad, checks::Level::kOptimizer}},
+      {testing::source_path("fixtures/models/gpt2-tiny"),
+       "dp=3,mb=4",
+       "query-grad-scaled",
+       "query_grad",
+       "tok_emb",
+       "x dp",
+       {}},
+  };
+  for (const Case& c : cases) {
+    checks::CheckRequest request;
+    request.settings.model_folder = c.model;
+    request.settings.topology = dist::TopologySpec::parse(c.topology);
+    request.settings.precision = PrecisionPolicy::for_compute(c10::kBFloat16);
+    request.settings.steps = 2;
+    if (!c.levels.empty()) request.settings.levels = c.levels;
+    request.mode = checks::CheckMode::kMutate;
+    request.mutation = c.mutation;
+    const CheckReport report = testing::run_check_in_threads(request);
+    const CheckRow *own = nullptr, *fp32 = nullptr;
+    for (const auto& row : report.rows) {
+      if (row.level == c.level && row.tensor == c.tensor) (row.pass.empty() ? own : fp32) = &row;
+    }
+    ASSERT_NE(own, nullptr) << c.mutation;
+    ASSERT_NE(fp32, nullptr) << c.mutation << ": no fp32 partner";
+    EXPECT_TRUE(own->passed) << c.mutation << ": bf16 alone cannot see it: " << own->diagnosis.text;
+    EXPECT_FALSE(fp32->passed) << c.mutation;
+    ASSERT_EQ(report.bite.size(), 1u);
+    EXPECT_TRUE(report.bite.front().caught) << c.mutation << ": " << report.bite.front().observed_diagnosis;
+    EXPECT_EQ(report.bite.front().observed_factor, c.observed_factor) << c.mutation;
+  }
+}
+
 // A clean bf16 run: every fp32 row passes; a mutation of the precision policy gets no fp32 pass
 // (it is judged in its own dtype only).
 TEST(LowPrecisionGate, TheFp32PassPassesACleanRunAndLeavesPrecisionBugsToTheirDtype) {
