@@ -26,7 +26,8 @@ from torch import nn
 
 import paths  # noqa: F401  (python/ on sys.path)
 from magic_dump import Dump, partial, replicate
-from tiny_gpt import BATCH, D_MODEL, IGNORE, SEQ_LEN, VOCAB, Block, make_batch
+from reference_steps import record_sgd_step, record_term
+from tiny_gpt import D_MODEL, IGNORE, SEQ_LEN, VOCAB, Block, make_batch
 
 STAGES, N_LAYERS = 2, 2
 MICRO_ROWS = [3, 3, 2]  # the batch's rows: micro-batch 0, 1, 2 (unequal)
@@ -115,19 +116,8 @@ def reference_run(folder):
             for name, out in outputs.items():
                 dump.record(name, out[rows], kind="activation", layer=name, micro_batch=k)
             dump.record("logits", logits[rows], kind="logits", micro_batch=k)
-            loss = token_loss_sum(logits[rows], labels[rows]) / total
-            dump.record("loss", loss, kind="loss", micro_batch=k)
-            contribution = torch.autograd.grad(loss, list(params.values()), retain_graph=True)
-            for (name, _), g in zip(reversed(params.items()), reversed(contribution)):
-                dump.record(name, g, kind="gradient", micro_batch=k)
-                grads[name] += g
-        with torch.no_grad():
-            for name in reversed(params):
-                dump.record(name, grads[name], kind="reduced_gradient")
-            for name, p in params.items():
-                update = -LR * grads[name]
-                dump.record(name, update, kind="update", phase="optimizer", order="first")
-                p += update
+            record_term(dump, params, token_loss_sum(logits[rows], labels[rows]) / total, k, grads)
+        record_sgd_step(dump, params, grads, LR)
     dump.close()
 
 

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 import paths  # noqa: F401  (python/ on sys.path)
 from magic_dump import Dump, partial, replicate, shard
+from reference_steps import record_sgd_step, record_term
 
 VOCAB, D_MODEL, N_HEADS, MLP_HIDDEN, SEQ_LEN = 13, 12, 4, 20, 6
 HEAD_DIM = D_MODEL // N_HEADS
@@ -155,19 +156,8 @@ def reference_run(folder):
             dump.record("input_ids", input_ids[rows], kind="input", micro_batch=k)
             for name, tensor in seen.items():
                 dump.record(name, tensor[rows], kind="logits" if name == "logits" else "activation", micro_batch=k)
-            loss = token_loss_sum(logits[rows], labels[rows]) / total
-            dump.record("loss", loss, kind="loss", micro_batch=k)
-            contribution = torch.autograd.grad(loss, list(params.values()), retain_graph=True)
-            for (name, _), g in zip(reversed(params.items()), reversed(contribution)):
-                dump.record(name, g, kind="gradient", micro_batch=k)
-                grads[name] += g
-        with torch.no_grad():
-            for name in reversed(params):
-                dump.record(name, grads[name], kind="reduced_gradient")
-            for name, t in params.items():
-                update = -LR * grads[name]
-                dump.record(name, update, kind="update", phase="optimizer", order="first")
-                t += update
+            record_term(dump, params, token_loss_sum(logits[rows], labels[rows]) / total, k, grads)
+        record_sgd_step(dump, params, grads, LR)
     dump.close()
 
 
