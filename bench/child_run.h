@@ -1,6 +1,7 @@
 // Runs a child process for the bench programs: its output (stdout and stderr together), wall
 // time and peak resident memory (wait4's, which covers the child's waited-for descendants: a
-// launcher's ranks).
+// launcher's ranks), and the shared libraries it had mapped whenever it wrote (so that two sides
+// timed against each other can be shown to use the same BLAS).
 #pragma once
 
 #include <sys/resource.h>
@@ -9,7 +10,10 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -21,7 +25,20 @@ struct ChildRun {
   int exit_code = -1;
   std::string output;
   double wall_s = 0, peak_rss_mib = 0;
+  std::set<std::string> libraries;  // the real paths of the shared objects it mapped, seen while it ran
 };
+
+// Adds the shared objects process `pid` maps now (/proc/PID/maps), by their real paths.
+inline void add_mapped_libraries(pid_t pid, std::set<std::string>& into) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  for (std::string line; std::getline(maps, line);) {
+    const size_t path = line.find('/');
+    if (path == std::string::npos || line.find(".so", path) == std::string::npos) continue;
+    std::error_code ec;
+    const std::filesystem::path real = std::filesystem::canonical(line.substr(path), ec);
+    into.insert(ec ? line.substr(path) : real.string());
+  }
+}
 
 // Runs argv with extra environment variables, capturing stdout and stderr together; `on_line`,
 // when given, hears each line as the child writes it (to start clients once a server is up).
@@ -48,8 +65,14 @@ inline ChildRun run_child(const std::vector<std::string>& argv,
   ChildRun r;
   char buffer[4096];
   size_t heard = 0;  // r.output up to here was passed to on_line
+  auto sampled = start - std::chrono::seconds(2);
   for (ssize_t n; (n = read(fds[0], buffer, sizeof buffer)) > 0;) {
     r.output.append(buffer, static_cast<size_t>(n));
+    // At most every 2 s: the parent shares the cores with the child it times.
+    if (const auto now = std::chrono::steady_clock::now(); now - sampled >= std::chrono::seconds(2)) {
+      add_mapped_libraries(pid, r.libraries);
+      sampled = now;
+    }
     for (size_t end; on_line && (end = r.output.find('\n', heard)) != std::string::npos; heard = end + 1) {
       on_line(r.output.substr(heard, end - heard));
     }

@@ -14,11 +14,18 @@
 // shows in the last column. magic-run's caching CPU allocator (lib/core/caching_cpu_allocator.h)
 // is its own and not given to the peer.
 //
-//   peer_compare --peer PATH [--steps 16,64,256] [--threads 1,2] [--python /usr/bin/python3]
+// The sides run interleaved, round by round (peer, peer with the malloc setting, magic-run; then
+// again), so that a machine's drift lands on all of them; each side's figure is its fastest
+// round's (train + REPLAY), its memory the largest peak over its rounds. Each row names the BLAS
+// library each side mapped and the threads each runs (the peer's as it prints them, magic-run's as
+// OMP_NUM_THREADS sets them); where they differ no speed-up is printed.
+//
+//   peer_compare --peer PATH [--steps 16,64,256] [--threads 1,2] [--rounds 3] [--python /usr/bin/python3]
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -26,6 +33,7 @@
 #include <iostream>
 #include <random>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -61,6 +69,32 @@ void write_documents(const std::string& path, int64_t count, std::mt19937_64& rn
   }
 }
 
+// One side's rounds: the fastest one's seconds, the largest peak, what it mapped and reports.
+struct Side {
+  double train_s = 0, replay_s = 0, peak_rss_mib = 0;
+  std::set<std::string> blas;
+  std::string threads;
+  int64_t rounds = 0;
+
+  double total() const { return train_s + replay_s; }
+  void add(double train, double replay, const ChildRun& run, const std::string& reported_threads) {
+    if (rounds++ == 0 || train + replay < total()) {
+      train_s = train;
+      replay_s = replay;
+    }
+    peak_rss_mib = std::max(peak_rss_mib, run.peak_rss_mib);
+    for (const auto& path : run.libraries) {
+      const std::string name = std::filesystem::path(path).filename().string();
+      if (std::regex_search(name, std::regex("blas|mkl|blis"))) blas.insert(path);
+    }
+    threads = reported_threads;
+  }
+};
+
+std::string blas_text(const std::set<std::string>& blas) {
+  return blas.empty() ? "none seen" : magic::join(std::vector<std::string>(blas.begin(), blas.end()), " + ");
+}
+
 std::string write_run(const std::string& dir, int64_t steps) {
   std::mt19937_64 rng(1);
   const std::string train = str_cat(dir, "/train-", steps, ".jsonl"), queries = dir + "/queries.jsonl";
@@ -82,16 +116,24 @@ std::string write_run(const std::string& dir, int64_t steps) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const std::string usage = "peer_compare --peer PATH [--steps 16,64,256] [--threads 1,2] [--rounds 3] [--python PATH]";
   auto flags = magic::bench::parse_flags(
-      argc, argv, {{"steps", "16,64,256"}, {"threads", "1,2"}, {"python", "/usr/bin/python3"}, {"peer", ""}},
-      "peer_compare --peer PATH [--steps 16,64,256] [--threads 1,2] [--python PATH]");
+      argc, argv,
+      {{"steps", "16,64,256"}, {"threads", "1,2"}, {"rounds", "3"}, {"python", "/usr/bin/python3"}, {"peer", ""}},
+      usage);
   const std::string steps_list = flags["steps"], threads_list = flags["threads"], python = flags["python"],
                     peer = flags["peer"];
+  const int64_t rounds = std::atoll(flags["rounds"].c_str());
+  if (rounds < 1) {
+    std::cerr << "peer_compare: --rounds " << flags["rounds"] << ": expected a count of 1 or more\nusage: " << usage
+              << "\n";
+    return 2;
+  }
   if (peer.empty()) {
     std::cerr << "peer_compare: --peer PATH is required: the path of a PyTorch MAGIC peer script (such as "
               << "peer_magic.py: MAGIC in PyTorch with autograd double backward), run with --python; "
               << "it is not part of this repository\n"
-              << "usage: peer_compare --peer PATH [--steps 16,64,256] [--threads 1,2] [--python PATH]\n";
+              << "usage: " << usage << "\n";
     return 2;
   }
   if (!std::filesystem::exists(peer)) {
@@ -106,40 +148,63 @@ int main(int argc, char** argv) {
   const std::string dir = std::filesystem::temp_directory_path() / "magic-peer-compare";
   std::filesystem::create_directories(dir);
   std::cout << "peer_compare: GPT 2 layers, d=64, 4 heads, T=128, batch 8, AdamW, sqrt checkpoints, fp64; "
-            << "seconds as each side reports them, peak RSS of each process\n\n"
+            << "seconds as each side reports them, the fastest of " << rounds
+            << " interleaved rounds, the largest peak RSS of each process\n\n"
             << "| N | threads | peer train s | peer REPLAY s | peer RSS MiB | magic-run train s | magic-run REPLAY s "
                "| magic-run RSS MiB | end-to-end speed-up | peer with our malloc setting: train + REPLAY s | "
                "speed-up over it |\n"
             << "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  std::vector<std::string> notes;
   for (const std::string& threads : split(threads_list, ',')) {
     for (const std::string& steps : split(steps_list, ',')) {
       const std::string config = write_run(dir, std::stoll(steps));
       const std::vector<std::string> peer_argv{python, peer,  "--layers", "2", "--d",     "64",  "--heads",   "4",
                                                "--T",  "128", "--batch",  "8", "--steps", steps, "--threads", threads};
-      const ChildRun p = run_child(peer_argv, {});
-      const ChildRun q = run_child(
-          peer_argv,
-          {{"GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967295"}});
-      const ChildRun m =
-          run_child({MAGIC_RUN_BINARY, "--config", config, "--top", "0"}, {{"OMP_NUM_THREADS", threads}});
-      if (p.exit_code != 0 || q.exit_code != 0 || m.exit_code != 0) {
-        std::cerr << "peer_compare: a run failed (peer exit " << p.exit_code << ", magic-run exit " << m.exit_code
-                  << ")\n"
-                  << p.output << m.output;
-        return 1;
+      const std::vector<std::pair<std::string, std::string>> blas_threads = {{"OMP_NUM_THREADS", threads},
+                                                                             {"OPENBLAS_NUM_THREADS", threads}};
+      auto with = [&](std::vector<std::pair<std::string, std::string>> env) {
+        env.insert(env.end(), blas_threads.begin(), blas_threads.end());
+        return env;
+      };
+      Side p, q, m;
+      for (int64_t round = 0; round < rounds; ++round) {
+        const ChildRun pr = run_child(peer_argv, with({}));
+        const ChildRun qr = run_child(
+            peer_argv,
+            with({{"GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967295"}}));
+        const ChildRun mr = run_child({MAGIC_RUN_BINARY, "--config", config, "--top", "0"}, with({}));
+        if (pr.exit_code != 0 || qr.exit_code != 0 || mr.exit_code != 0) {
+          std::cerr << "peer_compare: a run failed (peer exit " << pr.exit_code << ", magic-run exit " << mr.exit_code
+                    << ")\n"
+                    << pr.output << mr.output;
+          return 1;
+        }
+        const auto peer_threads = [](const ChildRun& r) {
+          return str_cat(static_cast<int64_t>(field(r.output, "threads=([0-9]+)", "peer threads")));
+        };
+        p.add(field(pr.output, "train_s=([0-9.]+)", "peer train_s"),
+              field(pr.output, "replay_s=([0-9.]+)", "peer replay_s"), pr, peer_threads(pr));
+        q.add(field(qr.output, "train_s=([0-9.]+)", "peer train_s"),
+              field(qr.output, "replay_s=([0-9.]+)", "peer replay_s"), qr, peer_threads(qr));
+        // magic-run's intra-op threads are libtorch's, which OMP_NUM_THREADS sets at its start.
+        m.add(field(mr.output, "training ([0-9.]+) s", "magic-run training time"),
+              field(mr.output, "REPLAY ([0-9.]+) s;", "magic-run REPLAY time"), mr, threads);
       }
-      const double pt = field(p.output, "train_s=([0-9.]+)", "peer train_s");
-      const double pr = field(p.output, "replay_s=([0-9.]+)", "peer replay_s");
-      const double qt =
-          field(q.output, "train_s=([0-9.]+)", "peer train_s") + field(q.output, "replay_s=([0-9.]+)", "peer replay_s");
-      const double mt = field(m.output, "training ([0-9.]+) s", "magic-run training time");
-      const double mr = field(m.output, "REPLAY ([0-9.]+) s;", "magic-run REPLAY time");
-      std::cout << "| " << steps << " | " << threads << " | " << format_fixed(pt, 2) << " | " << format_fixed(pr, 2)
-                << " | " << format_fixed(p.peak_rss_mib, 0) << " | " << format_fixed(mt, 2) << " | "
-                << format_fixed(mr, 2) << " | " << format_fixed(m.peak_rss_mib, 0) << " | "
-                << format_fixed((pt + pr) / (mt + mr), 2) << "x | " << format_fixed(qt, 2) << " | "
-                << format_fixed(qt / (mt + mr), 2) << "x |" << std::endl;
+      // A speed-up between two BLAS libraries, or two thread counts, measures those.
+      const bool alike =
+          p.blas == m.blas && q.blas == m.blas && p.threads == m.threads && q.threads == m.threads && !m.blas.empty();
+      const auto speed_up = [&](double peer_s) { return alike ? format_fixed(peer_s / m.total(), 2) + "x" : "-"; };
+      std::cout << "| " << steps << " | " << threads << " | " << format_fixed(p.train_s, 2) << " | "
+                << format_fixed(p.replay_s, 2) << " | " << format_fixed(p.peak_rss_mib, 0) << " | "
+                << format_fixed(m.train_s, 2) << " | " << format_fixed(m.replay_s, 2) << " | "
+                << format_fixed(m.peak_rss_mib, 0) << " | " << speed_up(p.total()) << " | "
+                << format_fixed(q.total(), 2) << " | " << speed_up(q.total()) << " |" << std::endl;
+      notes.push_back(str_cat("N = ", steps, ", --threads ", threads, ": peer ", p.threads, " threads, BLAS ",
+                              blas_text(p.blas), "; magic-run ", m.threads, " threads, BLAS ", blas_text(m.blas),
+                              alike ? "" : " (they differ: no speed-up printed)"));
     }
   }
+  std::cout << "\n";
+  for (const auto& note : notes) std::cout << note << "\n";
   return 0;
 }
