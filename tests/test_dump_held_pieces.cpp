@@ -158,6 +158,10 @@ TEST(DumpHeldPieces, CopiesThatDifferAreNamedByTheirCoordinatesAndSummedOverTheH
   t.pieces = {tied_term(0), at::Tensor(), tied_term(2)};
   t.whole = r.whole;
   EXPECT_EQ(off_pieces(t, pp, coords, tied_term(0) + tied_term(2), 1e-12), "");  // no shard names a piece
+  // A zero copy has no scale to read the difference against: the message says it is zero.
+  const Reassembled zero = reassemble(pp, coords, {at::zeros({2, 2}, at::kDouble), at::Tensor(), tied_term(2)}, copies);
+  EXPECT_NE(zero.replicas_differ.find("replicas differ: pp 0 is zero, pp 2 is not (max |pp 2| = "), std::string::npos)
+      << zero.replicas_differ;
   // A piece where none is held, and a holder without one, are refused by coordinate.
   EXPECT_NE(testing::input_error_of([&] {
               reassemble(pp, coords, {tied_term(0), tied_term(1), tied_term(2)}, copies);

@@ -49,11 +49,18 @@ at::Tensor combine(const Placement& p, const std::vector<at::Tensor>& parts, con
         return any;
       }
       const at::Tensor base = first.to(at::kDouble);
-      const double scale = std::max(base.numel() ? base.abs().max().item<double>() : 0.0, 1e-300);
+      const double largest = base.numel() ? base.abs().max().item<double>() : 0.0;
+      const double scale = std::max(largest, 1e-300);
       for (size_t i = 1; i < parts.size(); ++i) {
         const double diff = base.numel() ? (parts[i].to(at::kDouble) - base).abs().max().item<double>() : 0.0;
         if (diff > 0 && diff / scale > out.replica_spread) {
           out.replica_spread = diff / scale;
+          // A zero first replica has no scale to read a difference against: say so.
+          if (largest == 0) {
+            out.replicas_differ = str_cat("replicas differ: ", dim.name, " ", at[0], " is zero, ", dim.name, " ", at[i],
+                                          " is not (max |", dim.name, " ", at[i], "| = ", format_sci(diff, 1), ")");
+            continue;
+          }
           out.replicas_differ =
               str_cat("replicas differ: ", dim.name, " ", at[i], " differs from ", dim.name, " ", at[0],
                       " by max |diff| / max |", dim.name, " ", at[0], "| = ", format_sci(diff / scale, 1));
