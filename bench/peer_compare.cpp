@@ -31,6 +31,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <random>
 #include <regex>
 #include <set>
@@ -147,6 +148,9 @@ int main(int argc, char** argv) {
   }
   const std::string dir = std::filesystem::temp_directory_path() / "magic-peer-compare";
   std::filesystem::create_directories(dir);
+  // Its configs and documents go when it ends, however it ends.
+  const std::unique_ptr<const std::string, void (*)(const std::string*)> remove_dir(
+      &dir, [](const std::string* d) { std::filesystem::remove_all(*d); });
   std::cout << "peer_compare: GPT 2 layers, d=64, 4 heads, T=128, batch 8, AdamW, sqrt checkpoints, fp64; "
             << "seconds as each side reports them, the fastest of " << rounds
             << " interleaved rounds, the largest peak RSS of each process\n\n"
