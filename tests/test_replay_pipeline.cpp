@@ -106,6 +106,42 @@ TEST(PipelinedReplay, EqualsOneThreadSequentialBitForBitOnEverySchedule) {
   }
 }
 
+// Per-query REPLAY in one pass (ReplayBackward::run_each): each step traced once, one product per
+// query against its own λ, gives each query's REPLAY run alone bit for bit, sequential and
+// pipelined; the observer sees every query's product.
+TEST(PipelinedReplay, OnePassOverSeveralQueriesEqualsEachQueryAlone) {
+  const LmProblem p = testing::tiny_lm_problem(adamw_run(12, "sqrt"));
+  const Trained trained = train(p, CheckpointSchedule::kSqrt);
+  const int64_t queries = p.query->num_queries();
+  ASSERT_GE(queries, 2);
+  TrainState final_state;
+  {
+    IntraOpThreadsScope one(1);
+    final_state = train_forward(*p.step, p.initial, p.weights, nullptr, {});
+  }
+  std::vector<TensorTree> dq;
+  for (int64_t j = 0; j < queries; ++j) dq.push_back(p.query->gradient(final_state.params, j));
+  for (const auto& [mode, threads] : {std::pair{ReplayMode::kSequential, 1}, std::pair{ReplayMode::kPipelined, 2}}) {
+    IntraOpThreadsScope scope(threads);
+    int64_t products = 0;
+    const ReplayBackward replay(
+        *p.step, trained.store, p.weights, [&](int64_t, const StepVjp&) { ++products; }, mode);
+    const std::vector<ReplayResult> together = replay.run_each(dq);
+    ASSERT_EQ(static_cast<int64_t>(together.size()), queries);
+    EXPECT_EQ(products, queries * 12);
+    for (int64_t j = 0; j < queries; ++j) {
+      const ReplayResult alone = replay.run(dq[j]);
+      ASSERT_GT(alone.dw.abs().max().item<double>(), 0.0);
+      EXPECT_TRUE(at::equal(together[j].dw, alone.dw))
+          << "query " << j << ": max |difference| " << (together[j].dw - alone.dw).abs().max().item<double>();
+      EXPECT_TRUE(at::equal(together[j].initial_cotangent.params.flatten(), alone.initial_cotangent.params.flatten()))
+          << "query " << j;
+    }
+    // The queries' scores differ: each product took its own λ.
+    EXPECT_FALSE(at::allclose(together[0].dw, together[1].dw));
+  }
+}
+
 // From every segment boundary a REPLAY can be resumed at (replay_journal.h), pipelined and
 // sequential agree, and pipelined holds no more states than its bound.
 TEST(PipelinedReplay, ResumesFromEverySegmentBoundaryLikeSequential) {

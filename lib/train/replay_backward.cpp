@@ -2,6 +2,7 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 
@@ -53,7 +54,10 @@ TracedStep trace_step(const StepFunction& step, const TrainState& state, int64_t
   return traced;
 }
 
-StepVjp backward_through(const StepFunction& step, TracedStep traced, const TrainState& cotangent_next) {
+namespace {
+
+// The product against one cotangent; `retain` keeps the graph for another.
+StepVjp product(const StepFunction& step, const TracedStep& traced, const TrainState& cotangent_next, bool retain) {
   const TrainState& s = traced.leaves;
   const StepOutput& out = traced.out;
   std::vector<at::Tensor> outputs, grad_outputs;
@@ -68,7 +72,7 @@ StepVjp backward_through(const StepFunction& step, TracedStep traced, const Trai
   if (S != 1.0) {
     for (auto& g : grad_outputs) g = g * S;
   }
-  auto grads = torch::autograd::grad(outputs, inputs, grad_outputs, /*retain_graph=*/false,
+  auto grads = torch::autograd::grad(outputs, inputs, grad_outputs, /*retain_graph=*/retain,
                                      /*create_graph=*/false, /*allow_unused=*/true);
   if (S != 1.0) {
     for (auto& g : grads) {
@@ -83,6 +87,21 @@ StepVjp backward_through(const StepFunction& step, TracedStep traced, const Trai
   result.dw = grads[index].defined() ? grads[index].detach() : at::zeros_like(traced.w_leaf);
   result.state = detach_state(s);
   return result;
+}
+
+}  // namespace
+
+StepVjp backward_through(const StepFunction& step, TracedStep traced, const TrainState& cotangent_next) {
+  return product(step, traced, cotangent_next, /*retain=*/false);
+}
+
+std::vector<StepVjp> backward_through_each(const StepFunction& step, TracedStep traced,
+                                           const std::vector<TrainState>& cotangents_next) {
+  std::vector<StepVjp> out;
+  for (size_t k = 0; k < cotangents_next.size(); ++k) {
+    out.push_back(product(step, traced, cotangents_next[k], /*retain=*/k + 1 < cotangents_next.size()));
+  }
+  return out;
 }
 
 StepVjp step_vjp(const StepFunction& step, const TrainState& state, int64_t t, const at::Tensor& w,
@@ -102,15 +121,28 @@ ReplayBackward::ReplayBackward(const StepFunction& step, const CheckpointStore& 
 
 ReplayResult ReplayBackward::run(const TensorTree& dq_dparams, const ReplayResume* from,
                                  const SegmentObserver& on_segment) const {
+  return run_streams({dq_dparams}, from, on_segment).front();
+}
+
+std::vector<ReplayResult> ReplayBackward::run_each(const std::vector<TensorTree>& dq_dparams) const {
+  if (dq_dparams.empty()) throw std::invalid_argument("ReplayBackward::run_each: no query");
+  return run_streams(dq_dparams, nullptr, {});
+}
+
+std::vector<ReplayResult> ReplayBackward::run_streams(const std::vector<TensorTree>& dq_dparams,
+                                                      const ReplayResume* from,
+                                                      const SegmentObserver& on_segment) const {
   const int64_t n = step_.num_steps();
   const std::vector<int64_t>& checkpoints = store_.steps();
   const int64_t segments = static_cast<int64_t>(checkpoints.size());
   const int64_t first = segments - 1 - (from ? from->segments_done : 0);
-  ReplayResult result;
-  result.dw = from ? from->dw.clone() : at::zeros_like(w_);
+  const size_t queries = dq_dparams.size();
+  std::vector<ReplayResult> results(queries);
+  for (auto& r : results) r.dw = from ? from->dw.clone() : at::zeros_like(w_);
 
-  std::optional<TrainState> lambda;  // λ_{t+1}; starts as (∂Q/∂θ_N, 0, 0)
-  if (from && from->segments_done > 0) lambda = from->lambda;
+  // λ_{t+1} of each query; starts as (∂Q/∂θ_N, 0, 0). A resumed REPLAY is one query's.
+  std::vector<TrainState> lambdas;
+  if (from && from->segments_done > 0) lambdas = {from->lambda};
   dist::PhaseScope phase("REPLAY");
   // Sequential: recompute only when nothing is ready to trace, so one segment is held.
   std::optional<SegmentWalker> walker;
@@ -120,14 +152,15 @@ ReplayResult ReplayBackward::run(const TensorTree& dq_dparams, const ReplayResum
   } else {
     walker.emplace(step_, store_, w_, first);
   }
+  int64_t observed_states_held = 0;
   const auto next_traced = [&]() -> TracedStep {
     if (pipeline) return pipeline->next();
     while (!walker->can_trace()) {
       walker->recompute_one();
-      result.observed_states_held = std::max(result.observed_states_held, walker->states_held());
+      observed_states_held = std::max(observed_states_held, walker->states_held());
     }
     TracedStep traced = walker->trace();
-    result.observed_states_held = std::max(result.observed_states_held, walker->states_held() + 1);
+    observed_states_held = std::max(observed_states_held, walker->states_held() + 1);
     return traced;
   };
   for (int64_t k = first; k >= 0; --k) {
@@ -137,23 +170,26 @@ ReplayResult ReplayBackward::run(const TensorTree& dq_dparams, const ReplayResum
       TracedStep traced = next_traced();
       if (traced.t != t) throw std::logic_error(str_cat("REPLAY: step ", traced.t, " came where ", t, " was due"));
       dist::set_phase(str_cat("REPLAY step ", t));
-      if (!lambda) lambda = step_.replay_start(traced.leaves, dq_dparams);
-      StepVjp vjp = backward_through(step_, std::move(traced), *lambda);
-      if (observer_) observer_(t, vjp);
-      if (tracing()) trace_replay_step(t, vjp, step_.trace_layout());
-      lambda = std::move(vjp.cotangent);
-      result.dw += vjp.dw;
+      if (lambdas.empty()) {
+        for (const auto& dq : dq_dparams) lambdas.push_back(step_.replay_start(traced.leaves, dq));
+      }
+      std::vector<StepVjp> vjps = backward_through_each(step_, std::move(traced), lambdas);
+      for (size_t q = 0; q < queries; ++q) {
+        if (observer_) observer_(t, vjps[q]);
+        if (q == 0 && tracing()) trace_replay_step(t, vjps[q], step_.trace_layout());
+        lambdas[q] = std::move(vjps[q].cotangent);
+        results[q].dw += vjps[q].dw;
+      }
     }
-    if (on_segment) on_segment(segments - k, *lambda, result.dw);
+    if (on_segment) on_segment(segments - k, lambdas.front(), results.front().dw);
   }
-  result.initial_cotangent = *lambda;
-  if (pipeline) {
-    result.observed_states_held = pipeline->observed_states_held();
-    result.peak_states_held = store_.count() + segment_states_held(checkpoints, n, mode_);
-  } else {
-    result.peak_states_held = result.observed_states_held;
+  const int64_t peak = pipeline ? store_.count() + segment_states_held(checkpoints, n, mode_) : observed_states_held;
+  for (size_t q = 0; q < queries; ++q) {
+    results[q].initial_cotangent = lambdas[q];
+    results[q].observed_states_held = pipeline ? pipeline->observed_states_held() : observed_states_held;
+    results[q].peak_states_held = peak;
   }
-  return result;
+  return results;
 }
 
 }  // namespace magic

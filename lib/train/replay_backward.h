@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include "lib/step/step_function.h"
 #include "lib/train/checkpoint_store.h"
@@ -33,6 +34,11 @@ TracedStep trace_step(const StepFunction& step, const TrainState& state, int64_t
 
 // The product itself: λ_t and δw from a traced step and λ_{t+1}; the graph is freed.
 StepVjp backward_through(const StepFunction& step, TracedStep traced, const TrainState& cotangent_next);
+
+// One product per cotangent from one traced step (per-query REPLAY): the graph is kept until the
+// last, so the forward and its gradient are traced once for all of them.
+std::vector<StepVjp> backward_through_each(const StepFunction& step, TracedStep traced,
+                                           const std::vector<TrainState>& cotangents_next);
 
 // One vector-Jacobian product of step t at s_t against λ_{t+1}: trace_step, then backward_through.
 StepVjp step_vjp(const StepFunction& step, const TrainState& state, int64_t t, const at::Tensor& w,
@@ -72,7 +78,15 @@ class ReplayBackward {
   ReplayResult run(const TensorTree& dq_dparams, const ReplayResume* from = nullptr,
                    const SegmentObserver& on_segment = {}) const;
 
+  // REPLAY of several queries in one pass: each step recomputed and traced once, one product per
+  // query against its own λ (backward_through_each); result k is run(dq_dparams[k]). The observer
+  // sees every query's product of a step, query 0's first; only query 0's are traced.
+  std::vector<ReplayResult> run_each(const std::vector<TensorTree>& dq_dparams) const;
+
  private:
+  std::vector<ReplayResult> run_streams(const std::vector<TensorTree>& dq_dparams, const ReplayResume* from,
+                                        const SegmentObserver& on_segment) const;
+
   const StepFunction& step_;
   const CheckpointStore& store_;
   at::Tensor w_;
