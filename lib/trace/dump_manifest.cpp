@@ -82,6 +82,22 @@ Placement parse_placement(const JsonFields& f, int64_t version) {
   return p;
 }
 
+// What a record is (its name, kind, phase, order, step, layer and micro-batch), read and checked
+// alike in a manifest and in the record lists ranks exchange.
+TraceRecord record_fields(const JsonFields& f, int64_t version) {
+  TraceRecord r;
+  r.name = f.string("name");
+  if (r.name.empty()) f.fail("name", "empty");
+  r.kind = one_of(f, "kind", trace_kinds());
+  r.phase = one_of(f, "phase", trace_phases());
+  r.order = one_of(f, "order", trace_orders());
+  r.step = integer_in(f, "step", -1, kMaxSize);
+  r.layer = f.string("layer");
+  // Version 2 states every record's micro-batch; version 1 had none, so its records are whole steps.
+  r.micro_batch = version >= 2 ? integer_in(f, "micro_batch", -1, kMaxSize) : -1;
+  return r;
+}
+
 nlohmann::ordered_json type_json(const Placement& p) {
   switch (p.type) {
     case Placement::Type::kReplicate:
@@ -285,16 +301,8 @@ DumpManifest parse_dump_manifest(const std::string& text, const std::string& pat
     if (d.key.empty() || d.key == "__metadata__" || !keys.insert(d.key).second) {
       f.fail("key", str_cat("expected a unique tensor key, got '", d.key, "'"));
     }
+    d.record = record_fields(f, m.version);
     TraceRecord& r = d.record;
-    r.name = f.string("name");
-    if (r.name.empty()) f.fail("name", "empty");
-    r.kind = one_of(f, "kind", trace_kinds());
-    r.phase = one_of(f, "phase", trace_phases());
-    r.order = one_of(f, "order", trace_orders());
-    r.step = integer_in(f, "step", -1, kMaxSize);
-    r.layer = f.string("layer");
-    // Version 2 states every record's micro-batch; version 1 had none, so its records are whole steps.
-    r.micro_batch = m.version >= 2 ? integer_in(f, "micro_batch", -1, kMaxSize) : -1;
     if (!identities.insert(record_identity(r)).second) {
       throw InputError(str_cat(f.where(), ": a second record of ", record_place(r)));
     }
@@ -377,14 +385,7 @@ std::vector<TraceRecord> parse_records_text(const std::string& text, const std::
   std::vector<TraceRecord> out;
   for (size_t i = 0; i < document.size(); ++i) {
     const JsonFields f = element(what, parent, "records", document, i);
-    TraceRecord r;
-    r.name = f.string("name");
-    r.kind = one_of(f, "kind", trace_kinds());
-    r.phase = one_of(f, "phase", trace_phases());
-    r.order = one_of(f, "order", trace_orders());
-    r.step = integer_in(f, "step", -1, kMaxSize);
-    r.layer = f.string("layer");
-    r.micro_batch = integer_in(f, "micro_batch", -1, kMaxSize);
+    TraceRecord r = record_fields(f, kDumpFormatVersion);
     r.mesh = f.string("mesh");
     const json& placements = array_of(f, "placements");
     for (size_t k = 0; k < placements.size(); ++k) {
