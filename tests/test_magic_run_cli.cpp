@@ -84,6 +84,8 @@ TEST(MagicRunCli, BadFlagsAreRefusedNamingTheFlag) {
   for (const auto& [args, fragment] : std::vector<std::pair<std::string, std::string>>{
            {"--query 1", "--query 1: needs --per-query"},
            {"--per-query --query -1", "--query -1: expected an index >= 0"},
+           {"--query-batch 2", "--query-batch 2: needs --per-query"},
+           {"--per-query --query-batch 0", "--query-batch 0: expected a count >= 1"},
            {"--out " + file, "--out " + file + ": is a file; expected a directory"},
            {"--out " + file + "/scores", "is a file; cannot create a directory under it"},
            // Writable to access() for root, but nothing can be made there.

@@ -159,6 +159,31 @@ TEST(MagicRunDistributed, TensorParallelGivesTheSingleProcessScores) {
   for (const std::string& dir : {single, dp_tp, tp_mb, sp_mb, spill}) std::filesystem::remove_all(dir);
 }
 
+// Per-query scores in one REPLAY pass on a mesh: a rank's step runs collectives, so its products are
+// taken one at a time even when --query-batch asks for more; every query's row is the single
+// process's (whose products are batched two at a time) to fp64 rounding.
+TEST(MagicRunDistributed, PerQueryScoresInOnePassEqualTheSingleProcesss) {
+  const std::string config = tiny_config("per-query");
+  const std::string single = fresh_dir("mr-pq-single"), mesh = fresh_dir("mr-pq-mesh");
+  const testing::CommandOutcome one =
+      magic_run("--config " + config + " --per-query --query-batch 2 --top 0 --out " + single);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const testing::CommandOutcome o =
+      magic_run("--config " + config + " --per-query --query-batch 2 --top 0 --topology dp=2,tp=2 --out " + mesh);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const at::Tensor a = load_safetensors(single + "/scores.safetensors").tensors.at("scores");
+  const at::Tensor d = load_safetensors(mesh + "/scores.safetensors").tensors.at("scores");
+  ASSERT_EQ(a.dim(), 2);
+  ASSERT_GE(a.size(0), 2);
+  ASSERT_EQ(d.sizes(), a.sizes());
+  for (int64_t q = 0; q < a.size(0); ++q) {
+    const double error = (d[q] - a[q]).abs().max().item<double>() / a[q].abs().max().item<double>();
+    EXPECT_LE(error, 1e-9) << "query " << q;
+  }
+  EXPECT_FALSE(at::allclose(a[0], a[1]));  // each row is its own query's
+  for (const std::string& dir : {single, mesh}) std::filesystem::remove_all(dir);
+}
+
 // The records of a tp run with sp, dumped: every one the single process makes agrees with it once
 // reassembled (docs/dump-format.md), the blocks' outputs from sequence shards over tp. 13-position
 // sequences make sp pad to 16 (dp=2,cp=2,tp=2) and to 4·4 (dp=2,tp=2, a zig-zag over one cp rank

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "lib/core/error.h"
 #include "lib/train/memory_estimate.h"
 #include "tests/support.h"
 
@@ -88,6 +89,57 @@ TEST(MemoryEstimate, BoundsWhatARealRunAddsToLibTorch) {
     const double timing_free = e.total() - static_cast<double>(e.traced_bytes);
     EXPECT_LE(timing_free, 1.33 * added) << threads << " threads: the estimate is far above what the run holds";
   }
+}
+
+// Per-query REPLAY in one pass adds each query's cotangents, the graph kept between the queries'
+// products and a batch's extra temporaries (add_per_query_replay): the estimate still bounds what
+// the run adds to LibTorch, and is not far above it, one product at a time and four at once.
+TEST(MemoryEstimate, BoundsWhatAPerQueryRunAdds) {
+#ifdef __SANITIZE_ADDRESS__
+  GTEST_SKIP() << "measures the default build's allocator; AddressSanitizer replaces it";
+#endif
+  const std::string path = ::testing::TempDir() + "/memory-per-query.json";
+  std::ofstream(path) << activation_heavy_run().dump(2);
+  const RunConfig config = RunConfig::load(path);
+  const LmProblem p = build_lm_problem(config);
+  const double baseline = static_cast<double>(peak_rss_kib({"--help"}, 1)) * 1024.0;
+  for (const int64_t batch : {1, 4}) {
+    MemoryEstimate e = estimate_run_memory(config);
+    add_per_query_replay(config, p.query->num_queries(), batch, p.weights.numel(), e);
+    const double run =
+        static_cast<double>(
+            peak_rss_kib({"--config", path, "--top", "0", "--per-query", "--query-batch", std::to_string(batch)}, 1)) *
+        1024.0;
+    const double added = run - baseline;
+    std::cout << "batch " << batch << ": estimate " << e.str() << "; measured " << format_bytes(added) << "\n";
+    EXPECT_GE(e.total(), added) << "batch " << batch << ": the estimate is below what the run holds";
+    EXPECT_LE(e.total(), 1.33 * added) << "batch " << batch << ": the estimate is far above what the run holds";
+  }
+}
+
+// Where per-query REPLAY's cotangents are what does not fit, the refusal names the most queries
+// that do (and the query file); where the model itself does not fit, it says that instead.
+TEST(MemoryEstimate, TooManyQueriesAreRefusedNamingTheMostThatFit) {
+  const RunConfig config = testing::tiny_run_config({});
+  MemoryEstimate e = estimate_run_memory(config);
+  add_per_query_replay(config, 64, 1, 1000, e);
+  ASSERT_GT(e.query_bytes, 0);
+  const auto refusal = [&](double available) -> std::string {
+    try {
+      require_memory(config, e, static_cast<int64_t>(available));
+    } catch (const InputError& error) {
+      return error.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(refusal(e.total()), "");
+  const std::string queries = refusal(e.total_without_queries() + 10.5 * static_cast<double>(e.query_bytes));
+  EXPECT_NE(queries.find("per-query REPLAY holds each query's cotangents ("), std::string::npos) << queries;
+  EXPECT_NE(queries.find("at most 10 of the 64 queries in " + config.query_path + " fit; split the query file"),
+            std::string::npos)
+      << queries;
+  const std::string model = refusal(static_cast<double>(e.state_bytes));
+  EXPECT_NE(model.find("the model alone needs"), std::string::npos) << model;
 }
 
 // --dump's records, estimated before training, against the rank files a real run writes: the

@@ -97,6 +97,10 @@ TEST(ReplayScores, PerQueryModeEqualsOneRunPerQueryAndAveragesToTheMean) {
   auto unrolled = reference::unrolled_lm_scores(testing::unrolled_setup(problem, config), problem.weights, true);
   ASSERT_EQ(per_query.scores.size(0), problem.query->num_queries());
   EXPECT_LE(testing::relative_error(per_query.scores, unrolled.scores), 1e-10);
+  // Three products in one backward pass (the last batch is shorter when Q is not a multiple).
+  options.query_batch = 3;
+  const MagicResult batched = run_magic(*problem.step, *problem.query, problem.initial, problem.weights, options);
+  EXPECT_LE(testing::relative_error(batched.scores, unrolled.scores), 1e-10);
   // Q is the mean of the per-query losses, so its scores are the mean of the per-query scores.
   MagicResult mean = run_magic(*problem.step, *problem.query, problem.initial, problem.weights, {});
   EXPECT_LE(testing::relative_error(per_query.scores.mean(0), mean.scores), 1e-12);

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "lib/core/error.h"
 #include "lib/io/safetensors.h"
 #include "lib/train/magic_pipeline.h"
 #include "lib/train/replay_journal.h"
@@ -273,15 +274,17 @@ TEST(Resume, ADamagedTruncatedEmptyOrForeignCheckpointIsRefusedNamingItsFileAndS
   expect_refused("another step's file", "belongs to another run or record");
   restore();
   fs::remove(backup);
-  // A REPLAY journal record is verified the same way when it is read.
-  const fs::path record = rank / "query-0.safetensors";
+  // A REPLAY journal record is verified the same way when it is read: the finished one, the latest.
+  const ReplayJournal journal(rank.string(), 6, 1);  // 12 steps, sqrt: 6 segments
+  ASSERT_EQ(journal.latest(), 6);
+  const fs::path record = rank / "replay-6.safetensors";
   ASSERT_TRUE(fs::exists(record));
-  const fs::path record_backup = rank / "query-0.keep";
+  const fs::path record_backup = rank / "replay-6.keep";
   fs::copy_file(record, record_backup);
   fs::resize_file(record, fs::file_size(record) - 1);
   testing::CommandOutcome o = magic_run("--config " + config + " --resume");
   EXPECT_EQ(o.exit_code, 2) << o.output;
-  EXPECT_NE(o.output.find("the REPLAY journal's query 0: " + record.string()), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("the REPLAY journal's record 6: " + record.string()), std::string::npos) << o.output;
   fs::rename(record_backup, record);
   testing::CommandOutcome resumed = magic_run("--config " + config + " --resume");
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
@@ -306,9 +309,7 @@ TEST(Resume, ReplayContinuedFromEverySegmentBoundaryIsExact) {
   ReplayBackward replay(*p.step, store, p.weights);
   std::vector<ReplayResume> boundaries;
   const ReplayResult full =
-      replay.run(expected.query_gradient, nullptr, [&](int64_t done, const TrainState& lambda, const at::Tensor& dw) {
-        boundaries.push_back({done, lambda, dw.clone()});
-      });
+      replay.run(expected.query_gradient, nullptr, [&](const ReplayResume& after) { boundaries.push_back(after); });
   ASSERT_EQ(boundaries.size(), 6u);
   EXPECT_TRUE(at::equal(full.dw, expected.scores));
   for (const ReplayResume& from : boundaries) {
@@ -317,28 +318,48 @@ TEST(Resume, ReplayContinuedFromEverySegmentBoundaryIsExact) {
   }
 }
 
-// The journal keeps the two latest partial records and reports progress in queries x segments.
-TEST(Resume, JournalKeepsTheTwoLatestRecords) {
+// The journal keeps the two latest records, each holding every query's λ and dQ/dw, and refuses by
+// name a record that lacks a query or lies beyond the run's segments.
+TEST(Resume, JournalKeepsTheTwoLatestRecordsOfEveryQuery) {
   const std::string folder = fresh_dir("journal");
   fs::create_directories(folder);
-  const ReplayJournal journal(folder, 4);
+  const ReplayJournal journal(folder, 4, 2);
   EXPECT_EQ(journal.latest(), 0);
-  TrainState lambda;
-  lambda.params.insert("w", at::ones({2}, at::kDouble));
-  for (int64_t p = 1; p <= 3; ++p) journal.record_partial(p, lambda, at::full({3}, double(p), at::kDouble));
+  const auto after = [](int64_t p) {
+    ReplayResume r{p, {}, {}};
+    for (int64_t j = 0; j < 2; ++j) {
+      TrainState lambda;
+      lambda.params.insert("w", at::full({2}, double(10 * p + j), at::kDouble));
+      r.lambdas.push_back(lambda);
+      r.dws.push_back(at::full({3}, double(p + j), at::kDouble));
+    }
+    return r;
+  };
+  for (int64_t p = 1; p <= 3; ++p) journal.record(after(p));
   EXPECT_FALSE(fs::exists(folder + "/replay-1.safetensors"));
   EXPECT_TRUE(fs::exists(folder + "/replay-2.safetensors"));
   EXPECT_EQ(journal.latest(), 3);
-  const ReplayResume r = journal.partial(2);
+  const ReplayResume r = journal.resume(2);
   EXPECT_EQ(r.segments_done, 2);
-  EXPECT_TRUE(at::equal(r.dw, at::full({3}, 2.0, at::kDouble)));
-  EXPECT_TRUE(at::equal(r.lambda.params.at("w"), at::ones({2}, at::kDouble)));
-  journal.record_finished_query(0, at::zeros({3}, at::kDouble));
+  ASSERT_EQ(r.dws.size(), 2u);
+  for (int64_t j = 0; j < 2; ++j) {
+    EXPECT_TRUE(at::equal(r.dws[j], at::full({3}, double(2 + j), at::kDouble))) << "query " << j;
+    EXPECT_TRUE(at::equal(r.lambdas[j].params.at("w"), at::full({2}, double(20 + j), at::kDouble))) << "query " << j;
+  }
+  journal.record(after(4));  // finished
   EXPECT_EQ(journal.latest(), 4);
-  EXPECT_TRUE(fs::exists(folder + "/replay-3.safetensors"));  // the one before the query's end
-  journal.record_partial(5, lambda, at::zeros({3}, at::kDouble));
-  EXPECT_FALSE(fs::exists(folder + "/replay-3.safetensors"));
-  EXPECT_EQ(journal.latest(), 5);
+  EXPECT_FALSE(fs::exists(folder + "/replay-2.safetensors"));
+  // A journal of three queries reads a two-query record as lacking query 2.
+  const ReplayJournal three(folder, 4, 3);
+  try {
+    three.resume(4);
+    ADD_FAILURE() << "a record without query 2 was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("the REPLAY journal's record 4 has no q2.dw (query 2 of 3)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(journal.resume(5), InputError);
 }
 
 }  // namespace

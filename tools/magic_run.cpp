@@ -248,10 +248,16 @@ std::optional<std::string> rank_run_folder(const RunFlags& f, const RunConfig& c
   return rank_folder_path(run_folder_path(*config.spill_dir, id), runtime.rank());
 }
 
-// --dump's records are held until the run ends: with them counted, the run must still fit (each
-// rank holds its shards; ranks our launcher spawned share this machine). `memory` gains them.
-void require_dump_memory(const RunFlags& f, const RunConfig& config, const dist::Runtime* runtime,
-                         const LmProblem& problem, MemoryEstimate& memory) {
+// What needs the built problem: per-query REPLAY's cotangents (its queries) and --dump's records,
+// held until the run ends. With them counted, the run must still fit (each rank holds its shards;
+// ranks our launcher spawned share this machine). `memory` gains them.
+void require_problem_memory(const RunFlags& f, const RunConfig& config, const dist::Runtime* runtime,
+                            const LmProblem& problem, MemoryEstimate& memory) {
+  if (!f.per_query && f.dump_dir.empty()) return;
+  if (f.per_query) {
+    add_per_query_replay(config, problem.query->num_queries(), f.query_batch.value_or(1), problem.weights.numel(),
+                         memory);
+  }
   DumpShards shards;
   int64_t ranks = 1;
   if (runtime) {
@@ -259,7 +265,9 @@ void require_dump_memory(const RunFlags& f, const RunConfig& config, const dist:
     shards = {t.dp(), t.cp(), t.fsdp()};
     if (f.program->launch == "spawn") ranks = t.world_size();
   }
-  memory.dump_bytes = estimate_dump_bytes(config, problem.weights.numel(), problem.query->num_queries(), shards);
+  if (!f.dump_dir.empty()) {
+    memory.dump_bytes = estimate_dump_bytes(config, problem.weights.numel(), problem.query->num_queries(), shards);
+  }
   require_memory(config, memory, available_memory_bytes(), ranks);
 }
 
@@ -370,6 +378,7 @@ int attribute(const RunFlags& f, const dist::Runtime* runtime) {
   }
   AttributionOptions options;
   options.per_query = f.per_query;
+  options.query_batch = f.query_batch.value_or(1);
   options.replay_mode = replay_mode;
   if (f.lds) options.lds_retrainings = lds_retrainings(*f.lds);
   // Progress on the user's stderr, in one process and from rank 0 (whose own stderr is its log).
@@ -392,7 +401,7 @@ int attribute(const RunFlags& f, const dist::Runtime* runtime) {
     tracer->sink()->set_example_ids(std::move(ids));
   }
   const int64_t queries = problem.query->num_queries();
-  if (!f.dump_dir.empty()) require_dump_memory(f, config, runtime, problem, memory);
+  require_problem_memory(f, config, runtime, problem, memory);
   if (f.lds) lds_dropped_count(*f.lds, problem.train->size());
   if (f.query_index && *f.query_index >= queries) {
     throw InputError(str_cat("--query ", *f.query_index, ": expected an index below the ", queries, " queries"));

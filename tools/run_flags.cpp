@@ -69,8 +69,13 @@ RunFlags parse_run_flags(int argc, char** argv, int& early_exit) {
       ->required();
   app.add_option("--out", f.out_dir, "directory for scores.safetensors and scores.tsv (not written if omitted)");
   app.add_option("--top", f.top, "how many helpful and harmful examples to print")->capture_default_str();
-  app.add_flag("--per-query", f.per_query, "one REPLAY per query: scores [queries, examples]");
+  app.add_flag("--per-query", f.per_query,
+               "scores per query, [queries, examples], every query in one REPLAY pass (each step recomputed and "
+               "traced once)");
   app.add_option("--query", f.query_index, "rank examples for this query index (with --per-query)");
+  app.add_option("--query-batch", f.query_batch,
+                 "with --per-query: take this many queries' products in one backward pass (default 1; more "
+                 "takes more memory, and pays where a step's kernels are small)");
   app.add_flag("--html", f.html, "also write a self-contained report.html into --out");
   app.add_option("--export-plan", f.plan_dir,
                  "also write the run's plan (initial weights, batches, optimizer settings, queries) into this new "
@@ -121,10 +126,16 @@ RunFlags parse_run_flags(int argc, char** argv, int& early_exit) {
   f.command.assign(argv, argv + argc);
   if (f.top < 0) throw InputError(str_cat("--top ", f.top, ": expected a count >= 0"));
   if (f.query_index && !f.per_query) {
-    throw InputError(str_cat("--query ", *f.query_index, ": needs --per-query (one REPLAY per query)"));
+    throw InputError(str_cat("--query ", *f.query_index, ": needs --per-query (scores per query)"));
   }
   if (f.query_index && *f.query_index < 0) {
     throw InputError(str_cat("--query ", *f.query_index, ": expected an index >= 0"));
+  }
+  if (f.query_batch && !f.per_query) {
+    throw InputError(str_cat("--query-batch ", *f.query_batch, ": needs --per-query"));
+  }
+  if (f.query_batch && *f.query_batch < 1) {
+    throw InputError(str_cat("--query-batch ", *f.query_batch, ": expected a count >= 1"));
   }
   if (!validate.empty()) {
     if (validate != "lds") throw InputError("--validate " + validate + ": expected lds");

@@ -25,6 +25,7 @@ struct RunFlags {
   int64_t top = 5;
   bool per_query = false;
   std::optional<int64_t> query_index;
+  std::optional<int64_t> query_batch;        // --query-batch: per-query products in one backward pass
   std::optional<dist::RankProgram> program;  // --topology: a distributed run
   bool html = false;
   std::optional<LdsOptions> lds;  // --validate lds

@@ -27,11 +27,10 @@ int64_t least(const MagicOptions& options, int64_t value) {
   return options.least_across_ranks ? options.least_across_ranks(value) : value;
 }
 
-// REPLAY steps taken before progress p (replay_journal.h).
-int64_t replay_steps_before(int64_t progress, const std::vector<int64_t>& checkpoints, int64_t steps) {
+// REPLAY steps taken (over all queries) before progress p, the segments done (replay_journal.h).
+int64_t replay_steps_before(int64_t progress, const std::vector<int64_t>& checkpoints, int64_t steps, int64_t queries) {
   const int64_t segments = static_cast<int64_t>(checkpoints.size());
-  const int64_t done = progress % segments;
-  return progress / segments * steps + (done > 0 ? steps - checkpoints[segments - done] : 0);
+  return progress > 0 ? queries * (steps - checkpoints[segments - progress]) : 0;
 }
 
 }  // namespace
@@ -44,14 +43,16 @@ MagicResult run_magic(const StepFunction& step, const QueryFunction& query, cons
   // A resumed run trains on from the latest checkpoint every rank holds (s_N is recomputed from
   // the last one: REPLAY needs ∂Q/∂θ_N).
   const int64_t resume_step = options.resume_folder ? least(options, store.latest_saved()) : -1;
+  const int64_t replayed_queries = options.per_query ? query.num_queries() : 1;
   std::optional<ReplayJournal> journal;
   int64_t replay_progress = 0;
   if (options.resume_folder) {
-    journal.emplace(*options.resume_folder, static_cast<int64_t>(store.steps().size()));
+    journal.emplace(*options.resume_folder, static_cast<int64_t>(store.steps().size()), replayed_queries);
     replay_progress = least(options, journal->latest());
   }
   if (resume_step >= 0 && options.on_resume) {
-    options.on_resume({resume_step, replay_steps_before(replay_progress, store.steps(), step.num_steps())});
+    options.on_resume(
+        {resume_step, replay_steps_before(replay_progress, store.steps(), step.num_steps(), replayed_queries)});
   }
   auto start = std::chrono::steady_clock::now();
   StepObserver observer = options.on_step;
@@ -99,32 +100,29 @@ MagicResult run_magic(const StepFunction& step, const QueryFunction& query, cons
     };
   }
   ReplayBackward replay(step, store, w, replay_observer, options.replay_mode);
-  const int64_t segments = static_cast<int64_t>(store.steps().size());
-  // One query's dQ/dw (this rank's share), taken up from the journal where it was begun or done.
-  const auto replay_query = [&](int64_t j, const std::function<TensorTree()>& query_gradient) -> at::Tensor {
-    if (journal && replay_progress >= (j + 1) * segments) return journal->finished_query(j);
-    std::optional<ReplayResume> from;
-    if (journal && replay_progress > j * segments) from = journal->partial(replay_progress);
-    SegmentObserver on_segment;
-    if (journal) {
-      on_segment = [&](int64_t done, const TrainState& lambda, const at::Tensor& dw) {
-        if (done < segments) journal->record_partial(j * segments + done, lambda, dw);
-      };
-    }
-    ReplayResult r = replay.run(query_gradient(), from ? &*from : nullptr, on_segment);
-    if (journal) journal->record_finished_query(j, r.dw);
+  // Every query in one pass (replay_backward.h): each step recomputed and traced once.
+  std::vector<TensorTree> dq_dparams;
+  if (options.per_query) {
+    for (int64_t j = 0; j < query.num_queries(); ++j)
+      dq_dparams.push_back(query.gradient(result.final_state.params, j));
+  } else {
+    dq_dparams.push_back(result.query_gradient);
+  }
+  // Taken up from the journal where an earlier process began or finished it; this rank's share.
+  std::optional<ReplayResume> from;
+  if (journal && replay_progress > 0) from = journal->resume(replay_progress);
+  SegmentObserver on_segment;
+  if (journal) on_segment = [&](const ReplayResume& after) { journal->record(after); };
+  const std::vector<ReplayResult> replayed = replay.run_each(
+      dq_dparams, static_cast<size_t>(std::max<int64_t>(options.query_batch, 1)), from ? &*from : nullptr, on_segment);
+  for (const ReplayResult& r : replayed)
     result.peak_states_held = std::max(result.peak_states_held, r.peak_states_held);
-    return r.dw;
-  };
   if (options.per_query) {
     std::vector<at::Tensor> rows;
-    for (int64_t j = 0; j < query.num_queries(); ++j) {
-      const at::Tensor dw = replay_query(j, [&] { return query.gradient(result.final_state.params, j); });
-      rows.push_back(step.assemble_weight_gradient(dw));
-    }
+    for (const ReplayResult& r : replayed) rows.push_back(step.assemble_weight_gradient(r.dw));
     result.scores = at::stack(rows);
   } else {
-    result.scores = step.assemble_weight_gradient(replay_query(0, [&] { return result.query_gradient; }));
+    result.scores = step.assemble_weight_gradient(replayed.front().dw);
     // The scores as assembled from every rank's REPLAY: the same on every rank.
     if (tracing()) {
       trace_point(result.scores, [&] {

@@ -23,10 +23,14 @@ struct ResumePoint {
 struct MagicOptions {
   CheckpointSchedule schedule = CheckpointSchedule::kSqrt;
   std::optional<std::string> spill_dir;  // spill checkpoints to disk under this directory
-  bool per_query = false;                // one REPLAY per query: scores [Q, ...w.shape]
-  bool replay = true;                    // false: train and take the query gradient only (scores undefined)
-  StepObserver on_step;                  // sees every forward-training step
-  ReplayObserver on_replay_step;         // sees every REPLAY step (per-query: every query's)
+  bool per_query = false;                // scores per query, [Q, ...w.shape], all queries in one REPLAY pass
+  // Per query: products taken together in one backward pass (replay_backward.h). More than one
+  // takes more memory (memory_estimate.h) and pays where a step's kernels are small (a GPU, a tiny
+  // model): on the demo config one at a time was faster (docs/benchmarks.md, "per_query_bench").
+  int64_t query_batch = 1;
+  bool replay = true;             // false: train and take the query gradient only (scores undefined)
+  StepObserver on_step;           // sees every forward-training step
+  ReplayObserver on_replay_step;  // sees every REPLAY step (per-query: every query's)
   // Told Q(θ_N) as soon as it is known, before REPLAY.
   std::function<void(double)> on_query_loss;
   // Sequential, or pipelined on two threads (replay_mode.h; with one intra-op thread each, the

@@ -20,12 +20,21 @@ std::string format_bytes(double bytes) {
 }
 
 std::string MemoryEstimate::str() const {
-  return str_cat(format_bytes(total()), " (", states, " states of ", format_bytes(static_cast<double>(state_bytes)),
-                 ", batches ", format_bytes(static_cast<double>(batch_bytes)), ", a step's activations ",
-                 format_bytes(static_cast<double>(activation_bytes)), ", working trees ",
-                 format_bytes(static_cast<double>(working_bytes)),
-                 traced_bytes > 0 ? ", the next step traced " + format_bytes(static_cast<double>(traced_bytes)) : "",
-                 dump_bytes > 0 ? ", the dump's records " + format_bytes(static_cast<double>(dump_bytes)) : "", ")");
+  return str_cat(
+      format_bytes(total()), " (", states, " states of ", format_bytes(static_cast<double>(state_bytes)), ", batches ",
+      format_bytes(static_cast<double>(batch_bytes)), ", a step's activations ",
+      format_bytes(static_cast<double>(activation_bytes)), ", working trees ",
+      format_bytes(static_cast<double>(working_bytes)),
+      traced_bytes > 0 ? ", the next step traced " + format_bytes(static_cast<double>(traced_bytes)) : "",
+      queries > 0 ? str_cat(", ", queries, " queries' cotangents ",
+                            format_bytes(static_cast<double>(queries) * static_cast<double>(query_bytes)))
+                  : "",
+      kept_graph_bytes > 0 ? ", the graph kept between them " + format_bytes(static_cast<double>(kept_graph_bytes))
+                           : "",
+      batched_bytes > 0
+          ? str_cat(", products ", query_batch, " at a time ", format_bytes(static_cast<double>(batched_bytes)))
+          : "",
+      dump_bytes > 0 ? ", the dump's records " + format_bytes(static_cast<double>(dump_bytes)) : "", ")");
 }
 
 namespace {
@@ -58,6 +67,17 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, ReplayMode mode) {
   return e;
 }
 
+void add_per_query_replay(const RunConfig& c, int64_t queries, int64_t batch, int64_t weights, MemoryEstimate& e) {
+  const double element = static_cast<double>(c10::elementSize(c.precision.master));
+  e.queries = queries;
+  e.query_bytes = static_cast<int64_t>(std::min(
+      static_cast<double>(e.state_bytes) + (gpt_parameter_count(c.model) + static_cast<double>(weights)) * element,
+      9.0e18));
+  e.kept_graph_bytes = queries > 1 ? e.activation_bytes / 3 : 0;
+  e.query_batch = std::max<int64_t>(1, std::min(batch, queries));
+  e.batched_bytes = (e.query_batch - 1) * (e.activation_bytes * 2 / 3);
+}
+
 int64_t estimate_dump_bytes(const RunConfig& c, int64_t weights, int64_t queries, DumpShards shards) {
   const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   const GptConfig& m = c.model;
@@ -84,6 +104,16 @@ int64_t available_memory_bytes() {
   return 0;
 }
 
+namespace {
+
+// The most queries whose cotangents fit beside the rest of the estimate.
+int64_t most_queries_that_fit(const MemoryEstimate& e, int64_t available, int64_t ranks) {
+  const double room = static_cast<double>(available) / static_cast<double>(ranks) - e.total_without_queries();
+  return e.query_bytes > 0 ? static_cast<int64_t>(std::max(0.0, room / static_cast<double>(e.query_bytes))) : 0;
+}
+
+}  // namespace
+
 void require_memory(const RunConfig& c, const MemoryEstimate& e, int64_t available, int64_t ranks) {
   const auto fits = [&](double bytes) { return bytes * static_cast<double>(ranks) <= static_cast<double>(available); };
   if (available <= 0 || fits(e.total())) return;
@@ -94,9 +124,13 @@ void require_memory(const RunConfig& c, const MemoryEstimate& e, int64_t availab
       !fits(model) ? str_cat("the model alone needs ", format_bytes(model), " (a state and REPLAY's working trees): ",
                              c.model_folder ? "a smaller model than " + *c.model_folder
                                             : "lower model.d_model, model.n_layers, model.vocab or model.max_len")
-      : !fits(model + step)
-          ? str_cat("one step's activations need ", format_bytes(step),
-                    ": lower training.batch_size, model.max_len, model.n_layers or model.d_model")
+      : !fits(model + step) ? str_cat("one step's activations need ", format_bytes(step),
+                                      ": lower training.batch_size, model.max_len, model.n_layers or model.d_model")
+      : e.queries > 1 && fits(e.total_without_queries() + static_cast<double>(e.query_bytes))
+          ? str_cat("per-query REPLAY holds each query's cotangents (",
+                    format_bytes(static_cast<double>(e.query_bytes)), "): at most ",
+                    most_queries_that_fit(e, available, ranks), " of the ", e.queries, " queries in ", c.query_path,
+                    " fit; split the query file", e.query_batch > 1 ? " or lower --query-batch" : "")
           : str_cat(e.dump_bytes > 0 ? "run without --dump (its records are held until the run ends), " : "",
                     "lower training.steps or training.batch_size, use \"checkpoints\": \"sqrt\" (the fewest states",
                     " held), or set training.spill_dir to keep checkpoints on disk");

@@ -13,6 +13,11 @@
 //            Rows are counted at max_len; a rank of a mesh holds less (counted in full: a bound).
 //            Pipelined REPLAY (replay_mode.h) holds more states, and the next step's traced graph
 //            (the forward and the kept backward: two thirds of the above) beside the product's.
+//   queries  per-query REPLAY in one pass (add_per_query_replay): each query's λ (a state), its
+//            ∂Q/∂θ_N and its scores; the step's graph kept for every product but the last, which
+//            the products' temporaries can no longer reuse (a third of the activations above); and
+//            a batch of K products in one backward pass holds K−1 more sets of the double
+//            backward's temporaries (two thirds each; measured on the demo config: 0.56).
 //   dump     --dump's records, held until the run ends (estimate_dump_bytes).
 // LibTorch itself (about 160 MiB resident) is not counted.
 #pragma once
@@ -33,19 +38,34 @@ struct MemoryEstimate {
   int64_t working_bytes = 0;     // REPLAY's parameter-sized trees (16 of them)
   int64_t traced_bytes = 0;      // pipelined: the next step's traced graph
   int64_t dump_bytes = 0;        // --dump: every record, kept until the run ends
+  int64_t queries = 0;           // per-query REPLAY's queries (0: one REPLAY of the query set)
+  int64_t query_bytes = 0;       // one query's λ, ∂Q/∂θ_N and scores
+  int64_t kept_graph_bytes = 0;  // the step's graph kept between the queries' products
+  int64_t query_batch = 1;       // products in one backward pass
+  int64_t batched_bytes = 0;     // the batch's extra temporaries
 
-  double total() const {
+  // Everything but what per-query REPLAY adds per query.
+  double total_without_queries() const {
     return static_cast<double>(states) * state_bytes + static_cast<double>(batch_bytes) +
            static_cast<double>(activation_bytes) + static_cast<double>(working_bytes) +
-           static_cast<double>(traced_bytes) + static_cast<double>(dump_bytes);
+           static_cast<double>(traced_bytes) + static_cast<double>(dump_bytes) + static_cast<double>(kept_graph_bytes) +
+           static_cast<double>(batched_bytes);
+  }
+  double total() const {
+    return total_without_queries() + static_cast<double>(queries) * static_cast<double>(query_bytes);
   }
   // "1.2 GiB (45 states of 1.3 MiB, batches 12.0 MiB, a step's activations 747 MiB, working trees
   // 1.3 GiB)", pipelined
-  // with ", the next step traced 373 MiB" before the ")", and ", the dump's records 598 MiB"
+  // with ", the next step traced 373 MiB" before the ")", ", 64 queries' cotangents 25.3 MiB, the
+  // graph kept between them 178.2 MiB" (", products 4 at a time 712.8 MiB") and ", the dump's records 598 MiB"
   std::string str() const;
 };
 
 MemoryEstimate estimate_run_memory(const RunConfig& config, ReplayMode mode = ReplayMode::kSequential);
+
+// Per-query REPLAY of `queries` in one pass, `batch` products at a time, with `weights` data
+// weights (examples, or examples x positions): what it adds to `e`, as above.
+void add_per_query_replay(const RunConfig& config, int64_t queries, int64_t batch, int64_t weights, MemoryEstimate& e);
 
 // The bytes a run's trace records take (docs/dump-format.md), per step:
 //   B·T·(8 + (L·d + V)·c)   input ids, each block's output and the logits (c: compute element)
@@ -66,7 +86,8 @@ int64_t available_memory_bytes();
 // `ranks` processes of this estimate exceed `available` (0: unknown, nothing is refused). Ranks
 // spawned on one machine each count in full: a conservative bound (fsdp shards the states). The
 // way out named is the model's sizes where the model alone cannot fit, the batch and the model's
-// where one step's activations cannot, else the schedule (with a dump, running without it first).
+// where one step's activations cannot, the number of queries (the most that fit) where per-query
+// REPLAY's queries are what does not fit, else the schedule (with a dump, running without it first).
 void require_memory(const RunConfig& config, const MemoryEstimate& estimate, int64_t available, int64_t ranks = 1);
 
 // "512 B", "3.4 MiB", "24.0 GiB", "1.1 PiB"

@@ -1,5 +1,6 @@
 #include "lib/train/replay_backward.h"
 
+#include <ATen/VmapMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
@@ -56,18 +57,38 @@ TracedStep trace_step(const StepFunction& step, const TrainState& state, int64_t
 
 namespace {
 
-// The product against one cotangent; `retain` keeps the graph for another.
-StepVjp product(const StepFunction& step, const TracedStep& traced, const TrainState& cotangent_next, bool retain) {
-  const TrainState& s = traced.leaves;
-  const StepOutput& out = traced.out;
-  std::vector<at::Tensor> outputs, grad_outputs;
-  collect_outputs(out.next.params, cotangent_next.params, outputs, grad_outputs);
-  collect_outputs(out.next.opt, cotangent_next.opt, outputs, grad_outputs);
-  collect_outputs(out.next.persistent, cotangent_next.persistent, outputs, grad_outputs);
-  std::vector<at::Tensor> inputs = floating_leaves(s);
-  inputs.push_back(traced.w_leaf);
+// λ_{t+1}'s floating entries paired with the outputs of `out` that carry a graph, in the VJP's order.
+void collect_all(const StepOutput& out, const TrainState& cotangent_next, std::vector<at::Tensor>& outputs,
+                 std::vector<at::Tensor>& grads) {
+  collect_outputs(out.next.params, cotangent_next.params, outputs, grads);
+  collect_outputs(out.next.opt, cotangent_next.opt, outputs, grads);
+  collect_outputs(out.next.persistent, cotangent_next.persistent, outputs, grads);
+}
 
-  // ×S before, ÷S after: exact for a power of two S (lib/core/precision_policy.h).
+// grads (in the VJP's inputs order: s_t's floating entries, then w) as a StepVjp.
+StepVjp vjp_from(const TracedStep& traced, const std::vector<at::Tensor>& grads) {
+  const TrainState& s = traced.leaves;
+  StepVjp result;
+  size_t index = 0;
+  result.cotangent.params = take(s.params, grads, index);
+  result.cotangent.opt = take(s.opt, grads, index);
+  result.cotangent.persistent = take(s.persistent, grads, index);
+  result.dw = grads[index].defined() ? grads[index].detach() : at::zeros_like(traced.w_leaf);
+  result.state = detach_state(s);
+  return result;
+}
+
+std::vector<at::Tensor> vjp_inputs(const TracedStep& traced) {
+  std::vector<at::Tensor> inputs = floating_leaves(traced.leaves);
+  inputs.push_back(traced.w_leaf);
+  return inputs;
+}
+
+// ∂(outputs)/∂(inputs)ᵀ · grad_outputs, scaled ×S before and ÷S after: exact for a power of two S
+// (lib/core/precision_policy.h). `retain` keeps the graph for another product.
+std::vector<at::Tensor> scaled_grad(const StepFunction& step, const std::vector<at::Tensor>& outputs,
+                                    std::vector<at::Tensor> grad_outputs, const std::vector<at::Tensor>& inputs,
+                                    bool retain) {
   const double S = step.cotangent_scale();
   if (S != 1.0) {
     for (auto& g : grad_outputs) g = g * S;
@@ -79,14 +100,65 @@ StepVjp product(const StepFunction& step, const TracedStep& traced, const TrainS
       if (g.defined()) g = g / S;
     }
   }
-  StepVjp result;
-  size_t index = 0;
-  result.cotangent.params = take(s.params, grads, index);
-  result.cotangent.opt = take(s.opt, grads, index);
-  result.cotangent.persistent = take(s.persistent, grads, index);
-  result.dw = grads[index].defined() ? grads[index].detach() : at::zeros_like(traced.w_leaf);
-  result.state = detach_state(s);
-  return result;
+  return grads;
+}
+
+// The product against one cotangent.
+StepVjp product(const StepFunction& step, const TracedStep& traced, const TrainState& cotangent_next, bool retain) {
+  std::vector<at::Tensor> outputs, grad_outputs;
+  collect_all(traced.out, cotangent_next, outputs, grad_outputs);
+  return vjp_from(traced, scaled_grad(step, outputs, std::move(grad_outputs), vjp_inputs(traced), retain));
+}
+
+// Vmap's batched-tensor mode for one scope: tensors given a batch dimension at `level` carry it
+// through every operator, so one backward pass takes K products (the query dimension).
+class VmapLevel {
+ public:
+  VmapLevel() : level_(at::impl::VmapMode::increment_nesting()) {}
+  ~VmapLevel() { at::impl::VmapMode::decrement_nesting(); }
+  VmapLevel(const VmapLevel&) = delete;
+  VmapLevel& operator=(const VmapLevel&) = delete;
+  int64_t level() const { return level_; }
+
+ private:
+  int64_t level_;
+};
+
+// K products in one backward pass: λ_{t+1} of each query stacked along a leading dimension,
+// batched (vmap), the graph walked once; product k equals product(cotangents[k]) up to the order
+// of floating-point sums inside batched kernels.
+std::vector<StepVjp> batched_products(const StepFunction& step, const TracedStep& traced,
+                                      const std::vector<TrainState>& cotangents, size_t first, size_t count,
+                                      bool retain) {
+  std::vector<at::Tensor> outputs;
+  std::vector<std::vector<at::Tensor>> per_query(count);
+  for (size_t k = 0; k < count; ++k) {
+    std::vector<at::Tensor> these_outputs;
+    collect_all(traced.out, cotangents[first + k], these_outputs, per_query[k]);
+    if (k == 0) outputs = std::move(these_outputs);
+  }
+  const auto K = static_cast<int64_t>(count);
+  std::vector<std::vector<at::Tensor>> grads_of(count);
+  {
+    VmapLevel vmap;
+    std::vector<at::Tensor> batched;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      std::vector<at::Tensor> column;
+      for (size_t k = 0; k < count; ++k) column.push_back(per_query[k][i]);
+      batched.push_back(at::_add_batch_dim(at::stack(column), 0, vmap.level()));
+    }
+    const std::vector<at::Tensor> inputs = vjp_inputs(traced);
+    std::vector<at::Tensor> grads = scaled_grad(step, outputs, std::move(batched), inputs, retain);
+    for (size_t i = 0; i < grads.size(); ++i) {
+      // An input the products do not reach stays undefined (vjp_from gives it zeros).
+      const at::Tensor stacked =
+          grads[i].defined() ? at::_remove_batch_dim(grads[i], vmap.level(), K, 0) : at::Tensor();
+      for (size_t k = 0; k < count; ++k) grads_of[k].push_back(stacked.defined() ? stacked[k] : at::Tensor());
+    }
+  }
+  std::vector<StepVjp> out;
+  for (size_t k = 0; k < count; ++k) out.push_back(vjp_from(traced, grads_of[k]));
+  return out;
 }
 
 }  // namespace
@@ -96,10 +168,21 @@ StepVjp backward_through(const StepFunction& step, TracedStep traced, const Trai
 }
 
 std::vector<StepVjp> backward_through_each(const StepFunction& step, TracedStep traced,
-                                           const std::vector<TrainState>& cotangents_next) {
+                                           const std::vector<TrainState>& cotangents_next, size_t batch) {
   std::vector<StepVjp> out;
-  for (size_t k = 0; k < cotangents_next.size(); ++k) {
-    out.push_back(product(step, traced, cotangents_next[k], /*retain=*/k + 1 < cotangents_next.size()));
+  const size_t n = cotangents_next.size();
+  // A step whose backward runs collectives takes its products one at a time: a batched tensor
+  // cannot cross a process group.
+  if (step.runs_collectives()) batch = 1;
+  for (size_t first = 0; first < n; first += std::max<size_t>(batch, 1)) {
+    const size_t count = std::min(std::max<size_t>(batch, 1), n - first);
+    const bool retain = first + count < n;
+    if (count == 1) {
+      out.push_back(product(step, traced, cotangents_next[first], retain));
+      continue;
+    }
+    for (StepVjp& v : batched_products(step, traced, cotangents_next, first, count, retain))
+      out.push_back(std::move(v));
   }
   return out;
 }
@@ -121,28 +204,33 @@ ReplayBackward::ReplayBackward(const StepFunction& step, const CheckpointStore& 
 
 ReplayResult ReplayBackward::run(const TensorTree& dq_dparams, const ReplayResume* from,
                                  const SegmentObserver& on_segment) const {
-  return run_streams({dq_dparams}, from, on_segment).front();
+  return run_each({dq_dparams}, 1, from, on_segment).front();
 }
 
-std::vector<ReplayResult> ReplayBackward::run_each(const std::vector<TensorTree>& dq_dparams) const {
+std::vector<ReplayResult> ReplayBackward::run_each(const std::vector<TensorTree>& dq_dparams, size_t batch,
+                                                   const ReplayResume* from, const SegmentObserver& on_segment) const {
   if (dq_dparams.empty()) throw std::invalid_argument("ReplayBackward::run_each: no query");
-  return run_streams(dq_dparams, nullptr, {});
-}
-
-std::vector<ReplayResult> ReplayBackward::run_streams(const std::vector<TensorTree>& dq_dparams,
-                                                      const ReplayResume* from,
-                                                      const SegmentObserver& on_segment) const {
+  if (from && (from->lambdas.size() != dq_dparams.size() || from->dws.size() != dq_dparams.size())) {
+    throw std::invalid_argument(str_cat("ReplayBackward::run_each: resumed with ", from->dws.size(),
+                                        " queries' progress for ", dq_dparams.size(), " queries"));
+  }
   const int64_t n = step_.num_steps();
   const std::vector<int64_t>& checkpoints = store_.steps();
   const int64_t segments = static_cast<int64_t>(checkpoints.size());
   const int64_t first = segments - 1 - (from ? from->segments_done : 0);
   const size_t queries = dq_dparams.size();
   std::vector<ReplayResult> results(queries);
-  for (auto& r : results) r.dw = from ? from->dw.clone() : at::zeros_like(w_);
+  if (from && from->segments_done >= segments) {  // finished before: nothing left to take
+    for (size_t q = 0; q < queries; ++q) results[q] = ReplayResult{from->dws[q], from->lambdas[q], 0, 0};
+    return results;
+  }
+  // Accumulated out of place, so that what on_segment was given stays as it was.
+  std::vector<at::Tensor> dws(queries);
+  for (size_t q = 0; q < queries; ++q) dws[q] = from ? from->dws[q] : at::zeros_like(w_);
 
-  // λ_{t+1} of each query; starts as (∂Q/∂θ_N, 0, 0). A resumed REPLAY is one query's.
+  // λ_{t+1} of each query; starts as (∂Q/∂θ_N, 0, 0).
   std::vector<TrainState> lambdas;
-  if (from && from->segments_done > 0) lambdas = {from->lambda};
+  if (from && from->segments_done > 0) lambdas = from->lambdas;
   dist::PhaseScope phase("REPLAY");
   // Sequential: recompute only when nothing is ready to trace, so one segment is held.
   std::optional<SegmentWalker> walker;
@@ -173,18 +261,19 @@ std::vector<ReplayResult> ReplayBackward::run_streams(const std::vector<TensorTr
       if (lambdas.empty()) {
         for (const auto& dq : dq_dparams) lambdas.push_back(step_.replay_start(traced.leaves, dq));
       }
-      std::vector<StepVjp> vjps = backward_through_each(step_, std::move(traced), lambdas);
+      std::vector<StepVjp> vjps = backward_through_each(step_, std::move(traced), lambdas, batch);
       for (size_t q = 0; q < queries; ++q) {
         if (observer_) observer_(t, vjps[q]);
         if (q == 0 && tracing()) trace_replay_step(t, vjps[q], step_.trace_layout());
         lambdas[q] = std::move(vjps[q].cotangent);
-        results[q].dw += vjps[q].dw;
+        dws[q] = dws[q] + vjps[q].dw;
       }
     }
-    if (on_segment) on_segment(segments - k, lambdas.front(), results.front().dw);
+    if (on_segment) on_segment(ReplayResume{segments - k, lambdas, dws});
   }
   const int64_t peak = pipeline ? store_.count() + segment_states_held(checkpoints, n, mode_) : observed_states_held;
   for (size_t q = 0; q < queries; ++q) {
+    results[q].dw = dws[q];
     results[q].initial_cotangent = lambdas[q];
     results[q].observed_states_held = pipeline ? pipeline->observed_states_held() : observed_states_held;
     results[q].peak_states_held = peak;

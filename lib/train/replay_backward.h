@@ -36,9 +36,12 @@ TracedStep trace_step(const StepFunction& step, const TrainState& state, int64_t
 StepVjp backward_through(const StepFunction& step, TracedStep traced, const TrainState& cotangent_next);
 
 // One product per cotangent from one traced step (per-query REPLAY): the graph is kept until the
-// last, so the forward and its gradient are traced once for all of them.
+// last, so the forward and its gradient are traced once for all of them. Up to `batch` products
+// share one backward pass, the cotangents stacked along a leading query dimension (vmap); equal to
+// one at a time up to the order of sums inside batched kernels. A step that runs collectives
+// takes them one at a time.
 std::vector<StepVjp> backward_through_each(const StepFunction& step, TracedStep traced,
-                                           const std::vector<TrainState>& cotangents_next);
+                                           const std::vector<TrainState>& cotangents_next, size_t batch = 1);
 
 // One vector-Jacobian product of step t at s_t against λ_{t+1}: trace_step, then backward_through.
 StepVjp step_vjp(const StepFunction& step, const TrainState& state, int64_t t, const at::Tensor& w,
@@ -47,15 +50,16 @@ StepVjp step_vjp(const StepFunction& step, const TrainState& state, int64_t t, c
 using ReplayObserver = std::function<void(int64_t step, const StepVjp& vjp)>;
 
 // Where an interrupted REPLAY continues: after `segments_done` segments (the latest first), with
-// λ at the start of the last one done and the dQ/dw accumulated so far (replay_journal.h).
+// each query's λ at the start of the last segment done and its dQ/dw accumulated so far
+// (replay_journal.h). segments_done equal to the segment count: REPLAY has finished.
 struct ReplayResume {
   int64_t segments_done = 0;
-  TrainState lambda;
-  at::Tensor dw;
+  std::vector<TrainState> lambdas;  // one per query, in order
+  std::vector<at::Tensor> dws;
 };
 
-// Sees REPLAY after each segment: how many are done, λ at that segment's first step, dQ/dw so far.
-using SegmentObserver = std::function<void(int64_t segments_done, const TrainState& lambda, const at::Tensor& dw)>;
+// Sees REPLAY after each segment: the point it could be resumed from.
+using SegmentObserver = std::function<void(const ReplayResume& after)>;
 
 struct ReplayResult {
   at::Tensor dw;                 // dQ/dw: the scores
@@ -78,15 +82,14 @@ class ReplayBackward {
   ReplayResult run(const TensorTree& dq_dparams, const ReplayResume* from = nullptr,
                    const SegmentObserver& on_segment = {}) const;
 
-  // REPLAY of several queries in one pass: each step recomputed and traced once, one product per
-  // query against its own λ (backward_through_each); result k is run(dq_dparams[k]). The observer
-  // sees every query's product of a step, query 0's first; only query 0's are traced.
-  std::vector<ReplayResult> run_each(const std::vector<TensorTree>& dq_dparams) const;
+  // REPLAY of several queries in one pass: each step recomputed and traced once, then one product
+  // per query against its own λ, up to `batch` of them in one backward pass
+  // (backward_through_each); result k is run(dq_dparams[k]). The observer sees every query's
+  // product of a step, query 0's first; only query 0's are traced.
+  std::vector<ReplayResult> run_each(const std::vector<TensorTree>& dq_dparams, size_t batch = 1,
+                                     const ReplayResume* from = nullptr, const SegmentObserver& on_segment = {}) const;
 
  private:
-  std::vector<ReplayResult> run_streams(const std::vector<TensorTree>& dq_dparams, const ReplayResume* from,
-                                        const SegmentObserver& on_segment) const;
-
   const StepFunction& step_;
   const CheckpointStore& store_;
   at::Tensor w_;

@@ -10,91 +10,87 @@
 namespace magic {
 namespace {
 
-constexpr const char* kPartialPrefix = "replay-";
-constexpr const char* kQueryPrefix = "query-";
+constexpr const char* kPrefix = "replay-";
 
-// The number in "<prefix><n>.safetensors", or -1.
-int64_t number_in(const std::string& name, const std::string& prefix) {
-  const std::string suffix = ".safetensors";
+// The number in "replay-<n>.safetensors", or -1.
+int64_t number_in(const std::string& name) {
+  const std::string prefix = kPrefix, suffix = ".safetensors";
   if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
       name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
     return -1;
   }
   const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-  if (digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+  if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
   return std::stoll(digits);
+}
+
+// Query j's entries in a record: "q<j>.dw" and its λ's flattened state ("q<j>.params.…").
+std::string query_prefix(size_t j) {
+  return str_cat("q", j, ".");
 }
 
 }  // namespace
 
-ReplayJournal::ReplayJournal(std::string folder, int64_t segments) : folder_(std::move(folder)), segments_(segments) {
-  if (segments_ < 1) throw std::logic_error("a REPLAY journal needs at least one segment");
+ReplayJournal::ReplayJournal(std::string folder, int64_t segments, int64_t queries)
+    : folder_(std::move(folder)), segments_(segments), queries_(queries) {
+  if (segments_ < 1 || queries_ < 1) throw std::logic_error("a REPLAY journal needs a segment and a query");
 }
 
-std::string ReplayJournal::partial_path(int64_t progress) const {
-  return (std::filesystem::path(folder_) / str_cat(kPartialPrefix, progress, ".safetensors")).string();
-}
-
-std::string ReplayJournal::query_path(int64_t query) const {
-  return (std::filesystem::path(folder_) / str_cat(kQueryPrefix, query, ".safetensors")).string();
+std::string ReplayJournal::path(int64_t progress) const {
+  return (std::filesystem::path(folder_) / str_cat(kPrefix, progress, ".safetensors")).string();
 }
 
 int64_t ReplayJournal::latest() const {
   int64_t best = 0;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(folder_, ec)) {
-    const std::string name = entry.path().filename().string();
-    const int64_t p = number_in(name, kPartialPrefix);
-    if (p >= 0) best = std::max(best, p);
-    const int64_t j = number_in(name, kQueryPrefix);
-    if (j >= 0) best = std::max(best, (j + 1) * segments_);
+    best = std::max(best, number_in(entry.path().filename().string()));
   }
   return best;
 }
 
-std::string ReplayJournal::seal_for(const std::string& record) const {
-  return str_cat(folder_seal(folder_), " ", record);
+std::string ReplayJournal::seal_for(int64_t progress) const {
+  return str_cat(folder_seal(folder_), " record ", progress);
 }
 
-at::Tensor ReplayJournal::load_record(const std::string& path, const std::string& record, TensorTree* rest) const {
-  TensorTree t = load_sealed(path, seal_for(record), "the REPLAY journal's " + record);
-  if (!t.contains("dw")) throw InputError(str_cat(path, ": the REPLAY journal's ", record, " has no dw"));
-  if (rest != nullptr) {
-    for (const auto& e : t) {
-      if (e.name != "dw") rest->insert(e.name, e.tensor);
-    }
+ReplayResume ReplayJournal::resume(int64_t progress) const {
+  const std::string where = str_cat("the REPLAY journal's record ", progress);
+  if (progress < 1 || progress > segments_) {
+    throw InputError(str_cat(path(progress), ": ", where, " is beyond the run's ", segments_, " segments"));
   }
-  return t.at("dw");
+  const TensorTree t = load_sealed(path(progress), seal_for(progress), where);
+  ReplayResume r;
+  r.segments_done = progress;
+  for (int64_t j = 0; j < queries_; ++j) {
+    const std::string prefix = query_prefix(static_cast<size_t>(j));
+    if (!t.contains(prefix + "dw")) {
+      throw InputError(
+          str_cat(path(progress), ": ", where, " has no ", prefix, "dw (query ", j, " of ", queries_, ")"));
+    }
+    r.dws.push_back(t.at(prefix + "dw"));
+    r.lambdas.push_back(unflatten_state(t.strip_prefix(prefix)));
+  }
+  return r;
 }
 
-ReplayResume ReplayJournal::partial(int64_t progress) const {
-  TensorTree lambda;
-  const at::Tensor dw = load_record(partial_path(progress), str_cat("record ", progress), &lambda);
-  return ReplayResume{progress % segments_, unflatten_state(lambda), dw};
-}
-
-at::Tensor ReplayJournal::finished_query(int64_t query) const {
-  return load_record(query_path(query), str_cat("query ", query), nullptr);
-}
-
-void ReplayJournal::record_partial(int64_t progress, const TrainState& lambda, const at::Tensor& dw) const {
-  TensorTree t = flatten_state(lambda);
-  t.insert("dw", dw);
-  save_sealed(partial_path(progress), t, seal_for(str_cat("record ", progress)));
-  prune_before(progress);
-}
-
-void ReplayJournal::record_finished_query(int64_t query, const at::Tensor& dw) const {
+void ReplayJournal::record(const ReplayResume& after) const {
+  if (static_cast<int64_t>(after.dws.size()) != queries_ || after.lambdas.size() != after.dws.size()) {
+    throw std::logic_error(str_cat("REPLAY journal: ", after.dws.size(), " queries recorded, ", queries_, " expected"));
+  }
   TensorTree t;
-  t.insert("dw", dw);
-  save_sealed(query_path(query), t, seal_for(str_cat("query ", query)));
-  prune_before((query + 1) * segments_);
+  for (size_t j = 0; j < after.dws.size(); ++j) {
+    const std::string prefix = query_prefix(j);
+    t = merge(t, flatten_state(after.lambdas[j]).with_prefix(prefix));
+    t.insert(prefix + "dw", after.dws[j]);
+  }
+  save_sealed(path(after.segments_done), t, seal_for(after.segments_done));
+  prune_before(after.segments_done);
 }
 
 void ReplayJournal::prune_before(int64_t progress) const {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(folder_, ec)) {
-    const int64_t p = number_in(entry.path().filename().string(), kPartialPrefix);
+    const int64_t p = number_in(entry.path().filename().string());
     if (p >= 0 && p < progress - 1) std::filesystem::remove(entry.path(), ec);
   }
 }

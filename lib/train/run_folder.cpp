@@ -183,12 +183,12 @@ RunIdentity run_identity(const RunConfig& config, const std::string& config_path
                          bool per_query) {
   RunIdentity id;
   const nlohmann::json json = config.resolved.is_null() ? read_config_file(config_path) : config.resolved;
-  id.text = str_cat("magic-run checkpoints, format 1\nconfig ", json.dump());
+  id.text = str_cat("magic-run checkpoints, format 2\nconfig ", json.dump());
   for (const auto& input : input_files(config)) {
     id.text += str_cat("\n", input.role, input.role == "model.path" ? " " + input.path : "", ": ",
                        file_fingerprint(input.path));
   }
-  id.text += str_cat("\nlayout: ", layout, "\nREPLAY: ", per_query ? "per query" : "the query set", "\n");
+  id.text += str_cat("\nlayout: ", layout, "\nREPLAY: ", per_query ? "per query, in one pass" : "the query set", "\n");
   id.hash = fnv1a(kFnvBasis, id.text.data(), id.text.size());
   return id;
 }

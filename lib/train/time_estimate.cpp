@@ -39,7 +39,7 @@ void TimeEstimate::add_retrainings(int64_t count) {
 }
 
 TimeEstimate estimate_time(const StepFunction& step, const TrainState& initial, const at::Tensor& w,
-                           CheckpointSchedule schedule, int64_t replays, ReplayMode mode) {
+                           CheckpointSchedule schedule, int64_t products, ReplayMode mode) {
   dist::PhaseScope phase("calibration step");
   TimeEstimate e;
   StepOutput out;
@@ -51,15 +51,18 @@ TimeEstimate estimate_time(const StepFunction& step, const TrainState& initial, 
   const auto recomputed = n - static_cast<double>(checkpoint_steps(schedule, step.num_steps()).size());
   e.training = n * e.step_seconds;
   // Any cotangent of the right shapes times the product: the next state itself.
+  const auto R = static_cast<double>(products);
+  TracedStep traced;
   if (mode == ReplayMode::kSequential) {
     step_vjp(step, initial, 0, w, out.next);
-    e.vjp_seconds = timed([&] { step_vjp(step, initial, 0, w, out.next); });
-    e.replay = static_cast<double>(replays) * (n * e.vjp_seconds + recomputed * e.step_seconds);
+    e.trace_seconds = timed([&] { traced = trace_step(step, initial, 0, w); });
+    e.back_seconds = timed([&] { backward_through(step, std::move(traced), out.next); });
+    e.vjp_seconds = e.trace_seconds + e.back_seconds;
+    e.replay = n * (e.trace_seconds + R * e.back_seconds) + recomputed * e.step_seconds;
     return e;
   }
   const PipelineThreads threads = pipeline_threads(at::get_num_threads());
   double worker_step = 0;
-  TracedStep traced;
   {
     IntraOpThreadsScope worker(threads.worker);
     step.step(initial, 0, w, false);
@@ -72,8 +75,7 @@ TimeEstimate estimate_time(const StepFunction& step, const TrainState& initial, 
     e.back_seconds = timed([&] { backward_through(step, std::move(traced), out.next); });
   }
   e.vjp_seconds = e.trace_seconds + e.back_seconds;
-  e.replay =
-      static_cast<double>(replays) * std::max(n * e.back_seconds, n * e.trace_seconds + recomputed * worker_step);
+  e.replay = std::max(n * R * e.back_seconds, n * e.trace_seconds + recomputed * worker_step);
   return e;
 }
 

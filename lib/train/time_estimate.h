@@ -1,13 +1,13 @@
 // How long a MAGIC run will take, from a calibration step timed before it starts: one training
-// step (t_step) and one step's vector-Jacobian product (t_vjp) at s_0 with batch 0, each timed on
-// its second call.
+// step (t_step) and one step's vector-Jacobian product at s_0 with batch 0, tracing the step
+// (t_trace) and its backward (t_back), each timed on its second call.
 //   training ≈ N t_step
-//   REPLAY   ≈ R (N t_vjp + (N - C) t_step)   (R REPLAYs: 1, or one per query; C checkpoints,
-//                                             the other steps are recomputed once each)
-// Pipelined (replay_mode.h), the product splits into tracing the step (t_trace, on the worker,
-// with the recomputation) and its backward (t_back, on the caller), each timed with its share of
-// the threads, and the slower side sets the pace:
-//   REPLAY   ≈ R max(N t_back, N t_trace + (N - C) t_step')
+//   REPLAY   ≈ N (t_trace + R t_back) + (N - C) t_step   (R products a step: 1, or one per query,
+//                                       all queries in one pass; C checkpoints, the other steps
+//                                       are recomputed once each)
+// Pipelined (replay_mode.h), the trace runs on the worker with the recomputation and the
+// backward on the caller, each timed with its share of the threads; the slower side sets the pace:
+//   REPLAY   ≈ max(N R t_back, N t_trace + (N - C) t_step')
 // With --validate lds, each of its R' retrainings (the subsets and the baseline) trains the run
 // again untraced and without checkpoints, the same steps:
 //   LDS      ≈ R' N t_step
@@ -23,7 +23,7 @@ namespace magic {
 
 struct TimeEstimate {
   double step_seconds = 0, vjp_seconds = 0;
-  double trace_seconds = 0, back_seconds = 0;  // pipelined: vjp_seconds = trace + back
+  double trace_seconds = 0, back_seconds = 0;  // vjp_seconds = trace + back
   double training = 0, replay = 0;
   int64_t retrainings = 0;  // --validate lds: the subsets and the baseline
   double lds = 0;
@@ -35,6 +35,6 @@ struct TimeEstimate {
 };
 
 TimeEstimate estimate_time(const StepFunction& step, const TrainState& initial, const at::Tensor& w,
-                           CheckpointSchedule schedule, int64_t replays, ReplayMode mode = ReplayMode::kSequential);
+                           CheckpointSchedule schedule, int64_t products, ReplayMode mode = ReplayMode::kSequential);
 
 }  // namespace magic
