@@ -219,7 +219,11 @@ void apply_run_config(CheckSettings& s, std::shared_ptr<const RunConfig> config)
   s.batch_size = config->batch_size;
   s.max_len = config->model.max_len;
   s.optimizer = config->optimizer.name;
-  s.checkpoints = checkpoint_schedule_name(config->checkpoints);
+  // A budget changes what REPLAY recomputes, not a value it computes (the same steps from the same
+  // states: BinomialCheckpointing.ReplayUnderABudgetRecomputesThePlansCountWithinIt); its few
+  // checked steps run with sqrt's.
+  s.checkpoints =
+      config->checkpoints == CheckpointSchedule::kBudget ? "sqrt" : checkpoint_schedule_name(config->checkpoints);
   s.seed = config->seed;
   s.label_smoothing = config->label_smoothing;
   s.steps = std::min(s.steps, config->steps);

@@ -96,9 +96,9 @@ TEST(Resume, AKilledRunResumedDuringTrainingOrReplayGivesBitIdenticalScores) {
   }
 }
 
-// Per query: the kill falls in the second query's REPLAY, so the first query's finished dQ/dw
-// comes from the journal and the second continues from a segment record.
-TEST(Resume, PerQueryResumesAfterAFinishedQuery) {
+// Per query, all queries in one pass: the kill falls in REPLAY after its first segments, and every
+// query continues from the segment record that holds all their λs and partial scores.
+TEST(Resume, PerQueryResumesEveryQueryFromOneSegmentRecord) {
   const std::string spill = fresh_dir("resume-pq-spill");
   const std::string args = "--config " + resumable_config("resume-pq", spill) + " --per-query";
   const std::string ref = fresh_dir("resume-pq-ref");

@@ -358,7 +358,10 @@ int attribute(const RunFlags& f, const dist::Runtime* runtime) {
   // One process splits its threads between REPLAY's products and its recomputation; a rank's
   // steps run collectives, which one thread must issue in order (replay_mode.h).
   const int threads = at::get_num_threads();
-  const ReplayMode replay_mode = choose_replay_mode(/*step_runs_collectives=*/runtime != nullptr, threads);
+  // A checkpoint budget holds one segment's states at a time: sequential (checkpoint_plan.h).
+  const ReplayMode replay_mode = config.checkpoints == CheckpointSchedule::kBudget
+                                     ? ReplayMode::kSequential
+                                     : choose_replay_mode(/*step_runs_collectives=*/runtime != nullptr, threads);
   MemoryEstimate memory = estimate_run_memory(config, replay_mode);
   // Ranks our launcher spawned were checked together before they started.
   if (runtime == nullptr || f.program->launch == "env") require_memory(config, memory, available_memory_bytes());
@@ -423,7 +426,8 @@ int attribute(const RunFlags& f, const dist::Runtime* runtime) {
   if (speaks) {
     std::cout << "magic-run: " << examples_summary(*problem.train, config.train_path) << ", " << queries << " queries, "
               << config.steps << " steps of " << config.batch_size << ", " << config.optimizer.name << ", "
-              << checkpoint_schedule_name(config.checkpoints) << " checkpoints, " << config.precision.str()
+              << plan_summary(config.checkpoints, run_checkpoint_plan(config, replay_mode), config.checkpoint_budget)
+              << ", " << config.precision.str()
               << (config.device == DeviceKind::kCuda ? " on " + current_device(config.device).str() : std::string())
               << (replay_mode == ReplayMode::kPipelined ? str_cat(", REPLAY pipelined on ", threads, " threads") : "")
               << (runtime ? ", on " + f.program->topology.str() : std::string()) << "; estimated peak memory "

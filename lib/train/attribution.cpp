@@ -6,6 +6,7 @@
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/progress.h"
 #include "lib/train/interrupt_hook.h"
+#include "lib/train/memory_estimate.h"
 #include "lib/train/progress_meter.h"
 #include "lib/train/time_estimate.h"
 
@@ -39,6 +40,8 @@ Attribution run_attribution(const RunConfig& config, LmProblem problem, const At
   const LmProblem& p = a.problem;
   MagicOptions magic;
   magic.schedule = config.checkpoints;
+  const CheckpointPlan plan = run_checkpoint_plan(config, options.replay_mode);
+  if (config.checkpoints == CheckpointSchedule::kBudget) magic.budget_states = plan.states;
   magic.spill_dir = config.spill_dir;
   magic.resume_folder = options.resume_folder;
   magic.least_across_ranks = options.least_across_ranks;
@@ -108,7 +111,7 @@ Attribution run_attribution(const RunConfig& config, LmProblem problem, const At
     if (replayed == replay_steps) replay->finish();
   };
   // Every rank takes part in the calibration step's collectives; the speaking one prints it.
-  TimeEstimate time = estimate_time(*p.step, p.initial, p.weights, config.checkpoints,
+  TimeEstimate time = estimate_time(*p.step, p.initial, p.weights, plan.recomputations,
                                     options.per_query ? p.query->num_queries() : 1, options.replay_mode);
   time.add_retrainings(options.lds_retrainings);
   if (options.progress) {

@@ -23,6 +23,8 @@ std::string checkpoint_schedule_name(CheckpointSchedule schedule) {
       return "sqrt";
     case CheckpointSchedule::kLog:
       return "log";
+    case CheckpointSchedule::kBudget:
+      return "budget";
   }
   return "?";
 }
@@ -36,6 +38,9 @@ int64_t isqrt(int64_t n) {
 
 std::vector<int64_t> checkpoint_steps(CheckpointSchedule schedule, int64_t n) {
   if (n < 1) throw std::invalid_argument(str_cat("checkpoint_steps: need >= 1 step, got ", n));
+  if (schedule == CheckpointSchedule::kBudget) {
+    throw std::logic_error("checkpoint_steps: a budget's checkpoints depend on it (plan_checkpoints)");
+  }
   std::vector<int64_t> steps;
   const int64_t c = isqrt(n);
   for (int64_t i = 0; i < n;) {
@@ -49,6 +54,8 @@ std::vector<int64_t> checkpoint_steps(CheckpointSchedule schedule, int64_t n) {
         break;
       case CheckpointSchedule::kLog:
         i += std::max<int64_t>(1, (n - i) / 2);
+        break;
+      case CheckpointSchedule::kBudget:
         break;
     }
   }

@@ -3,6 +3,9 @@
 //   all:  every step
 //   sqrt: every c = isqrt(N) steps until i >= N - c, then every step   (N=9: 0 3 6 7 8)
 //   log:  next = cur + max(1, (N - cur) / 2)                            (N=9: 0 4 6 7 8)
+//   budget: the fewest recomputations within a number of states (binomial_checkpointing.h,
+//           checkpoint_plan.h); its checkpoints depend on the budget, so the functions below that
+//           take a schedule alone refuse it.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +16,7 @@
 
 namespace magic {
 
-enum class CheckpointSchedule { kAll, kSqrt, kLog };
+enum class CheckpointSchedule { kAll, kSqrt, kLog, kBudget };
 CheckpointSchedule parse_checkpoint_schedule(const std::string& name, const std::string& what = "checkpoints");
 std::string checkpoint_schedule_name(CheckpointSchedule schedule);
 

@@ -54,7 +54,8 @@ CheckpointStore::CheckpointStore(CheckpointStore&& other) noexcept
       memory_(std::move(other.memory_)),
       saved_(std::move(other.saved_)),
       device_(other.device_),
-      bytes_(other.bytes_) {
+      bytes_(other.bytes_),
+      segment_slots_(other.segment_slots_) {
   other.directory_.clear();
   other.owns_directory_ = false;
 }

@@ -42,6 +42,13 @@ class CheckpointStore {
   int64_t latest_saved() const { return saved_.empty() ? -1 : saved_.rbegin()->first; }
 
   int64_t count() const { return static_cast<int64_t>(saved_.size()); }
+  int64_t states_in_memory() const { return spilled() ? 0 : count(); }
+  // The states REPLAY may hold for a segment beside its first and a working state (a memory
+  // budget's plan: binomial_checkpointing.h); unbounded by default, a segment recomputed whole.
+  static constexpr int64_t kUnboundedSlots = int64_t{1} << 60;
+  int64_t segment_slots() const { return segment_slots_; }
+  void set_segment_slots(int64_t slots) { segment_slots_ = slots; }
+  bool budgeted() const { return segment_slots_ < kUnboundedSlots; }
   int64_t bytes() const { return bytes_; }  // in memory or on disk
   bool spilled() const { return !directory_.empty(); }
 
@@ -59,6 +66,7 @@ class CheckpointStore {
   std::map<int64_t, bool> saved_;
   at::Device device_ = at::Device(at::kCPU);
   int64_t bytes_ = 0;
+  int64_t segment_slots_ = kUnboundedSlots;
 };
 
 }  // namespace magic

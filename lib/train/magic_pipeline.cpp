@@ -6,6 +6,7 @@
 #include "lib/core/strings.h"
 #include "lib/distributed/runtime/progress.h"
 #include "lib/trace/trace_sink.h"
+#include "lib/train/checkpoint_plan.h"
 #include "lib/train/finite_guard.h"
 #include "lib/train/replay_backward.h"
 #include "lib/train/replay_journal.h"
@@ -18,9 +19,13 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 CheckpointStore make_store(const StepFunction& step, const MagicOptions& options) {
-  std::vector<int64_t> steps = checkpoint_steps(options.schedule, step.num_steps());
-  if (options.resume_folder) return CheckpointStore::persistent(std::move(steps), *options.resume_folder);
-  return CheckpointStore(std::move(steps), options.spill_dir);
+  CheckpointPlan plan = plan_checkpoints(options.schedule, step.num_steps(), options.budget_states,
+                                         options.resume_folder || options.spill_dir, options.replay_mode);
+  CheckpointStore store = options.resume_folder
+                              ? CheckpointStore::persistent(std::move(plan.steps), *options.resume_folder)
+                              : CheckpointStore(std::move(plan.steps), options.spill_dir);
+  store.set_segment_slots(plan.segment_slots);
+  return store;
 }
 
 int64_t least(const MagicOptions& options, int64_t value) {

@@ -22,6 +22,7 @@ struct ResumePoint {
 
 struct MagicOptions {
   CheckpointSchedule schedule = CheckpointSchedule::kSqrt;
+  int64_t budget_states = 0;             // kBudget: the states REPLAY may hold (checkpoint_plan.h); sequential only
   std::optional<std::string> spill_dir;  // spill checkpoints to disk under this directory
   bool per_query = false;                // scores per query, [Q, ...w.shape], all queries in one REPLAY pass
   // Per query: products taken together in one backward pass (replay_backward.h). More than one

@@ -6,6 +6,7 @@
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
+#include "lib/train/binomial_checkpointing.h"
 
 namespace magic {
 
@@ -41,14 +42,38 @@ namespace {
 constexpr int64_t kWorkingTrees = 16;
 }  // namespace
 
-MemoryEstimate estimate_run_memory(const RunConfig& c, ReplayMode mode) {
-  MemoryEstimate e;
+int64_t estimate_state_bytes(const RunConfig& c) {
   const double parameters = gpt_parameter_count(c.model);
   const int64_t element = static_cast<int64_t>(c10::elementSize(c.precision.master));
   // Adam keeps m and v beside the parameters; SGD with momentum one trace.
   const int64_t copies = c.optimizer.name == "sgd" ? (c.optimizer.momentum != 0.0 ? 2 : 1) : 3;
-  e.state_bytes = static_cast<int64_t>(std::min(parameters * static_cast<double>(element * copies), 9.0e18));
-  e.states = peak_states_held(c.checkpoints, c.steps, c.spill_dir.has_value(), mode);
+  return static_cast<int64_t>(std::min(parameters * static_cast<double>(element * copies), 9.0e18));
+}
+
+CheckpointPlan run_checkpoint_plan(const RunConfig& c, ReplayMode mode) {
+  const bool spilled = c.spill_dir.has_value();
+  int64_t states = 0;
+  if (c.checkpoints == CheckpointSchedule::kBudget) {
+    const int64_t state = std::max<int64_t>(estimate_state_bytes(c), 1);
+    states = c.checkpoint_budget / state;
+    const int64_t least = least_budget_states(spilled);
+    if (states < least) {
+      throw InputError(str_cat(c.where("training.checkpoints.budget"), ": ",
+                               format_bytes(static_cast<double>(c.checkpoint_budget)), " holds ", states, " states of ",
+                               format_bytes(static_cast<double>(state)), "; a budget needs at least ", least, " (",
+                               format_bytes(static_cast<double>(least * state)), "): ", spilled ? "" : "a checkpoint, ",
+                               "a segment's first state and the working state"));
+    }
+  }
+  return plan_checkpoints(c.checkpoints, c.steps, states, spilled, mode);
+}
+
+MemoryEstimate estimate_run_memory(const RunConfig& c, ReplayMode mode) {
+  MemoryEstimate e;
+  const double parameters = gpt_parameter_count(c.model);
+  const int64_t element = static_cast<int64_t>(c10::elementSize(c.precision.master));
+  e.state_bytes = estimate_state_bytes(c);
+  e.states = run_checkpoint_plan(c, mode).states;
   // Per step: row indices, token ids and labels (int64), data weights (per token at most).
   const double per_step = static_cast<double>(c.batch_size) * (8.0 + 16.0 * c.model.max_len);
   e.batch_bytes = static_cast<int64_t>(std::min(per_step * static_cast<double>(c.steps), 9.0e18));
@@ -132,12 +157,13 @@ void require_memory(const RunConfig& c, const MemoryEstimate& e, int64_t availab
                     most_queries_that_fit(e, available, ranks), " of the ", e.queries, " queries in ", c.query_path,
                     " fit; split the query file", e.query_batch > 1 ? " or lower --query-batch" : "")
           : str_cat(e.dump_bytes > 0 ? "run without --dump (its records are held until the run ends), " : "",
-                    "lower training.steps or training.batch_size, use \"checkpoints\": \"sqrt\" (the fewest states",
-                    " held), or set training.spill_dir to keep checkpoints on disk");
-  throw InputError(str_cat(c.where(), ": training.steps ", c.steps, " with ", checkpoint_schedule_name(c.checkpoints),
-                           " checkpoints needs about ", e.str(),
-                           ranks > 1 ? str_cat(" per rank, ", ranks, " ranks on this machine") : "", ", above the ",
-                           format_bytes(static_cast<double>(available)), " available; ", way_out));
+                    "lower training.steps or training.batch_size, set a memory budget for REPLAY's states (",
+                    "\"checkpoints\": {\"budget\": \"256MiB\"}: the fewest recomputations within it), or set ",
+                    "training.spill_dir to keep checkpoints on disk");
+  throw InputError(str_cat(c.where(), ": training.steps ", c.steps, " with ",
+                           plan_summary(c.checkpoints, run_checkpoint_plan(c), c.checkpoint_budget), " needs about ",
+                           e.str(), ranks > 1 ? str_cat(" per rank, ", ranks, " ranks on this machine") : "",
+                           ", above the ", format_bytes(static_cast<double>(available)), " available; ", way_out));
 }
 
 }  // namespace magic

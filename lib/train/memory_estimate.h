@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <string>
 
+#include "lib/train/checkpoint_plan.h"
 #include "lib/train/replay_mode.h"
 #include "lib/train/run_config.h"
 
@@ -62,6 +63,13 @@ struct MemoryEstimate {
 };
 
 MemoryEstimate estimate_run_memory(const RunConfig& config, ReplayMode mode = ReplayMode::kSequential);
+
+// One state's bytes: the parameters and the optimizer's state, in the master dtype.
+int64_t estimate_state_bytes(const RunConfig& config);
+
+// The config's checkpoint plan (checkpoint_plan.h); a budget's states are its bytes over one
+// state's. A budget below the least plan is an InputError naming the key and that least, in bytes.
+CheckpointPlan run_checkpoint_plan(const RunConfig& config, ReplayMode mode = ReplayMode::kSequential);
 
 // Per-query REPLAY of `queries` in one pass, `batch` products at a time, with `weights` data
 // weights (examples, or examples x positions): what it adds to `e`, as above.

@@ -16,6 +16,7 @@
 #include "lib/model/gpt.h"
 #include "lib/model/lm_loss.h"
 #include "lib/optim/clip.h"
+#include "lib/train/memory_estimate.h"
 
 namespace magic {
 namespace {
@@ -210,7 +211,8 @@ void require_plan_expressible(const RunConfig& config, const std::string& flag) 
                              "the CPU's fp32 fallbacks); export a plan of a run with dtype fp64 or fp32"));
   }
   if (config.encoder) {
-    throw InputError(str_cat(flag, ": ", config.source, " is a multimodal run (its \"encoder\" section), which the "
+    throw InputError(str_cat(flag, ": ", config.source,
+                             " is a multimodal run (its \"encoder\" section), which the "
                              "plan format cannot state yet (it has no patch features or encoder); export a text-only "
                              "run"));
   }
@@ -251,8 +253,7 @@ void export_plan(const std::string& dir, const RunConfig& c, const LmProblem& p,
           {"batch_size", c.batch_size},
           {"shuffle", c.shuffle},
           {"checkpoints",
-           {{"schedule", checkpoint_schedule_name(c.checkpoints)},
-            {"steps", checkpoint_steps(c.checkpoints, c.steps)}}}}},
+           {{"schedule", checkpoint_schedule_name(c.checkpoints)}, {"steps", run_checkpoint_plan(c).steps}}}}},
         {"queries",
          {{"documents", Q},
           {"chunks", p.query->queries().size()},

@@ -200,6 +200,10 @@ ReplayBackward::ReplayBackward(const StepFunction& step, const CheckpointStore& 
         "pipelined REPLAY needs a step that runs no collectives (its steps run on a second thread); use "
         "ReplayMode::kSequential");
   }
+  if (mode_ == ReplayMode::kPipelined && store_.budgeted()) {
+    throw std::invalid_argument(
+        "pipelined REPLAY recomputes a segment ahead, beyond a checkpoint budget; use ReplayMode::kSequential");
+  }
 }
 
 ReplayResult ReplayBackward::run(const TensorTree& dq_dparams, const ReplayResume* from,

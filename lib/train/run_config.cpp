@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "lib/core/byte_size.h"
 #include "lib/core/config_file.h"
 #include "lib/core/error.h"
 #include "lib/core/json_fields.h"
@@ -140,7 +141,20 @@ RunConfig RunConfig::from_json(const nlohmann::json& json, std::shared_ptr<const
     training.fail("label_smoothing", str_cat("expected a number in [0, 1), got ", c.label_smoothing));
   }
   c.weights = parse_weight_kind(training.string("weights", "per_document"), training.where("weights"));
-  c.checkpoints = parse_checkpoint_schedule(training.string("checkpoints", "sqrt"), training.where("checkpoints"));
+  if (training.raw("checkpoints", nlohmann::json()).is_object()) {
+    // A memory budget: the fewest recomputations whose states fit (checkpoint_plan.h).
+    const JsonFields checkpoints = training.object("checkpoints");
+    c.checkpoints = CheckpointSchedule::kBudget;
+    c.checkpoint_budget = parse_byte_size(checkpoints.string("budget"), checkpoints.where("budget"));
+    checkpoints.finish();
+    constexpr int64_t kMaxBudgetSteps = 1000000;  // planning is linear in the steps
+    if (c.steps > kMaxBudgetSteps) {
+      training.fail("checkpoints", str_cat("a budget plans at most ", kMaxBudgetSteps, " steps, and training.steps is ",
+                                           c.steps, "; use \"sqrt\""));
+    }
+  } else {
+    c.checkpoints = parse_checkpoint_schedule(training.string("checkpoints", "sqrt"), training.where("checkpoints"));
+  }
   if (auto spill = training.optional_string("spill_dir")) c.spill_dir = resolve(*spill, base_dir);
   training.finish();
 

@@ -62,6 +62,7 @@ struct RunConfig {
   double label_smoothing = 0.0;  // ε in [0, 1) of the training loss (lm_loss.h)
   WeightKind weights = WeightKind::kPerDocument;
   CheckpointSchedule checkpoints = CheckpointSchedule::kSqrt;
+  int64_t checkpoint_budget = 0;  // "checkpoints": {"budget": "256MiB"}: bytes REPLAY's states may take
   std::optional<std::string> spill_dir;
   OptimizerConfig optimizer;
 

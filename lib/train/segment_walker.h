@@ -2,10 +2,13 @@
 // checkpoint to the next) are recomputed forward, untraced, and each is then traced once, from
 // the segment's last step back to its first. Segments are taken latest first too, and at most one
 // is recomputed ahead of the one being traced, started once at most half its length of the
-// current one is left to trace. Whoever drives the walker picks the order of the
-// two kinds of work: sequential REPLAY recomputes only when there is nothing to trace (one
-// segment held); the pipeline's thread recomputes the next segment while the current one's
-// traced steps wait to be consumed (replay_pipeline.h).
+// current one is left to trace. Under a memory budget (CheckpointStore::segment_slots) a segment
+// holds at most that many states beside its first and a working state: to reach the step to
+// trace, the working state advances from the nearest held state below it, storing on the way
+// where binomial checkpointing says (binomial_checkpointing.h); unbounded, every state is stored. Whoever drives the
+// walker picks the order of the two kinds of work: sequential REPLAY recomputes only when there is nothing to trace
+// (one segment held); the pipeline's thread recomputes the next segment while the current one's traced steps wait to be
+// consumed (replay_pipeline.h).
 #pragma once
 
 #include <optional>
@@ -30,11 +33,21 @@ class SegmentWalker {
   int64_t states_held() const;  // checkpoints plus the states held here (traced steps not counted)
 
  private:
+  struct Held {
+    int64_t step = 0;
+    TrainState state;
+  };
   struct Segment {
     int64_t begin = 0, end = 0;  // steps begin .. end-1
-    std::vector<TrainState> states;
-    bool complete() const { return static_cast<int64_t>(states.size()) == end - begin; }
+    int64_t next = 0;            // the next step to trace: end-1 down to begin
+    int64_t slots = 0;           // states it may hold beside its first
+    std::vector<Held> held;      // increasing steps; held[0] is begin's until begin is traced
+    std::optional<Held> working;
+    bool ready() const;  // next's state is held
+    int64_t count() const { return static_cast<int64_t>(held.size()) + (working ? 1 : 0); }
   };
+  // One recomputed step of `s`: the working state advanced, stored where the schedule says.
+  void advance(Segment& s) const;
   // A recomputed segment becomes the current one once the current one is traced.
   void promote();
   int64_t segment_length(int64_t k) const;  // steps in segment k

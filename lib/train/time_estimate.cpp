@@ -27,9 +27,9 @@ std::string TimeEstimate::str() const {
                                  : std::string(),
                  " (calibration: ", format_duration(step_seconds), " a step, ", format_duration(vjp_seconds),
                  " a step's VJP",
-                 trace_seconds > 0 ? str_cat(", pipelined: ", format_duration(trace_seconds), " traced on one thread, ",
-                                             format_duration(back_seconds), " back on the other")
-                                   : std::string(),
+                 pipelined ? str_cat(", pipelined: ", format_duration(trace_seconds), " traced on one thread, ",
+                                     format_duration(back_seconds), " back on the other")
+                           : std::string(),
                  ")");
 }
 
@@ -39,7 +39,7 @@ void TimeEstimate::add_retrainings(int64_t count) {
 }
 
 TimeEstimate estimate_time(const StepFunction& step, const TrainState& initial, const at::Tensor& w,
-                           CheckpointSchedule schedule, int64_t products, ReplayMode mode) {
+                           int64_t recomputed_steps, int64_t products, ReplayMode mode) {
   dist::PhaseScope phase("calibration step");
   TimeEstimate e;
   StepOutput out;
@@ -48,7 +48,7 @@ TimeEstimate estimate_time(const StepFunction& step, const TrainState& initial, 
   out = step.step(initial, 0, w, false);
   e.step_seconds = timed([&] { out = step.step(initial, 0, w, false); });
   const auto n = static_cast<double>(step.num_steps());
-  const auto recomputed = n - static_cast<double>(checkpoint_steps(schedule, step.num_steps()).size());
+  const auto recomputed = static_cast<double>(recomputed_steps);
   e.training = n * e.step_seconds;
   // Any cotangent of the right shapes times the product: the next state itself.
   const auto R = static_cast<double>(products);
@@ -61,6 +61,7 @@ TimeEstimate estimate_time(const StepFunction& step, const TrainState& initial, 
     e.replay = n * (e.trace_seconds + R * e.back_seconds) + recomputed * e.step_seconds;
     return e;
   }
+  e.pipelined = true;
   const PipelineThreads threads = pipeline_threads(at::get_num_threads());
   double worker_step = 0;
   {

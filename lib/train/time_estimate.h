@@ -2,12 +2,12 @@
 // step (t_step) and one step's vector-Jacobian product at s_0 with batch 0, tracing the step
 // (t_trace) and its backward (t_back), each timed on its second call.
 //   training ≈ N t_step
-//   REPLAY   ≈ N (t_trace + R t_back) + (N - C) t_step   (R products a step: 1, or one per query,
-//                                       all queries in one pass; C checkpoints, the other steps
-//                                       are recomputed once each)
+//   REPLAY   ≈ N (t_trace + R t_back) + M t_step   (R products a step: 1, or one per query, all
+//                                    queries in one pass; M steps recomputed: N − C with C
+//                                    checkpoints, a budget's count: checkpoint_plan.h)
 // Pipelined (replay_mode.h), the trace runs on the worker with the recomputation and the
 // backward on the caller, each timed with its share of the threads; the slower side sets the pace:
-//   REPLAY   ≈ max(N R t_back, N t_trace + (N - C) t_step')
+//   REPLAY   ≈ max(N R t_back, N t_trace + M t_step')
 // With --validate lds, each of its R' retrainings (the subsets and the baseline) trains the run
 // again untraced and without checkpoints, the same steps:
 //   LDS      ≈ R' N t_step
@@ -24,6 +24,7 @@ namespace magic {
 struct TimeEstimate {
   double step_seconds = 0, vjp_seconds = 0;
   double trace_seconds = 0, back_seconds = 0;  // vjp_seconds = trace + back
+  bool pipelined = false;
   double training = 0, replay = 0;
   int64_t retrainings = 0;  // --validate lds: the subsets and the baseline
   double lds = 0;
@@ -34,7 +35,7 @@ struct TimeEstimate {
   void add_retrainings(int64_t count);
 };
 
-TimeEstimate estimate_time(const StepFunction& step, const TrainState& initial, const at::Tensor& w,
-                           CheckpointSchedule schedule, int64_t products, ReplayMode mode = ReplayMode::kSequential);
+TimeEstimate estimate_time(const StepFunction& step, const TrainState& initial, const at::Tensor& w, int64_t recomputed,
+                           int64_t products, ReplayMode mode = ReplayMode::kSequential);
 
 }  // namespace magic
