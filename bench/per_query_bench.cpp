@@ -92,9 +92,11 @@ int64_t status_kib(const std::string& field) {
 // Child: the whole pipeline, plain (batch 0) or per query in one pass; prints its peak RSS.
 int measure_memory(const std::string& config_path, int64_t batch) {
   at::set_num_threads(1);
-  const LmProblem problem = build_lm_problem(RunConfig::load(config_path));
+  const RunConfig config = RunConfig::load(config_path);
+  const LmProblem problem = build_lm_problem(config);
   MagicOptions options;
-  options.schedule = RunConfig::load(config_path).checkpoints;
+  options.schedule = config.checkpoints;
+  if (config.checkpoints == CheckpointSchedule::kBudget) options.budget_states = run_checkpoint_plan(config).states;
   options.per_query = batch > 0;
   options.query_batch = std::max<int64_t>(batch, 1);
   run_magic(*problem.step, *problem.query, problem.initial, problem.weights, options);
@@ -149,14 +151,16 @@ int main(int argc, char** argv) {
   at::set_num_threads(threads);
   const LmProblem p = build_lm_problem(config);
   const StepFunction& step = *p.step;
-  CheckpointStore store(checkpoint_steps(config.checkpoints, step.num_steps()));
+  const CheckpointPlan plan = run_checkpoint_plan(config);
+  CheckpointStore store(plan.steps);
+  store.set_segment_slots(plan.segment_slots);
   const TrainState final_state = train_forward(step, p.initial, p.weights, &store, {});
   std::vector<TensorTree> dq;
   for (int64_t j = 0; j < queries; ++j) dq.push_back(p.query->gradient(final_state.params, j));
   const ReplayBackward replay(step, store, p.weights);
 
   std::cout << "per_query_bench: " << flags["config"] << ", " << queries << " queries, " << step.num_steps()
-            << " steps, " << checkpoint_schedule_name(config.checkpoints) << " checkpoints, " << threads
+            << " steps, " << plan_summary(config.checkpoints, plan, config.checkpoint_budget) << ", " << threads
             << " thread(s); fastest of " << rounds << " interleaved rounds\n\n";
   const double inf = std::numeric_limits<double>::infinity();
   double separate_s = inf;

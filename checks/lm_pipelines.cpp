@@ -111,6 +111,8 @@ RunConfig lm_unclipped_config(const CheckSettings& s) {
     c.precision = s.precision;
     c.batch_size = s.global_batch();
     c.spill_dir.reset();  // the check keeps its few checkpoints in memory
+    // The settings' schedule: a budget's checked steps run with sqrt's (check_settings.cpp).
+    c.checkpoints = parse_checkpoint_schedule(s.checkpoints);
     // The host's: the reference computes there, and --device (not the config) places the run.
     c.device = DeviceKind::kCpu;
     return c;

@@ -18,7 +18,8 @@ testing::CommandOutcome magic_check(const std::string& args) {
   return testing::run_command(std::string(MAGIC_CHECK_BINARY) + " " + args);
 }
 
-std::string run_config() {
+// `budget`: the run's checkpoints as a memory budget (its checked steps run with sqrt's).
+std::string run_config(bool budget = false) {
   testing::TinyRun run;
   run.optimizer = "adamw";
   run.schedule = "cosine";
@@ -28,13 +29,14 @@ std::string run_config() {
   nlohmann::json j = testing::tiny_run_json(run);
   j["data"]["train"] = testing::source_path("fixtures/text/proverbs.jsonl");
   j["data"]["queries"] = testing::source_path("fixtures/text/queries.jsonl");
-  const std::string path = ::testing::TempDir() + "/check-this-run.json";
+  if (budget) j["training"]["checkpoints"] = {{"budget", "64MiB"}};
+  const std::string path = ::testing::TempDir() + (budget ? "/check-this-budget-run.json" : "/check-this-run.json");
   std::ofstream(path) << j.dump(2);
   return path;
 }
 
 TEST(MagicCheckConfig, ChecksTheRunsOwnConfigAtEveryLevel) {
-  const std::string config = run_config(), json = ::testing::TempDir() + "/check-config.json";
+  const std::string config = run_config(/*budget=*/true), json = ::testing::TempDir() + "/check-config.json";
   auto o = magic_check("--config " + config + " --topology dp=2,fsdp=2 --steps 3 --json " + json);
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("lm workload of " + config), std::string::npos) << o.output;
