@@ -76,6 +76,9 @@ PrecisionCriterion precision_criterion(const CheckSettings& settings, const Name
   c.k = row.shared_inputs ? kPrecisionK : kDownstreamK;
   c.floor = u_sqrt_n;
   if (row.shared_inputs) c.bound = kBoundUnits * u_sqrt_n;
+  // A summary's sensitivity is its floor, which bf16 resolves only to a few per cent of a clip
+  // coefficient: where a run below fp32 clips, the fp32 pass judges it again (run_check.cpp).
+  c.judge_again_at_fp32 = row.master_sum_length > 0;
   // Stored values: were they kept in master weights (check_row.h)?
   if (row.stored && settings.precision.master != settings.precision.compute) c.storage = settings.precision.compute;
   // Final parameters are judged by where they are stored, not by value: under Adam an entry whose

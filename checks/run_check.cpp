@@ -91,12 +91,12 @@ std::string avg_convention_note(const CheckSettings& s) {
       "instead of its share of the global count. ", "Use --convention sum.");
 }
 
-// Whether the fp32 pass judges `row` again: a row weakly judged in its own dtype, and the clip
-// coefficient wherever a run below fp32 clips (bf16 resolves a gradient norm only to its floor
-// u·√n, so a coefficient a few per cent off is within the row's allowance; docs/magic-check.md,
-// "Mixed precision").
+// Whether the fp32 pass judges `row` again: a row weakly judged in its own dtype, and a row whose
+// criterion asks for it (a summary such as the clip coefficient, wherever a run below fp32 clips:
+// bf16 resolves a gradient norm only to its floor u·√n, so a coefficient a few per cent off is
+// within the row's allowance; docs/magic-check.md, "Mixed precision").
 bool judged_again_at_fp32(const CheckRow& row) {
-  return row_weakly_judged(row) || (row.precision && row.level == "optimizer" && row.tensor == "clip_coefficient");
+  return row_weakly_judged(row) || (row.precision && row.precision->judged_again_at_fp32);
 }
 
 // The levels (all_levels() order) of the rows the fp32 pass would judge again.

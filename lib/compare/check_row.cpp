@@ -88,6 +88,7 @@ CheckRow make_precision_row(const std::string& level, const std::string& tensor,
   e.reference_golden = r_g.worst_rel_err;
   e.allowed_golden = criterion.k * e.reference_golden + criterion.floor;
   e.bound = criterion.bound;
+  e.judged_again_at_fp32 = criterion.judge_again_at_fp32;
   if (e.bound && e.reference_golden > *e.bound / kBoundUnits) e.bound.reset();
   e.golden_dtype = golden.scalar_type();
   row.tolerance = e.allowed_golden;

@@ -42,6 +42,9 @@ struct PrecisionCriterion {
   std::optional<double> signal_error;
   // Where judge_values is false for a reason the report should give (a passing row says it).
   std::string unjudged_because;
+  // A one-number summary of a tensor (the clip coefficient) that a run below fp32 resolves only to
+  // its floor: the fp32 pass judges it again wherever such a run has it (checks/run_check.cpp).
+  bool judge_again_at_fp32 = false;
 };
 
 struct PrecisionErrors {
@@ -52,8 +55,9 @@ struct PrecisionErrors {
   std::optional<double> bound;    // on err(D, R), which is the row's stats.worst_rel_err
   // With a storage check: the shares of D's and R's entries representable in the compute dtype.
   std::optional<double> candidate_representable, reference_representable;
-  bool values_judged = true;   // false: the errors are shown, the storage check alone judged
-  bool factors_judged = true;  // the factor rule applied (values judged, or judge_factors)
+  bool values_judged = true;          // false: the errors are shown, the storage check alone judged
+  bool factors_judged = true;         // the factor rule applied (values judged, or judge_factors)
+  bool judged_again_at_fp32 = false;  // PrecisionCriterion::judge_again_at_fp32
   // The dtype the golden tensor holds: the report's header names it ("bf16 (judged against an fp64
   // golden run)"), so that a golden run that took the policy's dtype shows.
   c10::ScalarType golden_dtype = c10::kDouble;
