@@ -21,6 +21,15 @@
 
 namespace magic::bench {
 
+// A field of this process's /proc/self/status in KiB ("VmRSS", "VmHWM"), or -1.
+inline int64_t status_kib(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1));
+  }
+  return -1;
+}
+
 struct ChildRun {
   int exit_code = -1;
   std::string output;

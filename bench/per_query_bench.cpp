@@ -81,14 +81,6 @@ std::string config_with_queries(const std::string& path, int64_t queries, const 
   return written_path;
 }
 
-int64_t status_kib(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1));
-  }
-  return -1;
-}
-
 // Child: the whole pipeline, plain (batch 0) or per query in one pass; prints its peak RSS.
 int measure_memory(const std::string& config_path, int64_t batch) {
   at::set_num_threads(1);
@@ -100,7 +92,7 @@ int measure_memory(const std::string& config_path, int64_t batch) {
   options.per_query = batch > 0;
   options.query_batch = std::max<int64_t>(batch, 1);
   run_magic(*problem.step, *problem.query, problem.initial, problem.weights, options);
-  std::cout << "peak_kib " << status_kib("VmHWM") << std::endl;
+  std::cout << "peak_kib " << bench::status_kib("VmHWM") << std::endl;
   return 0;
 }
 

@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "bench/bench_flags.h"
+#include "bench/child_run.h"
 #include "bench/replay_bench_config.h"
 #include "lib/core/allocator.h"
 #include "lib/core/caching_cpu_allocator.h"
@@ -30,15 +31,6 @@
 namespace {
 
 using namespace magic;
-
-int64_t status_kib(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1));
-  }
-  return -1;
-}
 
 // One measurement, printed as a tab-separated line for the parent.
 int measure(int64_t steps, const std::string& schedule, int threads) {
@@ -54,14 +46,14 @@ int measure(int64_t steps, const std::string& schedule, int threads) {
   }
   const CheckpointPlan plan = run_checkpoint_plan(run);
   const LmProblem problem = build_lm_problem(run);
-  const int64_t baseline = status_kib("VmRSS");
+  const int64_t baseline = bench::status_kib("VmRSS");
   MagicOptions options;
   options.schedule = run.checkpoints;
   options.budget_states = budget ? plan.states : 0;
   options.replay_mode =
       budget ? ReplayMode::kSequential : choose_replay_mode(problem.step->runs_collectives(), threads);
   MagicResult r = run_magic(*problem.step, *problem.query, problem.initial, problem.weights, options);
-  const int64_t peak = status_kib("VmHWM");
+  const int64_t peak = bench::status_kib("VmHWM");
   std::cout << steps << '\t' << schedule << '\t' << r.train_seconds << '\t' << r.replay_seconds << '\t' << r.checkpoints
             << '\t' << r.peak_states_held << '\t' << r.checkpoint_bytes << '\t' << peak << '\t' << peak - baseline
             << '\t' << plan.recomputations << std::endl;

@@ -9,6 +9,16 @@
 
 namespace magic {
 
+std::string format_bytes(double bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int unit = 0;
+  while (bytes >= 1024.0 && unit < 6) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  return unit == 0 ? str_cat(static_cast<int64_t>(bytes), " B") : str_cat(format_fixed(bytes, 1), " ", kUnits[unit]);
+}
+
 int64_t parse_byte_size(const std::string& text, const std::string& what) {
   const auto refuse = [&] {
     return InputError(str_cat(what, ": expected a size such as \"256MiB\" or \"1.5GiB\" (units B, KiB, MiB, GiB, ",

@@ -2,10 +2,10 @@
 
 #include <stdexcept>
 
+#include "lib/core/byte_size.h"
 #include "lib/core/strings.h"
 #include "lib/train/binomial_checkpointing.h"
 #include "lib/train/checkpoint_store.h"
-#include "lib/train/memory_estimate.h"
 
 namespace magic {
 

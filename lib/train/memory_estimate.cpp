@@ -10,16 +10,6 @@
 
 namespace magic {
 
-std::string format_bytes(double bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  int unit = 0;
-  while (bytes >= 1024.0 && unit < 6) {
-    bytes /= 1024.0;
-    ++unit;
-  }
-  return unit == 0 ? str_cat(static_cast<int64_t>(bytes), " B") : str_cat(format_fixed(bytes, 1), " ", kUnits[unit]);
-}
-
 std::string MemoryEstimate::str() const {
   return str_cat(
       format_bytes(total()), " (", states, " states of ", format_bytes(static_cast<double>(state_bytes)), ", batches ",

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <string>
 
+#include "lib/core/byte_size.h"
 #include "lib/train/checkpoint_plan.h"
 #include "lib/train/replay_mode.h"
 #include "lib/train/run_config.h"
@@ -97,8 +98,5 @@ int64_t available_memory_bytes();
 // where one step's activations cannot, the number of queries (the most that fit) where per-query
 // REPLAY's queries are what does not fit, else the schedule (with a dump, running without it first).
 void require_memory(const RunConfig& config, const MemoryEstimate& estimate, int64_t available, int64_t ranks = 1);
-
-// "512 B", "3.4 MiB", "24.0 GiB", "1.1 PiB"
-std::string format_bytes(double bytes);
 
 }  // namespace magic
