@@ -42,6 +42,7 @@
 
 #include "bench/bench_flags.h"
 #include "bench/child_run.h"
+#include "bench/side_rounds.h"
 #include "lib/core/strings.h"
 
 namespace {
@@ -49,16 +50,11 @@ namespace {
 using magic::format_fixed;
 using magic::split;
 using magic::str_cat;
+using magic::bench::blas_text;
 using magic::bench::ChildRun;
+using magic::bench::field;
 using magic::bench::run_child;
-
-double field(const std::string& text, const std::string& pattern, const std::string& what) {
-  std::smatch m;
-  if (!std::regex_search(text, m, std::regex(pattern))) {
-    throw std::runtime_error(str_cat("no ", what, " in the output:\n", text));
-  }
-  return std::stod(m[1]);
-}
+using magic::bench::Side;
 
 void write_documents(const std::string& path, int64_t count, std::mt19937_64& rng) {
   std::ofstream out(path);
@@ -68,32 +64,6 @@ void write_documents(const std::string& path, int64_t count, std::mt19937_64& rn
     for (char& c : text) c = static_cast<char>(printable(rng));
     out << nlohmann::json{{"id", str_cat("r", i)}, {"text", text}}.dump() << "\n";
   }
-}
-
-// One side's rounds: the fastest one's seconds, the largest peak, what it mapped and reports.
-struct Side {
-  double train_s = 0, replay_s = 0, peak_rss_mib = 0;
-  std::set<std::string> blas;
-  std::string threads;
-  int64_t rounds = 0;
-
-  double total() const { return train_s + replay_s; }
-  void add(double train, double replay, const ChildRun& run, const std::string& reported_threads) {
-    if (rounds++ == 0 || train + replay < total()) {
-      train_s = train;
-      replay_s = replay;
-    }
-    peak_rss_mib = std::max(peak_rss_mib, run.peak_rss_mib);
-    for (const auto& path : run.libraries) {
-      const std::string name = std::filesystem::path(path).filename().string();
-      if (std::regex_search(name, std::regex("blas|mkl|blis"))) blas.insert(path);
-    }
-    threads = reported_threads;
-  }
-};
-
-std::string blas_text(const std::set<std::string>& blas) {
-  return blas.empty() ? "none seen" : magic::join(std::vector<std::string>(blas.begin(), blas.end()), " + ");
 }
 
 std::string write_run(const std::string& dir, int64_t steps) {
@@ -195,8 +165,7 @@ int main(int argc, char** argv) {
               field(mr.output, "REPLAY ([0-9.]+) s;", "magic-run REPLAY time"), mr, threads);
       }
       // A speed-up between two BLAS libraries, or two thread counts, measures those.
-      const bool alike =
-          p.blas == m.blas && q.blas == m.blas && p.threads == m.threads && q.threads == m.threads && !m.blas.empty();
+      const bool alike = magic::bench::alike(p, m) && magic::bench::alike(q, m);
       const auto speed_up = [&](double peer_s) { return alike ? format_fixed(peer_s / m.total(), 2) + "x" : "-"; };
       std::cout << "| " << steps << " | " << threads << " | " << format_fixed(p.train_s, 2) << " | "
                 << format_fixed(p.replay_s, 2) << " | " << format_fixed(p.peak_rss_mib, 0) << " | "

@@ -76,8 +76,12 @@ int main(int argc, char** argv) {
   magic::keep_freed_memory_in_process();   // lib/core/allocator.h
   magic::install_caching_cpu_allocator();  // lib/core/caching_cpu_allocator.h
   // --measure N SCHEDULE THREADS: one configuration, in this (child) process.
-  if (argc == 5 && std::string(argv[1]) == "--measure")
-    return measure(std::stoll(argv[2]), argv[3], std::stoi(argv[4]));
+  if (argc == 5 && std::string(argv[1]) == "--measure") try {
+      return measure(std::stoll(argv[2]), argv[3], std::stoi(argv[4]));
+    } catch (const std::exception& e) {  // one line naming the row, not an abort's
+      std::cerr << "replay_bench: N = " << argv[2] << ", schedule " << argv[3] << ": " << e.what() << "\n";
+      return 2;
+    }
   auto flags =
       magic::bench::parse_flags(argc, argv, {{"steps", "16,64,256"}, {"schedules", "sqrt,all"}, {"threads", "1"}},
                                 "replay_bench [--steps 16,64,256] [--schedules sqrt,all] [--threads 1,2]");
@@ -95,7 +99,8 @@ int main(int argc, char** argv) {
         std::string sched;
         if (!(line >> steps >> sched >> train >> replay >> checkpoints >> held >> bytes >> peak >> growth >>
               recomputed)) {
-          std::cout << "| " << n << " | " << schedule << " | " << threads << " | (child failed) |\n";
+          std::cout << "| " << n << " | " << schedule << " | " << threads
+                    << " | (child failed: its message is above) |\n";
           continue;
         }
         std::cout << "| " << steps << " | " << sched << " | " << threads << " | " << format_fixed(train, 2) << " | "

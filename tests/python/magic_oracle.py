@@ -10,8 +10,9 @@ update) with respect to the state and to the data weights w, and sums the w part
 
 Two ways to run it:
 
-  magic_oracle.py --plan DIR --out scores.safetensors [--plant BUG]
-      the oracle alone: writes its scores in magic-run's score-file format.
+  magic_oracle.py --plan DIR --out scores.safetensors [--plant BUG] [--threads N]
+      the oracle alone: writes its scores in magic-run's score-file format, and prints its
+      training and REPLAY seconds (bench/pythia_shaped times it against magic-run this way).
 
   magic_oracle.py --magic-run BIN --compare BIN --config CFG [--config CFG ...]
       the test (ctest's python.magic_oracle): for each config, in a temporary directory, runs
@@ -53,6 +54,14 @@ PLANTS = {
                                lambda plan: plan["loss"]["weights"] == "per_token"),
     "no-label-smoothing": ("the training loss not label-smoothed",
                            lambda plan: plan["loss"]["label_smoothing"] != 0),
+    "rotary-interleaved": ("rotary pairs adjacent columns (GPT-J's form) instead of rotating halves",
+                           lambda plan: plan["model"]["positions"] == "rotary"),
+    "residual-sequential": ("the parallel residual computed in sequence",
+                            lambda plan: plan["model"]["residual"] == "parallel"),
+    "gelu-erf": ("the tanh GELU computed with erf",
+                 lambda plan: plan["model"]["activation"] == "gelu_tanh"),
+    "head-detached": ("the tied head's gradient not reaching tok_emb",
+                      lambda plan: plan["model"]["tied_embeddings"]),
 }
 
 
@@ -174,10 +183,13 @@ def plan_checks(plan, files):
     for p in m["parameters"]:
         if p["name"] not in init or list(init[p["name"]].shape) != p["shape"]:
             raise PlanError(f"init.safetensors: parameter {p['name']} missing or not {p['shape']}")
-    if m["architecture"] != "gpt" or m["activation"] != "gelu_erf" or m["dropout"] != 0 or m["tied_embeddings"] \
-            or m["head_bias"] or m["positions"] != "learned" or m["norm"] != "pre_layernorm" \
-            or m["attention_mask"] != "causal":
+    if m["architecture"] != "gpt" or m["activation"] not in ("gelu_erf", "gelu_tanh") or m["dropout"] != 0 \
+            or m["head_bias"] or m["positions"] not in ("learned", "rotary") or m["norm"] != "pre_layernorm" \
+            or m["residual"] not in ("sequential", "parallel") or m["attention_mask"] != "causal":
         raise PlanError(f"model {m['architecture']}: a variant this oracle does not build")
+    if m["positions"] == "rotary" and not (isinstance(m.get("rotary_dims"), int) and 2 <= m["rotary_dims"]
+                                           <= m["head_dim"] and m["rotary_dims"] % 2 == 0):
+        raise PlanError(f"model.rotary_dims {m.get('rotary_dims')}: expected an even number in 2..head_dim")
     b = files["batches.safetensors"]
     S, B, T, N = plan["training"]["steps"], plan["training"]["batch_size"], d["sequence_length"], d["examples"]
     ignore = plan["loss"]["ignore_target"]
@@ -208,10 +220,26 @@ def plan_checks(plan, files):
 # ---------------------------------------------------------------------------------------------
 # The model and the losses (docs/plan-format.md, "The forward", "The loss of a step", "The query loss")
 
-def gpt_logits(model, params, ids):
+def rotated(model, t, plant=None):
+    """q or k [R, H, T, hd] turned on its first rotary_dims columns by position (the rotate-half
+    form: column i < r/2 pairs with column i + r/2, both at angle p·base^(−2i/r))."""
+    r, T = model["rotary_dims"], t.shape[-2]
+    angle = torch.arange(T, dtype=torch.float64)[:, None] * model["rotary_base"] ** (
+        -torch.arange(0, r, 2, dtype=torch.float64) / r)
+    cos, sin = angle.cos().to(t.dtype), angle.sin().to(t.dtype)
+    a, b, kept = t[..., :r // 2], t[..., r // 2:r], t[..., r:]
+    if plant == "rotary-interleaved":
+        a, b = t[..., 0:r:2], t[..., 1:r:2]
+        return torch.cat([torch.stack([a * cos - b * sin, b * cos + a * sin], -1).flatten(-2), kept], -1)
+    return torch.cat([a * cos - b * sin, b * cos + a * sin, kept], -1)
+
+
+def gpt_logits(model, params, ids, plant=None):
+    """The logits [R, T, V]; `plant` (training's forward only) gets one part of the model wrong."""
     R, T = ids.shape
     d, H, hd = model["d_model"], model["n_heads"], model["head_dim"]
     eps = model["layer_norm_eps"]
+    rotary = model["positions"] == "rotary"
 
     def norm(x, name):
         return torch.nn.functional.layer_norm(x, (d,), params[name + ".weight"], params[name + ".bias"], eps)
@@ -220,18 +248,36 @@ def gpt_logits(model, params, ids):
         y = x @ params[name + ".weight"].t()
         return y + params[name + ".bias"] if bias else y
 
+    def gelu(x):
+        tanh = model["activation"] == "gelu_tanh" and plant != "gelu-erf"
+        return torch.nn.functional.gelu(x, approximate="tanh" if tanh else "none")
+
     future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)  # key j after query i
-    x = params["tok_emb"][ids] + params["pos_emb"][:T]
-    for l in range(model["n_layers"]):
-        p = f"blocks.{l}."
-        h = linear(norm(x, p + "ln1"), p + "attn.qkv")
+
+    def attn(x, p):
+        h = linear(x, p + "attn.qkv")
         q, k, v = (h[..., i * d:(i + 1) * d].reshape(R, T, H, hd).transpose(1, 2) for i in range(3))
+        if rotary:
+            q, k = rotated(model, q, plant), rotated(model, k, plant)
         a = (q @ k.transpose(-1, -2)) * model["attention_scale"]
         a = a.masked_fill(future, float("-inf"))
         y = (torch.softmax(a, -1) @ v).transpose(1, 2).reshape(R, T, d)
-        x = x + linear(y, p + "attn.proj")
-        x = x + linear(torch.nn.functional.gelu(linear(norm(x, p + "ln2"), p + "mlp.fc")), p + "mlp.proj")
-    return linear(norm(x, "ln_f"), "head", bias=False)
+        return linear(y, p + "attn.proj")
+
+    def mlp(x, p):
+        return linear(gelu(linear(x, p + "mlp.fc")), p + "mlp.proj")
+
+    x = params["tok_emb"][ids] if rotary else params["tok_emb"][ids] + params["pos_emb"][:T]
+    for l in range(model["n_layers"]):
+        p = f"blocks.{l}."
+        if model["residual"] == "parallel" and plant != "residual-sequential":
+            x = x + attn(norm(x, p + "ln1"), p) + mlp(norm(x, p + "ln2"), p)
+        else:
+            x = x + attn(norm(x, p + "ln1"), p)
+            x = x + mlp(norm(x, p + "ln2"), p)
+    head = params["head.weight"] if not model["tied_embeddings"] else \
+        params["tok_emb"].detach() if plant == "head-detached" else params["tok_emb"]
+    return norm(x, "ln_f") @ head.t()
 
 
 def token_losses(logits, targets, ignore, label_smoothing=0.0):
@@ -250,7 +296,7 @@ def token_losses(logits, targets, ignore, label_smoothing=0.0):
 def step_loss(plan, params, batches, s, w, plant=None):
     ids, targets, e = batches["input_ids"][s], batches["targets"][s], batches["example_index"][s]
     smoothing = 0.0 if plant == "no-label-smoothing" else plan["loss"]["label_smoothing"]
-    losses = token_losses(gpt_logits(plan["model"], params, ids), targets, plan["loss"]["ignore_target"], smoothing)
+    losses = token_losses(gpt_logits(plan["model"], params, ids, plant), targets, plan["loss"]["ignore_target"], smoothing)
     padded = torch.cat([w, torch.zeros_like(w[:1])])  # index -1 picks the zero row: padding weighs 0
     row_w = padded[e]
     if plan["loss"]["weights"] == "per_document":
@@ -363,18 +409,18 @@ def magic_scores(plan, init, batches, queries, plant=None):
     count = len(names)
 
     # Forward training, every state kept (the plan's runs are small; magic-run keeps checkpoints).
-    start = time.time()
+    start = time.perf_counter()
     states = [step.initial_state(theta0)]
     for s in range(S):
         leaves = {key: [t.detach().requires_grad_(key == "theta") for t in states[-1][key]] for key in keys}
         nxt = step(leaves, w, s, create_graph=False)
         states.append({key: [t.detach() for t in nxt[key]] for key in keys})
-    train_seconds = time.time() - start
+    train_seconds = time.perf_counter() - start
 
     per_query = plan["queries"]["per_query"]
     targets = list(range(plan["queries"]["documents"])) if per_query else [None]
     rows = []
-    start = time.time()
+    start = time.perf_counter()
     for which in targets:
         theta_S = [t.detach().requires_grad_(True) for t in states[S]["theta"]]
         lam = {"theta": list(torch.autograd.grad(query_loss(plan, dict(zip(names, theta_S)), queries, which), theta_S))}
@@ -391,7 +437,7 @@ def magic_scores(plan, init, batches, queries, plant=None):
             lam = unflat(products[:-1], keys, count)
             score = score + products[-1]
         rows.append(score)
-    replay_seconds = time.time() - start
+    replay_seconds = time.perf_counter() - start
     scores = torch.stack(rows) if per_query else rows[0]
     clipped = sorted(s for s, c in step.clipped.items() if c)
     return scores.detach(), {"train_seconds": train_seconds, "replay_seconds": replay_seconds, "clipped": clipped,
@@ -490,20 +536,24 @@ def main():
     parser.add_argument("--plan", help="a plan folder (magic-run --export-plan DIR)")
     parser.add_argument("--out", help="with --plan: the score file to write")
     parser.add_argument("--plant", choices=sorted(PLANTS), help="with --plan: plant this bug in the oracle")
+    parser.add_argument("--threads", type=int, default=1, help="with --plan: torch's intra-op threads (1)")
     parser.add_argument("--magic-run", help="the test: the magic-run binary")
     parser.add_argument("--compare", help="the test: the magic-compare binary")
     parser.add_argument("--config", action="append", default=[], help="the test: a run config (repeatable)")
     parser.add_argument("--per-query-config", action="append", default=[],
                         help="the test: a run config to run with --per-query (repeatable)")
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    if args.threads < 1:
+        parser.error(f"--threads {args.threads}: expected 1 or more")
+    torch.set_num_threads(args.threads if args.plan else 1)
     try:
         if args.plan:
             if not args.out:
                 parser.error("--plan needs --out")
             plan, facts = run_oracle(args.plan, args.out, args.plant)
-            print(f"wrote {args.out}: {plan['scores']['shape']} scores; training {facts['train_seconds']:.1f} s, "
-                  f"REPLAY {facts['replay_seconds']:.1f} s; clipping fired at steps {facts['clipped']}")
+            print(f"wrote {args.out}: {plan['scores']['shape']} scores; training {facts['train_seconds']:.3f} s, "
+                  f"REPLAY {facts['replay_seconds']:.3f} s; clipping fired at steps {facts['clipped']}; "
+                  f"threads={torch.get_num_threads()}")
             return 0
         if not (args.magic_run and args.compare and (args.config or args.per_query_config)):
             parser.error("give --plan and --out, or --magic-run, --compare and --config")
