@@ -1,7 +1,9 @@
-// gelu_erf (lib/model/gelu.h) against at::gelu, the independent oracle: the same values bit for
-// bit, the same first and second derivatives (to rounding), and gradcheck / gradgradcheck
+// gelu_erf (lib/model/gelu.h) against at::gelu, the independent oracle: the same values to erf's
+// few ulp, the same first and second derivatives (to rounding), and gradcheck / gradgradcheck
 // against finite differences.
 #include <gtest/gtest.h>
+
+#include <limits>
 
 #include <torch/csrc/autograd/autograd.h>
 
@@ -18,9 +20,12 @@ at::Tensor input(at::ScalarType dtype, uint64_t seed) {
   return (at::randn({1000}, gen, at::TensorOptions().dtype(at::kDouble)) * 3.0).to(dtype);
 }
 
-TEST(Gelu, ValuesAreAtGelusBitForBitInFp64) {
+// Φ = (1 + erf)/2 is off by at most erf's error, a few ulp of 1, so x·Φ by that times |x|.
+TEST(Gelu, ValuesAreAtGelusToAFewUlpInFp64) {
   const at::Tensor x = input(at::kDouble, 1);
-  EXPECT_TRUE(at::equal(gelu_erf(x), at::gelu(x)));
+  const double eps = std::numeric_limits<double>::epsilon();
+  const at::Tensor off = (gelu_erf(x) - at::gelu(x)).abs() - 4 * eps * x.abs();
+  EXPECT_LE(off.max().item<double>(), 0.0);
 }
 
 // First derivative along v and the second derivative (u·H) of <v, gelu(x)>, both ways.

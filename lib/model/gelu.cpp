@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "lib/core/vector_math.h"
+
 namespace magic {
 namespace {
 
@@ -21,6 +23,7 @@ struct GeluSlope : public torch::autograd::Function<GeluSlope> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     const at::Tensor x = ctx->get_saved_variables()[0];
+    // Differentiable again (REPLAY's product differentiates a traced backward), so at::exp.
     const at::Tensor pdf = at::exp(-0.5 * x * x) * kInvSqrt2Pi;
     return {grad[0] * pdf * (2.0 - x * x), at::Tensor(), at::Tensor()};
   }
@@ -28,7 +31,7 @@ struct GeluSlope : public torch::autograd::Function<GeluSlope> {
 
 struct Gelu : public torch::autograd::Function<Gelu> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x) {
-    const at::Tensor cdf = 0.5 * (1.0 + at::erf(x * M_SQRT1_2));
+    const at::Tensor cdf = 0.5 * (1.0 + vector_erf(x * M_SQRT1_2));
     ctx->save_for_backward({x, cdf});
     return x * cdf;
   }
