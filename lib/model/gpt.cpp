@@ -1,6 +1,8 @@
 #include "lib/model/gpt.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "lib/core/error.h"
 #include "lib/core/seed.h"
@@ -35,6 +37,39 @@ at::Tensor rotate(const GptConfig& c, const at::Tensor& t, const at::Tensor& pos
   return at::cat({turned * cos + rotated_half * sin, kept}, -1);
 }
 
+// softmax(scores + causal mask) · v for queries at `positions` and keys at `key_positions`.
+at::Tensor attend_masked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& positions,
+                         const at::Tensor& key_positions, at::Tensor* probabilities) {
+  // The causal mask is added (-inf where key j comes after query i in the true order, else 0)
+  // rather than filled in: the same values, and REPLAY's double backward then has two fewer T x T
+  // passes per layer.
+  at::Tensor scores = kernels::matmul(q, k.transpose(-2, -1));
+  const at::Tensor future = key_positions.unsqueeze(0) > positions.unsqueeze(1);
+  scores = scores + at::where(future, -std::numeric_limits<double>::infinity(), 0.0).to(scores.scalar_type());
+  at::Tensor p = kernels::softmax(scores, -1);
+  if (probabilities) *probabilities = p;
+  return kernels::matmul(p, v);
+}
+
+// Causal attention when the keys are the queries' own T columns in order (keys_in_order): query
+// block [b, e) reads keys [0, e) only, so of the T x T scores n blocks compute (n + 1)/2n; the keys
+// after e would add only exp(-inf) = 0 to a row. q is scaled already; [B, H, T, D] each.
+at::Tensor attend_in_blocks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const SequenceLayout& layout,
+                            const std::string& layer) {
+  const int64_t T = q.size(2), rows = (T + causal_blocks(T) - 1) / causal_blocks(T);
+  std::vector<at::Tensor> ys, probabilities;
+  for (int64_t begin = 0; begin < T; begin += rows) {
+    const int64_t end = std::min(T, begin + rows);
+    at::Tensor p;
+    ys.push_back(attend_masked(q.narrow(2, begin, end - begin), k.narrow(2, 0, end), v.narrow(2, 0, end),
+                               layout.positions.narrow(0, begin, end - begin), layout.key_positions.narrow(0, 0, end),
+                               tracing() ? &p : nullptr));
+    if (tracing()) probabilities.push_back(at::constant_pad_nd(p.detach(), {0, T - end}));
+  }
+  if (tracing()) trace_attention(at::cat(probabilities, 2), layer);
+  return ys.size() == 1 ? ys[0] : at::cat(ys, 2);
+}
+
 at::Tensor causal_self_attention(const GptConfig& c, const at::Tensor& normed, const TensorTree& p, int64_t layer,
                                  const ModelLayout& model_layout) {
   const SequenceLayout& layout = model_layout.sequence;
@@ -50,23 +85,22 @@ at::Tensor causal_self_attention(const GptConfig& c, const at::Tensor& normed, c
     q = rotate(c, q, layout.position_ids);
     k = rotate(c, k, layout.position_ids);
   }
+  // The scale goes on q (T x D per head) rather than on the T x T scores.
+  const at::Tensor scaled = q * attention_scale_of(c), v = heads(parts[2]);
+  const std::string name = str_cat("blocks.", layer);
+  at::Tensor y;
   if (layout.attend) {  // ring attention: no probabilities to trace, the keys never gathered
-    const at::Tensor y = layout.attend(q * attention_scale_of(c), k, heads(parts[2]));
-    return tensor.row_linear(y.transpose(1, 2).reshape({B, T, H * D}), p.at(block(layer, "attn.proj.weight")),
-                             p.at(block(layer, "attn.proj.bias")));
+    y = layout.attend(scaled, k, v);
+  } else if (layout.keys_in_order) {
+    y = attend_in_blocks(scaled, k, v, layout, name);
+  } else {
+    at::Tensor probabilities;
+    y = attend_masked(scaled, layout.gather_keys(k), layout.gather_keys(v), layout.positions, layout.key_positions,
+                      tracing() ? &probabilities : nullptr);
+    if (tracing()) trace_attention(probabilities, name);
   }
-  k = layout.gather_keys(k);
-  const at::Tensor v = layout.gather_keys(heads(parts[2]));
-  // The scale goes on q (T x D per head) rather than on the T x T scores, and the causal mask is
-  // added (-inf where key j comes after query i in the true order, else 0) rather than filled in:
-  // the same values, and REPLAY's double backward then has two fewer T x T passes per layer.
-  at::Tensor scores = kernels::matmul(q * attention_scale_of(c), k.transpose(-2, -1));
-  at::Tensor future = layout.key_positions.unsqueeze(0) > layout.positions.unsqueeze(1);
-  scores = scores + at::where(future, -std::numeric_limits<double>::infinity(), 0.0).to(scores.scalar_type());
-  const at::Tensor probabilities = kernels::softmax(scores, -1);
-  if (tracing()) trace_attention(probabilities, str_cat("blocks.", layer));
-  at::Tensor y = kernels::matmul(probabilities, v).transpose(1, 2).reshape({B, T, H * D});
-  return tensor.row_linear(y, p.at(block(layer, "attn.proj.weight")), p.at(block(layer, "attn.proj.bias")));
+  return tensor.row_linear(y.transpose(1, 2).reshape({B, T, H * D}), p.at(block(layer, "attn.proj.weight")),
+                           p.at(block(layer, "attn.proj.bias")));
 }
 
 at::Tensor mlp(const GptConfig& c, const at::Tensor& x, const TensorTree& p, int64_t layer,
@@ -131,6 +165,11 @@ GptConfig GptConfig::from_json(const JsonFields& f) {
   }
   c.validate(f.where());
   return c;
+}
+
+int64_t causal_blocks(int64_t columns) {
+  // Each block is one more set of kernel calls: 32 rows or more, at most four.
+  return std::clamp<int64_t>(columns / 32, 1, 4);
 }
 
 double attention_scale_of(const GptConfig& c) {

@@ -53,6 +53,9 @@ struct GptConfig {
 
 // The factor attention logits are q·k times: `attention_scale`, or 1/sqrt(d_model / n_heads) when it is 0.
 double attention_scale_of(const GptConfig& config);
+// The query blocks causal attention splits `columns` in-order columns into (keys_in_order): block
+// [b, e) reads keys [0, e) only, (n + 1)/2n of the T x T work for n blocks.
+int64_t causal_blocks(int64_t columns);
 
 // GPT-2 style init from one seed: N(0, 0.02) weights, output projections scaled by
 // 1/sqrt(2 n_layers), zero biases, unit LayerNorm gains. Its names and shapes are the model's

@@ -24,6 +24,9 @@ struct SequenceLayout {
   // Set by a layout whose attention does not gather the keys (ring attention): softmax(q kᵀ +
   // causal mask) v for this rank's queries q (scaled already), keys and values [B, H, T_local, D].
   std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)> attend;
+  // The keys are these columns themselves, positions 0 .. T-1 in order (whole): attention then
+  // skips the blocks above the diagonal (lib/model/gpt.cpp).
+  bool keys_in_order = false;
 
   // The same layout with its index tensors on `device` (gather_keys moves what it is given).
   SequenceLayout to(const at::Device& device) const;

@@ -68,7 +68,11 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, ReplayMode mode) {
   const double per_step = static_cast<double>(c.batch_size) * (8.0 + 16.0 * c.model.max_len);
   e.batch_bytes = static_cast<int64_t>(std::min(per_step * static_cast<double>(c.steps), 9.0e18));
   const GptConfig& m = c.model;
-  const double per_token = static_cast<double>(m.n_layers) * (17.0 * m.d_model + 3.0 * m.n_heads * m.max_len) +
+  // A query reads (n + 1)/2n of the keys on average where attention runs in n causal blocks
+  // (gpt.h); a context-parallel rank reads them all, but its estimate counts every rank's tokens.
+  const double blocks = static_cast<double>(causal_blocks(m.max_len));
+  const double keys = static_cast<double>(m.max_len) * (blocks + 1.0) / (2.0 * blocks);
+  const double per_token = static_cast<double>(m.n_layers) * (17.0 * m.d_model + 3.0 * m.n_heads * keys) +
                            3.0 * static_cast<double>(m.vocab);
   const double tokens = static_cast<double>(c.batch_size) * static_cast<double>(m.max_len);
   const auto compute = static_cast<double>(c10::elementSize(c.precision.compute));
