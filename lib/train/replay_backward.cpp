@@ -168,7 +168,7 @@ StepVjp backward_through(const StepFunction& step, TracedStep traced, const Trai
 }
 
 std::vector<StepVjp> backward_through_each(const StepFunction& step, TracedStep traced,
-                                           const std::vector<TrainState>& cotangents_next, size_t batch) {
+                                           std::vector<TrainState> cotangents_next, size_t batch) {
   std::vector<StepVjp> out;
   const size_t n = cotangents_next.size();
   // A step whose backward runs collectives takes its products one at a time: a batched tensor
@@ -179,10 +179,12 @@ std::vector<StepVjp> backward_through_each(const StepFunction& step, TracedStep 
     const bool retain = first + count < n;
     if (count == 1) {
       out.push_back(product(step, traced, cotangents_next[first], retain));
-      continue;
+    } else {
+      for (StepVjp& v : batched_products(step, traced, cotangents_next, first, count, retain))
+        out.push_back(std::move(v));
     }
-    for (StepVjp& v : batched_products(step, traced, cotangents_next, first, count, retain))
-      out.push_back(std::move(v));
+    // A query's λ_{t+1} is spent once its λ_t is formed: at most one query holds both.
+    for (size_t q = first; q < first + count; ++q) cotangents_next[q] = TrainState{};
   }
   return out;
 }
@@ -265,7 +267,8 @@ std::vector<ReplayResult> ReplayBackward::run_each(const std::vector<TensorTree>
       if (lambdas.empty()) {
         for (const auto& dq : dq_dparams) lambdas.push_back(step_.replay_start(traced.leaves, dq));
       }
-      std::vector<StepVjp> vjps = backward_through_each(step_, std::move(traced), lambdas, batch);
+      std::vector<StepVjp> vjps = backward_through_each(step_, std::move(traced), std::move(lambdas), batch);
+      lambdas = std::vector<TrainState>(queries);
       for (size_t q = 0; q < queries; ++q) {
         if (observer_) observer_(t, vjps[q]);
         if (q == 0 && tracing()) trace_replay_step(t, vjps[q], step_.trace_layout());

@@ -39,9 +39,9 @@ StepVjp backward_through(const StepFunction& step, TracedStep traced, const Trai
 // last, so the forward and its gradient are traced once for all of them. Up to `batch` products
 // share one backward pass, the cotangents stacked along a leading query dimension (vmap); equal to
 // one at a time up to the order of sums inside batched kernels. A step that runs collectives
-// takes them one at a time.
+// takes them one at a time. Each cotangent is released once its product is taken.
 std::vector<StepVjp> backward_through_each(const StepFunction& step, TracedStep traced,
-                                           const std::vector<TrainState>& cotangents_next, size_t batch = 1);
+                                           std::vector<TrainState> cotangents_next, size_t batch = 1);
 
 // One vector-Jacobian product of step t at s_t against λ_{t+1}: trace_step, then backward_through.
 StepVjp step_vjp(const StepFunction& step, const TrainState& state, int64_t t, const at::Tensor& w,
