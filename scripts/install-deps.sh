@@ -2,7 +2,8 @@
 # Installs what magic-check needs on Debian 12, skipping what is already there.
 set -euo pipefail
 # libopenblas0-openmp replaces the reference BLAS that Debian's LibTorch links by default
-# (through update-alternatives): fp64 matrix products get several times faster.
+# (through update-alternatives): fp64 matrix products get several times faster. libblas-dev (which
+# libtorch-dev pulls in too) links the attention's gemm loop to that BLAS (lib/model/batched_matmul.h).
 # chromium: headless, it loads the --html report in the tests and screenshots it for docs/.
 # python3-torch: the independent PyTorch oracle of tests/python (run with /usr/bin/python3).
 # libicu-dev: Unicode classes and NFC for the BPE tokenizers (lib/text).
@@ -10,7 +11,7 @@ set -euo pipefail
 # libboost-dev: Boost.Beast and Asio (header-only) for the tracer's WebSocket server (lib/live).
 # python3-websockets: the tracer's Python client example (docs/tracer.md), run by a test.
 packages=(build-essential cmake ninja-build libtorch-dev libgloo-dev libgtest-dev
-          librapidcheck-dev nlohmann-json3-dev libcli11-dev libopenblas0-openmp chromium
+          librapidcheck-dev nlohmann-json3-dev libcli11-dev libopenblas0-openmp libblas-dev chromium
           python3-torch libicu-dev libyaml-cpp-dev libboost-dev python3-websockets)
 # Node.js runs the tokenizer oracle of tests/js (an independent GPT-2 encoder from npm); a
 # machine that has node and npm already (from any source) keeps them.

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "lib/model/batched_matmul.h"
 #include "lib/model/gelu.h"
 
 namespace magic::kernels {
@@ -23,8 +24,8 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 }
 
 at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
-  if (!needs_fp32(a)) return at::matmul(a, b);
-  return at::matmul(wide(a), wide(b)).to(a.scalar_type());
+  if (!needs_fp32(a)) return batched_matmul(a, b);
+  return batched_matmul(wide(a), wide(b)).to(a.scalar_type());
 }
 
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {

@@ -94,7 +94,7 @@ void add_per_query_replay(const RunConfig& c, int64_t queries, int64_t batch, in
       9.0e18));
   e.kept_graph_bytes = queries > 1 ? e.activation_bytes / 3 : 0;
   e.query_batch = std::max<int64_t>(1, std::min(batch, queries));
-  e.batched_bytes = (e.query_batch - 1) * (e.activation_bytes * 2 / 3);
+  e.batched_bytes = (e.query_batch - 1) * (e.activation_bytes / 2);
 }
 
 int64_t estimate_dump_bytes(const RunConfig& c, int64_t weights, int64_t queries, DumpShards shards) {

@@ -17,7 +17,7 @@
 //            ∂Q/∂θ_N and its scores; the step's graph kept for every product but the last, which
 //            the products' temporaries can no longer reuse (a third of the activations above); and
 //            a batch of K products in one backward pass holds K−1 more sets of the double
-//            backward's temporaries (two thirds each; measured on the demo config: 0.56).
+//            backward's temporaries (half each; measured on the tests' activation-heavy run: 0.45).
 //   dump     --dump's records, held until the run ends (estimate_dump_bytes).
 // LibTorch itself (about 160 MiB resident) is not counted.
 #pragma once
