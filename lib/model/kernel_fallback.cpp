@@ -4,6 +4,7 @@
 
 #include "lib/model/batched_matmul.h"
 #include "lib/model/gelu.h"
+#include "lib/model/layer_norm.h"
 
 namespace magic::kernels {
 namespace {
@@ -29,7 +30,7 @@ at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
 }
 
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
-  if (!needs_fp32(x)) return at::layer_norm(x, {x.size(-1)}, weight, bias, eps);
+  if (!needs_fp32(x)) return layer_norm_rows(x, weight, bias, eps);
   return at::layer_norm(wide(x), {x.size(-1)}, wide(weight), wide(bias), eps).to(x.scalar_type());
 }
 
