@@ -3,8 +3,8 @@
 // causal blocks as narrows of them) without copying them: one BLAS gemm a matrix, its
 // transposes passed as gemm's flags, the matrices split over the intra-op threads.
 // at::matmul copies such views to contiguous batches first, and at::bmm then runs its matrices one
-// after another on one thread whatever the thread count (replay_bench's plain step: a third of its
-// time in bmm, 1.06x faster on two threads than on one).
+// after another on one thread whatever the thread count (replay_bench's plain step: about a third
+// of its time in bmm, which two threads did not shorten).
 // Differentiable to any order: ∂a = g·bᵀ, ∂b = aᵀ·g, each again this product.
 // Where no BLAS was linked, on another device or dtype, under vmap's batched tensors, or with batch
 // dimensions that differ, it is at::matmul.
