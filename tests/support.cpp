@@ -64,7 +64,8 @@ reference::UnrolledLmSetup unrolled_setup(const LmProblem& p, const RunConfig& c
 }
 
 double relative_error(const at::Tensor& a, const at::Tensor& b) {
-  return ((a - b).abs().max() / b.abs().max()).item<double>();
+  const double scale = b.abs().max().item<double>();
+  return (a - b).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
 }
 
 namespace {

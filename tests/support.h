@@ -43,7 +43,7 @@ LmProblem tiny_lm_problem(const TinyRun& run);
 // The unrolled reference on exactly the problem's data, init, order and optimizer.
 reference::UnrolledLmSetup unrolled_setup(const LmProblem& problem, const RunConfig& config);
 
-// max |a - b| / max |b|
+// max |a - b| / max |b| (the absolute error where b is all zeros)
 double relative_error(const at::Tensor& a, const at::Tensor& b);
 
 struct CommandOutcome {

@@ -10,14 +10,10 @@
 #include "checks/gradcheck.h"
 #include "lib/core/seed.h"
 #include "lib/model/batched_matmul.h"
+#include "tests/support.h"
 
 namespace magic {
 namespace {
-
-double relative(const at::Tensor& a, const at::Tensor& b) {
-  const double scale = b.abs().max().item<double>();
-  return ((a - b).abs().max().item<double>()) / (scale > 0 ? scale : 1.0);
-}
 
 at::Tensor randn(at::IntArrayRef shape, uint64_t seed, at::ScalarType dtype = at::kDouble) {
   auto gen = make_generator(seed);
@@ -40,7 +36,7 @@ void expect_like_matmul(const at::Tensor& a, const at::Tensor& b, double toleran
   ASSERT_TRUE(batched_matmul_uses_blas(a, b)) << what;
   const at::Tensor ours = batched_matmul(a, b), theirs = at::matmul(a, b);
   ASSERT_EQ(ours.sizes(), theirs.sizes()) << what;
-  EXPECT_LE(relative(ours, theirs), tolerance) << what;
+  EXPECT_LE(testing::relative_error(ours, theirs), tolerance) << what;
 }
 
 TEST(BatchedMatmul, EqualsMatmulOnAttentionsViews) {
@@ -90,7 +86,7 @@ TEST(BatchedMatmul, TakesMatmulWhereTheGemmLoopDoesNotApply) {
   EXPECT_FALSE(batched_matmul_uses_blas(a.narrow(0, 0, 1), b));                      // batches differ
   EXPECT_FALSE(batched_matmul_uses_blas(a.to(at::kBFloat16), b.to(at::kBFloat16)));  // no gemm here
   EXPECT_FALSE(batched_matmul_uses_blas(a, b.to(at::kFloat)));                       // mixed
-  EXPECT_LE(relative(batched_matmul(a, b[0]), at::matmul(a, b[0])), 0.0);
+  EXPECT_LE(testing::relative_error(batched_matmul(a, b[0]), at::matmul(a, b[0])), 0.0);
   const at::Tensor low = batched_matmul(a.to(at::kBFloat16), b.to(at::kBFloat16));
   EXPECT_TRUE(at::equal(low, at::matmul(a.to(at::kBFloat16), b.to(at::kBFloat16))));
 }

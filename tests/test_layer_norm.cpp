@@ -10,16 +10,12 @@
 #include "checks/gradcheck.h"
 #include "lib/core/seed.h"
 #include "lib/model/layer_norm.h"
+#include "tests/support.h"
 
 namespace magic {
 namespace {
 
 using LayerNormFn = std::function<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>;
-
-double relative(const at::Tensor& a, const at::Tensor& b) {
-  const double scale = b.abs().max().item<double>();
-  return (a - b).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
-}
 
 at::Tensor defined_or_zeros(const at::Tensor& g, const at::Tensor& like) {
   return g.defined() ? g.detach() : at::zeros_like(like).detach();
@@ -78,8 +74,10 @@ TEST(LayerNormRows, ValueAndTwoDerivativesEqualAtLayerNorm) {
     EXPECT_TRUE(at::equal(a.y, b.y)) << dtype;
     for (size_t i = 0; i < 3; ++i) {
       EXPECT_TRUE(at::equal(a.first[i], b.first[i])) << dtype << " first derivative, input " << i;
-      EXPECT_LE(relative(a.second[i], b.second[i]), tolerance) << dtype << " second derivative, input " << i;
-      EXPECT_LE(relative(c.second[i], b.second[i]), tolerance) << dtype << " second derivative (ops), input " << i;
+      EXPECT_LE(testing::relative_error(a.second[i], b.second[i]), tolerance)
+          << dtype << " second derivative, input " << i;
+      EXPECT_LE(testing::relative_error(c.second[i], b.second[i]), tolerance)
+          << dtype << " second derivative (ops), input " << i;
     }
   }
 }
@@ -108,7 +106,7 @@ TEST(LayerNormRows, TheFusedSecondDerivativeEqualsLibTorchsAndRepeatsOnTwoThread
   const auto two = run(ours);
   at::set_num_threads(threads);
   for (size_t i = 0; i < 3; ++i) {
-    EXPECT_LE(relative(one[i], theirs[i]), 1e-12) << "input " << i;
+    EXPECT_LE(testing::relative_error(one[i], theirs[i]), 1e-12) << "input " << i;
     EXPECT_TRUE(at::equal(one[i], two[i])) << "input " << i;
   }
 }

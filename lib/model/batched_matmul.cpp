@@ -96,17 +96,11 @@ at::Tensor gemm_each(at::Tensor a, at::Tensor b) {
   return c;
 }
 
-#endif
-
 struct BatchedMatmul : public torch::autograd::Function<BatchedMatmul> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b) {
     ctx->save_for_backward({a, b});
-#ifdef MAGIC_WITH_BLAS
     if (a.scalar_type() == at::kDouble) return gemm_each<double>(a, b);
     return gemm_each<float>(a, b);
-#else
-    return at::matmul(a, b);
-#endif
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     const variable_list saved = ctx->get_saved_variables();
@@ -123,6 +117,8 @@ bool fits_int(const at::Tensor& t) {
   }
   return true;
 }
+
+#endif
 
 }  // namespace
 
@@ -143,7 +139,10 @@ bool batched_matmul_uses_blas(const at::Tensor& a, const at::Tensor& b) {
 }
 
 at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b) {
-  return batched_matmul_uses_blas(a, b) ? BatchedMatmul::apply(a, b) : at::matmul(a, b);
+#ifdef MAGIC_WITH_BLAS
+  if (batched_matmul_uses_blas(a, b)) return BatchedMatmul::apply(a, b);
+#endif
+  return at::matmul(a, b);
 }
 
 }  // namespace magic

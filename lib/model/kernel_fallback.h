@@ -18,6 +18,7 @@ bool needs_fp32(const at::Tensor& t);
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
 // Batched products of equal batch dimensions go through batched_matmul.h (one gemm a matrix).
 at::Tensor matmul(const at::Tensor& a, const at::Tensor& b);
+// In fp64 and fp32, layer_norm.h's (its second derivative in one pass).
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);
 at::Tensor softmax(const at::Tensor& x, int64_t dim);
 at::Tensor gelu(const at::Tensor& x);
