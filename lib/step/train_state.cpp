@@ -33,6 +33,16 @@ int64_t state_bytes(const TrainState& s) {
   return bytes;
 }
 
+TrainState packed(const TrainState& s) {
+  const TensorTree all = flatten_state(s);
+  if (all.empty()) return s;
+  const at::Tensor& first = all.begin()->tensor;
+  for (const auto& e : all) {
+    if (e.tensor.scalar_type() != first.scalar_type() || e.tensor.device() != first.device()) return s;
+  }
+  return unflatten_state(all.unflatten(all.flatten()));
+}
+
 TensorTree flatten_state(const TrainState& s) {
   return merge(merge(s.params.with_prefix("params."), s.opt.with_prefix("opt.")),
                s.persistent.with_prefix("persistent."));

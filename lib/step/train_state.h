@@ -24,6 +24,9 @@ TrainState leaf_state(const TrainState& state);
 // Zeros for each floating entry (the cotangent structure of `state`).
 TrainState zero_cotangent(const TrainState& state);
 int64_t state_bytes(const TrainState& state);
+// The same values with every entry a view of one buffer, where all entries share a dtype and a
+// device (otherwise `state` itself): a state held long, many at once, is then one allocation.
+TrainState packed(const TrainState& state);
 
 // One tree with "params.", "opt.", "persistent." prefixes, and back.
 TensorTree flatten_state(const TrainState& state);

@@ -183,6 +183,10 @@ std::vector<StepVjp> backward_through_each(const StepFunction& step, TracedStep 
       for (StepVjp& v : batched_products(step, traced, cotangents_next, first, count, retain))
         out.push_back(std::move(v));
     }
+    // Q cotangents live across the step: each in one block, not in malloc's heap as many small ones.
+    if (n > 1) {
+      for (size_t q = first; q < first + count; ++q) out[q].cotangent = packed(out[q].cotangent);
+    }
     // A query's λ_{t+1} is spent once its λ_t is formed: at most one query holds both.
     for (size_t q = first; q < first + count; ++q) cotangents_next[q] = TrainState{};
   }
@@ -265,7 +269,10 @@ std::vector<ReplayResult> ReplayBackward::run_each(const std::vector<TensorTree>
       if (traced.t != t) throw std::logic_error(str_cat("REPLAY: step ", traced.t, " came where ", t, " was due"));
       dist::set_phase(str_cat("REPLAY step ", t));
       if (lambdas.empty()) {
-        for (const auto& dq : dq_dparams) lambdas.push_back(step_.replay_start(traced.leaves, dq));
+        for (const auto& dq : dq_dparams) {
+          TrainState start = step_.replay_start(traced.leaves, dq);
+          lambdas.push_back(queries > 1 ? packed(start) : std::move(start));
+        }
       }
       std::vector<StepVjp> vjps = backward_through_each(step_, std::move(traced), std::move(lambdas), batch);
       lambdas = std::vector<TrainState>(queries);
