@@ -2,6 +2,7 @@
 
 #include "lib/core/error.h"
 #include "lib/core/strings.h"
+#include "lib/model/cross_entropy_rows.h"
 
 namespace magic {
 
@@ -51,13 +52,7 @@ at::Tensor position_losses(const at::Tensor& logits, const at::Tensor& targets) 
 at::Tensor position_losses(const at::Tensor& logits, const at::Tensor& targets, const TokenLoss& options) {
   validate_token_loss(options, logits);
   at::Tensor valid = targets.ne(kIgnoreLabel);
-  at::Tensor log_probs = at::log_softmax(logits, -1);
-  at::Tensor loss = -log_probs.gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1);
-  const double eps = options.label_smoothing;
-  if (eps > 0.0) {  // ε = 0 keeps the plain loss's operations, bit for bit
-    const double V = static_cast<double>(options.vocabulary);
-    loss = (1.0 - eps) * loss - (eps / V) * log_probs.sum(-1);
-  }
+  const at::Tensor loss = cross_entropy_rows(logits, targets.clamp_min(0), options.label_smoothing);
   // where() rather than a multiply: ignored positions are exactly 0 and carry exactly-zero
   // gradients to every order.
   return at::where(valid, loss, at::zeros({}, loss.options()));

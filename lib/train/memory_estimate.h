@@ -15,7 +15,7 @@
 //            (the forward and the kept backward: two thirds of the above) beside the product's.
 //   queries  per-query REPLAY in one pass (add_per_query_replay): each query's λ (a state), its
 //            ∂Q/∂θ_N and its scores; the step's graph kept for every product but the last, which
-//            the products' temporaries can no longer reuse (a third of the activations above); and
+//            the products' temporaries can no longer reuse (a quarter of the activations above); and
 //            a batch of K products in one backward pass holds K−1 more sets of the double
 //            backward's temporaries (half each; measured on the tests' activation-heavy run: 0.45).
 //   dump     --dump's records, held until the run ends (estimate_dump_bytes).
