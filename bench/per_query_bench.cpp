@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
     }
     for (size_t b = 0; b < batches.size(); ++b) {
       const auto start = std::chrono::steady_clock::now();
-      const std::vector<ReplayResult> r = replay.run_each(dq, static_cast<size_t>(batches[b]));
+      const std::vector<ReplayResult> r = replay.run_each(dq, QueryProducts{static_cast<size_t>(batches[b])});
       one_pass_s[b] = std::min(one_pass_s[b], seconds_since(start));
       together[b].clear();
       for (const auto& x : r) together[b].push_back(x.dw);

@@ -86,6 +86,7 @@ TEST(MagicRunCli, BadFlagsAreRefusedNamingTheFlag) {
            {"--per-query --query -1", "--query -1: expected an index >= 0"},
            {"--query-batch 2", "--query-batch 2: needs --per-query"},
            {"--per-query --query-batch 0", "--query-batch 0: expected a count >= 1"},
+           {"--retrace-per-query", "--retrace-per-query: needs --per-query"},
            {"--out " + file, "--out " + file + ": is a file; expected a directory"},
            {"--out " + file + "/scores", "is a file; cannot create a directory under it"},
            // Writable to access() for root, but nothing can be made there.

@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "lib/core/error.h"
+#include "lib/core/strings.h"
 #include "lib/train/memory_estimate.h"
 #include "tests/support.h"
 
@@ -93,7 +94,8 @@ TEST(MemoryEstimate, BoundsWhatARealRunAddsToLibTorch) {
 
 // Per-query REPLAY in one pass adds each query's cotangents, the graph kept between the queries'
 // products and a batch's extra temporaries (add_per_query_replay): the estimate still bounds what
-// the run adds to LibTorch, and is not far above it, one product at a time and four at once.
+// the run adds to LibTorch, and is not far above it, one product at a time, four at once, and one
+// at a time with each step traced again (no graph kept).
 TEST(MemoryEstimate, BoundsWhatAPerQueryRunAdds) {
 #ifdef __SANITIZE_ADDRESS__
   GTEST_SKIP() << "measures the default build's allocator; AddressSanitizer replaces it";
@@ -103,17 +105,18 @@ TEST(MemoryEstimate, BoundsWhatAPerQueryRunAdds) {
   const RunConfig config = RunConfig::load(path);
   const LmProblem p = build_lm_problem(config);
   const double baseline = static_cast<double>(peak_rss_kib({"--help"}, 1)) * 1024.0;
-  for (const int64_t batch : {1, 4}) {
+  for (const auto& [batch, retrace] :
+       {std::pair{int64_t{1}, false}, std::pair{int64_t{4}, false}, std::pair{int64_t{1}, true}}) {
     MemoryEstimate e = estimate_run_memory(config);
-    add_per_query_replay(config, p.query->num_queries(), batch, p.weights.numel(), e);
-    const double run =
-        static_cast<double>(
-            peak_rss_kib({"--config", path, "--top", "0", "--per-query", "--query-batch", std::to_string(batch)}, 1)) *
-        1024.0;
-    const double added = run - baseline;
-    std::cout << "batch " << batch << ": estimate " << e.str() << "; measured " << format_bytes(added) << "\n";
-    EXPECT_GE(e.total(), added) << "batch " << batch << ": the estimate is below what the run holds";
-    EXPECT_LE(e.total(), 1.33 * added) << "batch " << batch << ": the estimate is far above what the run holds";
+    add_per_query_replay(config, p.query->num_queries(), batch, p.weights.numel(), e, retrace);
+    std::vector<std::string> args{"--config",           path, "--top", "0", "--per-query", "--query-batch",
+                                  std::to_string(batch)};
+    if (retrace) args.push_back("--retrace-per-query");
+    const double added = static_cast<double>(peak_rss_kib(args, 1)) * 1024.0 - baseline;
+    const std::string run = str_cat("batch ", batch, retrace ? ", traced again" : "");
+    std::cout << run << ": estimate " << e.str() << "; measured " << format_bytes(added) << "\n";
+    EXPECT_GE(e.total(), added) << run << ": the estimate is below what the run holds";
+    EXPECT_LE(e.total(), 1.33 * added) << run << ": the estimate is far above what the run holds";
   }
 }
 
@@ -140,6 +143,29 @@ TEST(MemoryEstimate, TooManyQueriesAreRefusedNamingTheMostThatFit) {
       << queries;
   const std::string model = refusal(static_cast<double>(e.state_bytes));
   EXPECT_NE(model.find("the model alone needs"), std::string::npos) << model;
+}
+
+// Where the step's graph kept between the queries' products is what does not fit, the refusal
+// names --retrace-per-query, whose estimate keeps no graph and fits.
+TEST(MemoryEstimate, AKeptGraphThatDoesNotFitIsRefusedNamingRetrace) {
+  const RunConfig config = testing::tiny_run_config({});
+  MemoryEstimate kept = estimate_run_memory(config), again = kept;
+  add_per_query_replay(config, 2, 1, 1000, kept);
+  add_per_query_replay(config, 2, 1, 1000, again, /*retrace=*/true);
+  ASSERT_GT(kept.kept_graph_bytes, 0);
+  EXPECT_EQ(again.kept_graph_bytes, 0);
+  EXPECT_EQ(again.total(), kept.total() - static_cast<double>(kept.kept_graph_bytes));
+  const auto available = static_cast<int64_t>(again.total() + 0.5 * static_cast<double>(kept.kept_graph_bytes));
+  std::string refusal;
+  try {
+    require_memory(config, kept, available);
+  } catch (const InputError& error) {
+    refusal = error.what();
+  }
+  EXPECT_NE(refusal.find("per-query REPLAY keeps each step's graph between the queries' products ("), std::string::npos)
+      << refusal;
+  EXPECT_NE(refusal.find("add --retrace-per-query"), std::string::npos) << refusal;
+  EXPECT_NO_THROW(require_memory(config, again, available));
 }
 
 // --dump's records, estimated before training, against the rank files a real run writes: the

@@ -107,11 +107,64 @@ TEST(PipelinedReplay, EqualsOneThreadSequentialBitForBitOnEverySchedule) {
   }
 }
 
+// A step that counts its traced calls (each a trace of the step's graph).
+class CountingStep final : public StepFunction {
+ public:
+  explicit CountingStep(const StepFunction& inner) : inner_(inner) {}
+  int64_t num_steps() const override { return inner_.num_steps(); }
+  StepOutput step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const override {
+    if (traced) ++traces;
+    return inner_.step(s, t, w, traced);
+  }
+  TensorTree gradient(const TrainState& s, int64_t t, const at::Tensor& w, bool create_graph) const override {
+    return inner_.gradient(s, t, w, create_graph);
+  }
+  bool runs_collectives() const override { return inner_.runs_collectives(); }
+  mutable int64_t traces = 0;
+
+ private:
+  const StepFunction& inner_;
+};
+
+// backward_through_each with the graph traced again: one more trace a batch but the first, no
+// graph kept (each product frees it), the same products bit for bit as with the graph kept.
+TEST(PipelinedReplay, TracingAgainForEachBatchGivesTheSameProducts) {
+  const LmProblem p = testing::tiny_lm_problem(adamw_run(4, "sqrt"));
+  ASSERT_FALSE(p.step->runs_collectives());
+  const CountingStep step(*p.step);
+  const TrainState state = p.initial;
+  std::vector<TrainState> lambdas;
+  for (int64_t j = 0; j < 3; ++j) lambdas.push_back(step.replay_start(state, p.query->gradient(state.params, j)));
+  const auto products = [&](QueryProducts how) {
+    step.traces = 0;
+    std::vector<StepVjp> out = backward_through_each(step, trace_step(step, state, 1, p.weights), lambdas, how);
+    return std::pair{out, step.traces};
+  };
+  const auto [kept, kept_traces] = products({1, false});
+  EXPECT_EQ(kept_traces, 1);
+  for (const auto& [how, traces] : {std::pair{QueryProducts{1, true}, 3}, std::pair{QueryProducts{2, true}, 2}}) {
+    SCOPED_TRACE(str_cat("batch ", how.batch));
+    const auto [again, counted] = products(how);
+    EXPECT_EQ(counted, traces);
+    ASSERT_EQ(again.size(), kept.size());
+    for (size_t j = 0; j < kept.size(); ++j) {
+      const at::Tensor a = flatten_state(again[j].cotangent).flatten(), b = flatten_state(kept[j].cotangent).flatten();
+      if (how.batch == 1) {
+        EXPECT_TRUE(at::equal(a, b)) << "query " << j;
+        EXPECT_TRUE(at::equal(again[j].dw, kept[j].dw)) << "query " << j;
+      } else {  // batched: sums in another order
+        EXPECT_LE((a - b).abs().max().item<double>(), 1e-12 * b.abs().max().item<double>()) << "query " << j;
+      }
+    }
+  }
+}
+
 // Per-query REPLAY in one pass (ReplayBackward::run_each): each step traced once, one product per
 // query against its own λ, gives each query's REPLAY run alone: bit for bit when the products are
 // taken one at a time, to 1e-12 of the largest score when they are batched (two at a time, and all
-// at once; the sums inside batched kernels run in another order), sequential and pipelined; the
-// observer sees every query's product.
+// at once; the sums inside batched kernels run in another order), sequential and pipelined, with
+// the step's graph kept between the products and traced again for each; the observer sees every
+// query's product.
 TEST(PipelinedReplay, OnePassOverSeveralQueriesEqualsEachQueryAlone) {
   const LmProblem p = testing::tiny_lm_problem(adamw_run(12, "sqrt"));
   const Trained trained = train(p, CheckpointSchedule::kSqrt);
@@ -131,10 +184,12 @@ TEST(PipelinedReplay, OnePassOverSeveralQueriesEqualsEachQueryAlone) {
         *p.step, trained.store, p.weights, [&](int64_t, const StepVjp&) { ++products; }, mode);
     std::vector<ReplayResult> alone;
     for (int64_t j = 0; j < queries; ++j) alone.push_back(replay.run(dq[j]));
-    for (const size_t batch : {size_t{1}, size_t{2}, static_cast<size_t>(queries)}) {
-      SCOPED_TRACE(str_cat("batch ", batch, ", ", threads, " threads"));
+    for (const auto& [batch, retrace] :
+         {std::pair{size_t{1}, false}, std::pair{size_t{2}, false}, std::pair{static_cast<size_t>(queries), false},
+          std::pair{size_t{1}, true}, std::pair{size_t{2}, true}}) {
+      SCOPED_TRACE(str_cat("batch ", batch, retrace ? ", traced again" : "", ", ", threads, " threads"));
       products = 0;
-      const std::vector<ReplayResult> together = replay.run_each(dq, batch);
+      const std::vector<ReplayResult> together = replay.run_each(dq, QueryProducts{batch, retrace});
       ASSERT_EQ(static_cast<int64_t>(together.size()), queries);
       EXPECT_EQ(products, queries * 12);
       for (int64_t j = 0; j < queries; ++j) {

@@ -256,7 +256,7 @@ void require_problem_memory(const RunFlags& f, const RunConfig& config, const di
   if (!f.per_query && f.dump_dir.empty()) return;
   if (f.per_query) {
     add_per_query_replay(config, problem.query->num_queries(), f.query_batch.value_or(1), problem.weights.numel(),
-                         memory);
+                         memory, f.retrace_per_query);
   }
   DumpShards shards;
   int64_t ranks = 1;
@@ -382,6 +382,7 @@ int attribute(const RunFlags& f, const dist::Runtime* runtime) {
   AttributionOptions options;
   options.per_query = f.per_query;
   options.query_batch = f.query_batch.value_or(1);
+  options.retrace_per_query = f.retrace_per_query;
   options.replay_mode = replay_mode;
   if (f.lds) options.lds_retrainings = lds_retrainings(*f.lds);
   // Progress on the user's stderr, in one process and from rank 0 (whose own stderr is its log).

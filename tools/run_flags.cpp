@@ -76,6 +76,10 @@ RunFlags parse_run_flags(int argc, char** argv, int& early_exit) {
   app.add_option("--query-batch", f.query_batch,
                  "with --per-query: take this many queries' products in one backward pass (default 1; more "
                  "takes more memory, and pays where a step's kernels are small)");
+  app.add_flag("--retrace-per-query", f.retrace_per_query,
+               "with --per-query: trace each step again for every query (or --query-batch of them) instead of keeping "
+               "its graph between the queries' products: a plain run's memory plus the queries' cotangents, about "
+               "one more training step a query; the same scores");
   app.add_flag("--html", f.html, "also write a self-contained report.html into --out");
   app.add_option("--export-plan", f.plan_dir,
                  "also write the run's plan (initial weights, batches, optimizer settings, queries) into this new "
@@ -134,6 +138,7 @@ RunFlags parse_run_flags(int argc, char** argv, int& early_exit) {
   if (f.query_batch && !f.per_query) {
     throw InputError(str_cat("--query-batch ", *f.query_batch, ": needs --per-query"));
   }
+  if (f.retrace_per_query && !f.per_query) throw InputError("--retrace-per-query: needs --per-query");
   if (f.query_batch && *f.query_batch < 1) {
     throw InputError(str_cat("--query-batch ", *f.query_batch, ": expected a count >= 1"));
   }

@@ -26,6 +26,7 @@ struct RunFlags {
   bool per_query = false;
   std::optional<int64_t> query_index;
   std::optional<int64_t> query_batch;        // --query-batch: per-query products in one backward pass
+  bool retrace_per_query = false;            // --retrace-per-query: no graph kept between the products
   std::optional<dist::RankProgram> program;  // --topology: a distributed run
   bool html = false;
   std::optional<LdsOptions> lds;  // --validate lds

@@ -47,6 +47,7 @@ Attribution run_attribution(const RunConfig& config, LmProblem problem, const At
   magic.least_across_ranks = options.least_across_ranks;
   magic.per_query = options.per_query;
   magic.query_batch = options.query_batch;
+  magic.retrace_per_query = options.retrace_per_query;
   magic.stop_on_non_finite = true;
   magic.replay_mode = options.replay_mode;
   const int64_t steps = p.step->num_steps();

@@ -18,6 +18,7 @@ namespace magic {
 struct AttributionOptions {
   bool per_query = false;
   int64_t query_batch = 1;           // per query: products in one backward pass (magic_pipeline.h)
+  bool retrace_per_query = false;    // per query: each step traced again for each batch (magic_pipeline.h)
   std::ostream* progress = nullptr;  // null: no progress shown (ranks other than 0)
   bool terminal = false;             // progress as a bar redrawn in place
   // This rank's folder of a resumable run (run_folder.h) and the all-ranks minimum that makes

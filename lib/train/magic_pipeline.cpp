@@ -118,8 +118,8 @@ MagicResult run_magic(const StepFunction& step, const QueryFunction& query, cons
   if (journal && replay_progress > 0) from = journal->resume(replay_progress);
   SegmentObserver on_segment;
   if (journal) on_segment = [&](const ReplayResume& after) { journal->record(after); };
-  const std::vector<ReplayResult> replayed = replay.run_each(
-      dq_dparams, static_cast<size_t>(std::max<int64_t>(options.query_batch, 1)), from ? &*from : nullptr, on_segment);
+  const QueryProducts how{static_cast<size_t>(std::max<int64_t>(options.query_batch, 1)), options.retrace_per_query};
+  const std::vector<ReplayResult> replayed = replay.run_each(dq_dparams, how, from ? &*from : nullptr, on_segment);
   for (const ReplayResult& r : replayed)
     result.peak_states_held = std::max(result.peak_states_held, r.peak_states_held);
   if (options.per_query) {

@@ -29,6 +29,9 @@ struct MagicOptions {
   // takes more memory (memory_estimate.h) and pays where a step's kernels are small (a GPU, a tiny
   // model): on the demo config one at a time was faster (docs/benchmarks.md, "per_query_bench").
   int64_t query_batch = 1;
+  // Per query: trace each step again for each batch of products instead of keeping its graph
+  // between them (QueryProducts::retrace): a plain run's memory plus the cotangents, slower.
+  bool retrace_per_query = false;
   bool replay = true;             // false: train and take the query gradient only (scores undefined)
   StepObserver on_step;           // sees every forward-training step
   ReplayObserver on_replay_step;  // sees every REPLAY step (per-query: every query's)

@@ -86,7 +86,8 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, ReplayMode mode) {
   return e;
 }
 
-void add_per_query_replay(const RunConfig& c, int64_t queries, int64_t batch, int64_t weights, MemoryEstimate& e) {
+void add_per_query_replay(const RunConfig& c, int64_t queries, int64_t batch, int64_t weights, MemoryEstimate& e,
+                          bool retrace) {
   const double element = static_cast<double>(c10::elementSize(c.precision.master));
   e.queries = queries;
   e.query_bytes = static_cast<int64_t>(std::min(
@@ -95,7 +96,7 @@ void add_per_query_replay(const RunConfig& c, int64_t queries, int64_t batch, in
   // A kept graph cannot be freed as the product consumes it: what a lone product frees early stays
   // while the rest of it runs. Measured above a lone product's peak: the demo's (426.6 MiB of
   // estimated activations) 76 MiB, the tests' per-query run (213.3) about 29; a quarter bounds both.
-  e.kept_graph_bytes = queries > 1 ? e.activation_bytes / 4 : 0;
+  e.kept_graph_bytes = queries > 1 && !retrace ? e.activation_bytes / 4 : 0;
   e.query_batch = std::max<int64_t>(1, std::min(batch, queries));
   e.batched_bytes = (e.query_batch - 1) * (e.activation_bytes / 2);
 }
@@ -148,6 +149,10 @@ void require_memory(const RunConfig& c, const MemoryEstimate& e, int64_t availab
                                             : "lower model.d_model, model.n_layers, model.vocab or model.max_len")
       : !fits(model + step) ? str_cat("one step's activations need ", format_bytes(step),
                                       ": lower training.batch_size, model.max_len, model.n_layers or model.d_model")
+      : e.kept_graph_bytes > 0 && fits(e.total() - static_cast<double>(e.kept_graph_bytes))
+          ? str_cat("per-query REPLAY keeps each step's graph between the queries' products (",
+                    format_bytes(static_cast<double>(e.kept_graph_bytes)),
+                    "): add --retrace-per-query to trace each step again for every query instead (slower)")
       : e.queries > 1 && fits(e.total_without_queries() + static_cast<double>(e.query_bytes))
           ? str_cat("per-query REPLAY holds each query's cotangents (",
                     format_bytes(static_cast<double>(e.query_bytes)), "): at most ",

@@ -15,7 +15,8 @@
 //            (the forward and the kept backward: two thirds of the above) beside the product's.
 //   queries  per-query REPLAY in one pass (add_per_query_replay): each query's λ (a state), its
 //            ∂Q/∂θ_N and its scores; the step's graph kept for every product but the last, which
-//            the products' temporaries can no longer reuse (a quarter of the activations above); and
+//            the products' temporaries can no longer reuse (a quarter of the activations above; none
+//            where each step is traced again for each batch of products, --retrace-per-query); and
 //            a batch of K products in one backward pass holds K−1 more sets of the double
 //            backward's temporaries (half each; measured on the tests' activation-heavy run: 0.45).
 //   dump     --dump's records, held until the run ends (estimate_dump_bytes).
@@ -73,8 +74,10 @@ int64_t estimate_state_bytes(const RunConfig& config);
 CheckpointPlan run_checkpoint_plan(const RunConfig& config, ReplayMode mode = ReplayMode::kSequential);
 
 // Per-query REPLAY of `queries` in one pass, `batch` products at a time, with `weights` data
-// weights (examples, or examples x positions): what it adds to `e`, as above.
-void add_per_query_replay(const RunConfig& config, int64_t queries, int64_t batch, int64_t weights, MemoryEstimate& e);
+// weights (examples, or examples x positions): what it adds to `e`, as above; `retrace` (each step
+// traced again for each batch, QueryProducts) keeps no graph between the products.
+void add_per_query_replay(const RunConfig& config, int64_t queries, int64_t batch, int64_t weights, MemoryEstimate& e,
+                          bool retrace = false);
 
 // The bytes a run's trace records take (docs/dump-format.md), per step:
 //   B·T·(8 + (L·d + V)·c)   input ids, each block's output and the logits (c: compute element)

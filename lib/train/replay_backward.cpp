@@ -168,15 +168,18 @@ StepVjp backward_through(const StepFunction& step, TracedStep traced, const Trai
 }
 
 std::vector<StepVjp> backward_through_each(const StepFunction& step, TracedStep traced,
-                                           std::vector<TrainState> cotangents_next, size_t batch) {
+                                           std::vector<TrainState> cotangents_next, QueryProducts how) {
   std::vector<StepVjp> out;
   const size_t n = cotangents_next.size();
   // A step whose backward runs collectives takes its products one at a time: a batched tensor
   // cannot cross a process group.
-  if (step.runs_collectives()) batch = 1;
-  for (size_t first = 0; first < n; first += std::max<size_t>(batch, 1)) {
-    const size_t count = std::min(std::max<size_t>(batch, 1), n - first);
-    const bool retain = first + count < n;
+  const size_t batch = step.runs_collectives() ? 1 : std::max<size_t>(how.batch, 1);
+  for (size_t first = 0; first < n; first += batch) {
+    const size_t count = std::min(batch, n - first);
+    // A traced step writes no records (lm_step.h), so tracing it again adds none.
+    if (first > 0 && how.retrace)
+      traced = trace_step(step, detach_state(traced.leaves), traced.t, traced.w_leaf.detach());
+    const bool retain = !how.retrace && first + count < n;
     if (count == 1) {
       out.push_back(product(step, traced, cotangents_next[first], retain));
     } else {
@@ -214,10 +217,10 @@ ReplayBackward::ReplayBackward(const StepFunction& step, const CheckpointStore& 
 
 ReplayResult ReplayBackward::run(const TensorTree& dq_dparams, const ReplayResume* from,
                                  const SegmentObserver& on_segment) const {
-  return run_each({dq_dparams}, 1, from, on_segment).front();
+  return run_each({dq_dparams}, QueryProducts{}, from, on_segment).front();
 }
 
-std::vector<ReplayResult> ReplayBackward::run_each(const std::vector<TensorTree>& dq_dparams, size_t batch,
+std::vector<ReplayResult> ReplayBackward::run_each(const std::vector<TensorTree>& dq_dparams, QueryProducts how,
                                                    const ReplayResume* from, const SegmentObserver& on_segment) const {
   if (dq_dparams.empty()) throw std::invalid_argument("ReplayBackward::run_each: no query");
   if (from && (from->lambdas.size() != dq_dparams.size() || from->dws.size() != dq_dparams.size())) {
@@ -274,7 +277,7 @@ std::vector<ReplayResult> ReplayBackward::run_each(const std::vector<TensorTree>
           lambdas.push_back(queries > 1 ? packed(start) : std::move(start));
         }
       }
-      std::vector<StepVjp> vjps = backward_through_each(step_, std::move(traced), std::move(lambdas), batch);
+      std::vector<StepVjp> vjps = backward_through_each(step_, std::move(traced), std::move(lambdas), how);
       lambdas = std::vector<TrainState>(queries);
       for (size_t q = 0; q < queries; ++q) {
         if (observer_) observer_(t, vjps[q]);

@@ -35,13 +35,22 @@ TracedStep trace_step(const StepFunction& step, const TrainState& state, int64_t
 // The product itself: λ_t and δw from a traced step and λ_{t+1}; the graph is freed.
 StepVjp backward_through(const StepFunction& step, TracedStep traced, const TrainState& cotangent_next);
 
+// How per-query REPLAY takes a step's products.
+struct QueryProducts {
+  // Products in one backward pass, the cotangents stacked along a leading query dimension (vmap);
+  // equal to one at a time up to the order of sums inside batched kernels.
+  size_t batch = 1;
+  // Trace the step again for each batch instead of keeping its graph between them: the memory of
+  // a lone product, one more trace (about a training step) a batch; the same scores bit for bit.
+  bool retrace = false;
+};
+
 // One product per cotangent from one traced step (per-query REPLAY): the graph is kept until the
-// last, so the forward and its gradient are traced once for all of them. Up to `batch` products
-// share one backward pass, the cotangents stacked along a leading query dimension (vmap); equal to
-// one at a time up to the order of sums inside batched kernels. A step that runs collectives
-// takes them one at a time. Each cotangent is released once its product is taken.
+// last (or traced again, how.retrace), so the forward and its gradient are traced once for all of
+// them. A step that runs collectives takes them one at a time. Each cotangent is released once its
+// product is taken.
 std::vector<StepVjp> backward_through_each(const StepFunction& step, TracedStep traced,
-                                           std::vector<TrainState> cotangents_next, size_t batch = 1);
+                                           std::vector<TrainState> cotangents_next, QueryProducts how = {});
 
 // One vector-Jacobian product of step t at s_t against λ_{t+1}: trace_step, then backward_through.
 StepVjp step_vjp(const StepFunction& step, const TrainState& state, int64_t t, const at::Tensor& w,
@@ -83,10 +92,10 @@ class ReplayBackward {
                    const SegmentObserver& on_segment = {}) const;
 
   // REPLAY of several queries in one pass: each step recomputed and traced once, then one product
-  // per query against its own λ, up to `batch` of them in one backward pass
-  // (backward_through_each); result k is run(dq_dparams[k]). The observer sees every query's
-  // product of a step, query 0's first; only query 0's are traced.
-  std::vector<ReplayResult> run_each(const std::vector<TensorTree>& dq_dparams, size_t batch = 1,
+  // per query against its own λ, taken as `how` says (backward_through_each); result k is
+  // run(dq_dparams[k]). The observer sees every query's product of a step, query 0's first; only
+  // query 0's are traced.
+  std::vector<ReplayResult> run_each(const std::vector<TensorTree>& dq_dparams, QueryProducts how = {},
                                      const ReplayResume* from = nullptr, const SegmentObserver& on_segment = {}) const;
 
  private:
