@@ -112,8 +112,10 @@ Attribution run_attribution(const RunConfig& config, LmProblem problem, const At
     if (replayed == replay_steps) replay->finish();
   };
   // Every rank takes part in the calibration step's collectives; the speaking one prints it.
-  TimeEstimate time = estimate_time(*p.step, p.initial, p.weights, plan.recomputations,
-                                    options.per_query ? p.query->num_queries() : 1, options.replay_mode);
+  const int64_t products = options.per_query ? p.query->num_queries() : 1;
+  const int64_t batch = std::max<int64_t>(options.query_batch, 1);
+  TimeEstimate time = estimate_time(*p.step, p.initial, p.weights, plan.recomputations, products, options.replay_mode,
+                                    options.retrace_per_query ? (products + batch - 1) / batch : 1);
   time.add_retrainings(options.lds_retrainings);
   if (options.progress) {
     *options.progress << "estimated time: " << time.str() << std::endl;

@@ -176,7 +176,7 @@ std::vector<StepVjp> backward_through_each(const StepFunction& step, TracedStep 
   const size_t batch = step.runs_collectives() ? 1 : std::max<size_t>(how.batch, 1);
   for (size_t first = 0; first < n; first += batch) {
     const size_t count = std::min(batch, n - first);
-    // A traced step writes no records (lm_step.h), so tracing it again adds none.
+    // Traced steps write no trace records (LmStep::step), so tracing one again adds none.
     if (first > 0 && how.retrace)
       traced = trace_step(step, detach_state(traced.leaves), traced.t, traced.w_leaf.detach());
     const bool retain = !how.retrace && first + count < n;

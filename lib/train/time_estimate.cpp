@@ -39,7 +39,7 @@ void TimeEstimate::add_retrainings(int64_t count) {
 }
 
 TimeEstimate estimate_time(const StepFunction& step, const TrainState& initial, const at::Tensor& w,
-                           int64_t recomputed_steps, int64_t products, ReplayMode mode) {
+                           int64_t recomputed_steps, int64_t products, ReplayMode mode, int64_t traces) {
   dist::PhaseScope phase("calibration step");
   TimeEstimate e;
   StepOutput out;
@@ -51,14 +51,14 @@ TimeEstimate estimate_time(const StepFunction& step, const TrainState& initial, 
   const auto recomputed = static_cast<double>(recomputed_steps);
   e.training = n * e.step_seconds;
   // Any cotangent of the right shapes times the product: the next state itself.
-  const auto R = static_cast<double>(products);
+  const auto R = static_cast<double>(products), K = static_cast<double>(std::max<int64_t>(traces, 1));
   TracedStep traced;
   if (mode == ReplayMode::kSequential) {
     step_vjp(step, initial, 0, w, out.next);
     e.trace_seconds = timed([&] { traced = trace_step(step, initial, 0, w); });
     e.back_seconds = timed([&] { backward_through(step, std::move(traced), out.next); });
     e.vjp_seconds = e.trace_seconds + e.back_seconds;
-    e.replay = n * (e.trace_seconds + R * e.back_seconds) + recomputed * e.step_seconds;
+    e.replay = n * (K * e.trace_seconds + R * e.back_seconds) + recomputed * e.step_seconds;
     return e;
   }
   e.pipelined = true;
@@ -76,7 +76,8 @@ TimeEstimate estimate_time(const StepFunction& step, const TrainState& initial, 
     e.back_seconds = timed([&] { backward_through(step, std::move(traced), out.next); });
   }
   e.vjp_seconds = e.trace_seconds + e.back_seconds;
-  e.replay = std::max(n * R * e.back_seconds, n * e.trace_seconds + recomputed * worker_step);
+  e.replay =
+      std::max(n * (R * e.back_seconds + (K - 1.0) * e.trace_seconds), n * e.trace_seconds + recomputed * worker_step);
   return e;
 }
 

@@ -2,12 +2,14 @@
 // step (t_step) and one step's vector-Jacobian product at s_0 with batch 0, tracing the step
 // (t_trace) and its backward (t_back), each timed on its second call.
 //   training ≈ N t_step
-//   REPLAY   ≈ N (t_trace + R t_back) + M t_step   (R products a step: 1, or one per query, all
-//                                    queries in one pass; M steps recomputed: N − C with C
-//                                    checkpoints, a budget's count: checkpoint_plan.h)
-// Pipelined (replay_mode.h), the trace runs on the worker with the recomputation and the
-// backward on the caller, each timed with its share of the threads; the slower side sets the pace:
-//   REPLAY   ≈ max(N R t_back, N t_trace + M t_step')
+//   REPLAY   ≈ N (K t_trace + R t_back) + M t_step   (R products a step: 1, or one per query, all
+//                                    queries in one pass; K traces a step: 1, or one per batch of
+//                                    products with --retrace-per-query; M steps recomputed: N − C
+//                                    with C checkpoints, a budget's count: checkpoint_plan.h)
+// Pipelined (replay_mode.h), the first trace runs on the worker with the recomputation, the
+// backward (and the traces after the first) on the caller, each timed with its share of the
+// threads; the slower side sets the pace:
+//   REPLAY   ≈ max(N (R t_back + (K − 1) t_trace), N t_trace + M t_step')
 // With --validate lds, each of its R' retrainings (the subsets and the baseline) trains the run
 // again untraced and without checkpoints, the same steps:
 //   LDS      ≈ R' N t_step
@@ -36,6 +38,6 @@ struct TimeEstimate {
 };
 
 TimeEstimate estimate_time(const StepFunction& step, const TrainState& initial, const at::Tensor& w, int64_t recomputed,
-                           int64_t products, ReplayMode mode = ReplayMode::kSequential);
+                           int64_t products, ReplayMode mode = ReplayMode::kSequential, int64_t traces = 1);
 
 }  // namespace magic
