@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "checks/forwarding_step.h"
 #include "lib/core/intra_op_threads.h"
 #include "lib/core/strings.h"
 #include "lib/train/checkpoint_schedule.h"
@@ -108,22 +109,14 @@ TEST(PipelinedReplay, EqualsOneThreadSequentialBitForBitOnEverySchedule) {
 }
 
 // A step that counts its traced calls (each a trace of the step's graph).
-class CountingStep final : public StepFunction {
+class CountingStep final : public checks::ForwardingStep {
  public:
-  explicit CountingStep(const StepFunction& inner) : inner_(inner) {}
-  int64_t num_steps() const override { return inner_.num_steps(); }
+  using ForwardingStep::ForwardingStep;
   StepOutput step(const TrainState& s, int64_t t, const at::Tensor& w, bool traced) const override {
     if (traced) ++traces;
-    return inner_.step(s, t, w, traced);
+    return ForwardingStep::step(s, t, w, traced);
   }
-  TensorTree gradient(const TrainState& s, int64_t t, const at::Tensor& w, bool create_graph) const override {
-    return inner_.gradient(s, t, w, create_graph);
-  }
-  bool runs_collectives() const override { return inner_.runs_collectives(); }
   mutable int64_t traces = 0;
-
- private:
-  const StepFunction& inner_;
 };
 
 // backward_through_each with the graph traced again: one more trace a batch but the first, no
