@@ -113,7 +113,8 @@ Attribution run_attribution(const RunConfig& config, LmProblem problem, const At
   };
   // Every rank takes part in the calibration step's collectives; the speaking one prints it.
   const int64_t products = options.per_query ? p.query->num_queries() : 1;
-  const int64_t batch = std::max<int64_t>(options.query_batch, 1);
+  // A step that runs collectives takes its products one at a time (backward_through_each).
+  const int64_t batch = p.step->runs_collectives() ? 1 : std::max<int64_t>(options.query_batch, 1);
   TimeEstimate time = estimate_time(*p.step, p.initial, p.weights, plan.recomputations, products, options.replay_mode,
                                     options.retrace_per_query ? (products + batch - 1) / batch : 1);
   time.add_retrainings(options.lds_retrainings);
